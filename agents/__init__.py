@@ -1,0 +1,1 @@
+"""Agents (installed as robotrl.agents)."""

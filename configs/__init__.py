@@ -1,0 +1,1 @@
+"""Hydra configs shipped with the package."""

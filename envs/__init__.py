@@ -1,0 +1,1 @@
+"""Gymnasium environment layer (installed as robotrl.envs)."""

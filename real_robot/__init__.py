@@ -1,0 +1,1 @@
+"""Real-robot bridge (installed as robotrl.real_robot)."""

@@ -1,0 +1,41 @@
+"""Errors that robotrl raises for bad input.
+
+Every error names the problem and the way out, so the CLI can print it as one clear
+message instead of a traceback from deep inside a library. All derive from
+:class:`RobotRLError`; each is also a subclass of the builtin error a caller would
+naturally catch (``FileNotFoundError``, ``ValueError``), so generic handlers still work.
+"""
+
+from __future__ import annotations
+
+
+class RobotRLError(Exception):
+    """Base class of every error raised for bad user input or bad data."""
+
+
+class DatasetNotFoundError(RobotRLError, FileNotFoundError):
+    """A dataset id or path that is not present locally."""
+
+
+class DatasetFormatError(RobotRLError, ValueError):
+    """A dataset file that is empty, truncated, corrupt or holds NaN/inf values."""
+
+
+class SpaceMismatchError(RobotRLError, ValueError):
+    """A dataset whose observation or action space does not match the environment."""
+
+
+class BatchSizeError(RobotRLError, ValueError):
+    """A batch size larger than the data, or otherwise impossible to sample."""
+
+
+class DatasetExistsError(RobotRLError, FileExistsError):
+    """Writing a dataset under a name that is already taken (nothing was overwritten)."""
+
+
+class CheckpointError(RobotRLError, ValueError):
+    """A checkpoint that is missing, corrupt, or does not match the configured run."""
+
+
+class ConfigError(RobotRLError, ValueError):
+    """A configuration value that cannot work (unknown env, agent, recipe, ...)."""
