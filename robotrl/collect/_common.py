@@ -1,0 +1,171 @@
+"""Helpers shared by the dataset recipes: env creation, episode recording, reference scores.
+
+Not public API; the recipes in :mod:`robotrl.collect` are.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from robotrl.data.writer import Episode, datasets_root
+
+Policy = Callable[[Any], np.ndarray]
+
+
+def register_robotics() -> None:
+    """Register the gymnasium-robotics envs (PointMaze, Fetch) with gymnasium; idempotent."""
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+
+
+def make_env(spec: str | gym.envs.registration.EnvSpec, **kwargs) -> gym.Env:
+    """``gym.make`` after registering the robotics envs."""
+    register_robotics()
+    return gym.make(spec, **kwargs)
+
+
+def stack_obs(obs_list: list) -> Any:
+    """Stack a list of observations (arrays or nested dicts of arrays) along a new axis 0."""
+    first = obs_list[0]
+    if isinstance(first, Mapping):
+        return {k: stack_obs([o[k] for o in obs_list]) for k in first}
+    return np.stack([np.asarray(o) for o in obs_list])
+
+
+class EpisodeRecorder:
+    """Accumulates one episode in Minari layout (observations T+1, the rest T).
+
+    ``success`` is recorded per step (``T+1`` entries, the reset info first) when
+    ``success_key`` is given; missing keys count as False.
+    """
+
+    def __init__(self, obs: Any, info: Mapping, *, seed: int | None = None, success_key: str | None = None):
+        self.success_key = success_key
+        self.seed = seed
+        self.obs = [obs]
+        self.actions: list[np.ndarray] = []
+        self.rewards: list[float] = []
+        self.terms: list[bool] = []
+        self.truncs: list[bool] = []
+        self.success: list[bool] = [self._succ(info)]
+
+    def _succ(self, info: Mapping) -> bool:
+        return bool(info.get(self.success_key, False)) if self.success_key else False
+
+    def add(self, action, obs, reward, terminated, truncated, info) -> None:
+        self.actions.append(np.asarray(action))
+        self.obs.append(obs)
+        self.rewards.append(float(reward))
+        self.terms.append(bool(terminated))
+        self.truncs.append(bool(truncated))
+        self.success.append(self._succ(info))
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def finish(self, *, cut: bool = False) -> Episode:
+        """The episode; ``cut=True`` marks the last step truncated (budget ran out mid-episode)."""
+        truncs = np.asarray(self.truncs, dtype=bool)
+        terms = np.asarray(self.terms, dtype=bool)
+        if cut and len(truncs) and not terms[-1]:
+            truncs[-1] = True
+        infos = {"success": np.asarray(self.success, dtype=bool)} if self.success_key else None
+        return Episode(
+            observations=stack_obs(self.obs),
+            actions=np.stack(self.actions),
+            rewards=np.asarray(self.rewards, dtype=np.float64),
+            terminations=terms,
+            truncations=truncs,
+            infos=infos,
+            seed=self.seed,
+        )
+
+
+def mean_return(
+    env_spec: str | gym.envs.registration.EnvSpec,
+    make_policy: Callable[[gym.Env], Policy],
+    num_episodes: int,
+    *,
+    seed: int = 123,
+    success_key: str | None = None,
+) -> dict[str, float]:
+    """Average undiscounted return of a policy over ``num_episodes`` episodes of ``env_spec``.
+
+    Mirrors Minari's ``get_average_reference_score``: one env, first reset seeded
+    (here with ``seed + i`` for episode ``i``), episodes end on termination or truncation.
+    ``make_policy(env)`` builds the policy for that env (planners need its maze).
+
+    Returns:
+        ``{"mean": ..., "std": ..., "success_rate": ... (if success_key), "episodes": n}``.
+    """
+    env = make_env(env_spec)
+    policy = make_policy(env)
+    returns, successes = [], []
+    try:
+        for i in range(num_episodes):
+            obs, info = env.reset(seed=seed + i)
+            env.action_space.seed(seed + i)
+            total, succ = 0.0, False
+            while True:
+                obs, r, term, trunc, info = env.step(policy(obs))
+                total += float(r)
+                if success_key:
+                    succ = succ or bool(info.get(success_key, False))
+                if term or trunc:
+                    break
+            returns.append(total)
+            successes.append(succ)
+    finally:
+        env.close()
+    out = {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": num_episodes}
+    if success_key:
+        out["success_rate"] = float(np.mean(successes))
+    return out
+
+
+def random_policy(env: gym.Env) -> Policy:
+    """Uniform random actions from ``env.action_space`` (seeded by the caller's reset)."""
+    return lambda obs: env.action_space.sample()
+
+
+def progress_bar(total: int, desc: str, enabled: bool, unit: str = "step"):
+    """A tqdm bar (disabled when ``enabled`` is false)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, dynamic_ncols=True)
+
+
+def base_provenance(recipe: str, **facts) -> dict[str, Any]:
+    """Provenance facts common to every recipe (versions, host, recipe name)."""
+    import gymnasium_robotics
+    import mujoco
+
+    return {
+        "recipe": recipe,
+        "gymnasium": gym.__version__,
+        "gymnasium_robotics": gymnasium_robotics.__version__,
+        "mujoco": mujoco.__version__,
+        "numpy": np.__version__,
+        "host": platform.node(),
+        "created_unix": time.time(),
+        **facts,
+    }
+
+
+def dataset_path(dataset_id: str, root: str | os.PathLike | None) -> Path:
+    """``<root>/<dataset_id>`` with the writer's default root."""
+    return (Path(root) if root is not None else datasets_root()) / dataset_id
+
+
+def dataset_exists(dataset_id: str, root: str | os.PathLike | None) -> bool:
+    """Whether a complete dataset (its ``data/metadata.json``) is present."""
+    return (dataset_path(dataset_id, root) / "data" / "metadata.json").exists()

@@ -1,0 +1,305 @@
+"""PointMaze datasets in the manner of D4RL ``maze2d`` / Minari ``D4RL/pointmaze``.
+
+Recipe (after Farama's ``minari-dataset-generation-scripts/scripts/pointmaze``, which
+recreated D4RL's maze2d datasets, and D4RL's ``pointmaze/waypoint_controller.py``):
+
+* Collection env: ``PointMaze_<Maze>-v3`` with ``continuing_task=True, reset_target=True``
+  and the env id's default sparse reward. Reaching the goal (within 0.45 m) does not end
+  the episode; the env draws a new goal and the agent keeps going. Episodes are cut at
+  the env id's ``max_episode_steps`` (UMaze 300, Medium 600, Large 800) and stored as
+  truncations; terminations are always false. Each reset uses seed ``seed + k``.
+* Policy: a waypoint planner over the maze grid (Q-iteration on cells, reward 1 on
+  entering the goal cell, discount 0.99) gives the next cell; a PD controller
+  ``a = 10 (waypoint - xy) - 1 * velocity`` drives the ball to it, the waypoint
+  advancing when the ball is within 0.1 m of it. Waypoints (not the final goal) are
+  jittered by U(-0.1, 0.1) m per axis, and Gaussian noise N(0, 0.5^2) is added to every
+  action before clipping to [-1, 1] (both as in the Minari recipe; Minari jitters by
+  ``-U(0, 0.2)``, a one-sided offset we make symmetric).
+* Eval env (``eval_env_spec``): the same env id with Minari's single-goal maps (the goal
+  fixed in one cell: UMaze top-left, Medium/Large the far corner),
+  ``continuing_task=True, reset_target=False``: sparse reward 1 per step spent at the
+  goal, so returns count the steps at the goal, as D4RL maze2d's scores do.
+* Reference scores: ``ref_min_score`` = mean return of uniform random actions,
+  ``ref_max_score`` = mean return of the noise-free planner, each over ``ref_episodes``
+  (default 100, as Minari's ``num_episodes_average_score``) eval-env episodes seeded
+  ``123 + i``. For comparison D4RL maze2d (its own MuJoCo model) used umaze 23.85/161.86,
+  medium 13.13/277.39, large 6.7/273.99.
+
+Observations stay the env's Dict (``observation`` (4,) = xy, velocity;
+``achieved_goal`` (2,); ``desired_goal`` (2,), meters). Per-step
+``infos["success"]`` (T+1,) is the env's ``info["success"]``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from robotrl.collect._common import (
+    EpisodeRecorder,
+    base_provenance,
+    make_env,
+    mean_return,
+    progress_bar,
+    random_policy,
+)
+from robotrl.data.writer import write_dataset
+from robotrl.errors import ConfigError
+
+__all__ = ["collect_pointmaze", "MazePlanner", "MAZES", "EVAL_MAPS", "pointmaze_eval_spec"]
+
+MAZES = {"umaze": "PointMaze_UMaze-v3", "medium": "PointMaze_Medium-v3", "large": "PointMaze_Large-v3"}
+G = "g"
+# Minari's single-goal evaluation maps (scripts/pointmaze/create_pointmaze_dataset.py).
+EVAL_MAPS = {
+    "umaze": [[1, 1, 1, 1, 1], [1, G, 0, 0, 1], [1, 1, 1, 0, 1], [1, 0, 0, 0, 1], [1, 1, 1, 1, 1]],
+    "medium": [
+        [1, 1, 1, 1, 1, 1, 1, 1],
+        [1, 0, 0, 1, 1, 0, 0, 1],
+        [1, 0, 0, 1, 0, 0, 0, 1],
+        [1, 1, 0, 0, 0, 1, 1, 1],
+        [1, 0, 0, 1, 0, 0, 0, 1],
+        [1, 0, 1, 0, 0, 1, 0, 1],
+        [1, 0, 0, 0, 1, 0, G, 1],
+        [1, 1, 1, 1, 1, 1, 1, 1],
+    ],
+    "large": [
+        [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+        [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1],
+        [1, 0, 1, 1, 0, 1, 0, 1, 0, 1, 0, 1],
+        [1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1],
+        [1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1],
+        [1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 1],
+        [1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 1],
+        [1, 0, 0, 1, 0, 0, 0, 1, 0, G, 0, 1],
+        [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    ],
+}
+_MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+class MazePlanner:
+    """Q-iteration waypoint planner + PD controller for the point mass (D4RL/Minari style).
+
+    Args:
+        maze: the env's ``unwrapped.maze`` (gymnasium-robotics ``Maze``).
+        kp, kd: PD gains; action = ``kp * (waypoint - xy) - kd * velocity`` (Minari: 10, 1).
+        waypoint_threshold: distance in meters at which a waypoint counts as reached.
+        action_noise: std of Gaussian noise added to each action (0 for the eval expert).
+        waypoint_jitter: half-width in meters of the uniform jitter of intermediate waypoints.
+        rng: numpy Generator for noise and jitter.
+
+    ``policy(obs) -> (2,) float32`` action in [-1, 1] for a PointMaze Dict observation.
+    """
+
+    def __init__(self, maze, *, kp=10.0, kd=1.0, waypoint_threshold=0.1, action_noise=0.0, waypoint_jitter=0.0, rng=None, gamma=0.99):
+        self.maze = maze
+        self.grid = np.asarray([[1 if c == 1 else 0 for c in row] for row in maze.maze_map], dtype=np.int8)
+        self.kp, self.kd = kp, kd
+        self.threshold = waypoint_threshold
+        self.noise = action_noise
+        self.jitter = waypoint_jitter
+        self.gamma = gamma
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self._next: dict[tuple, dict] = {}  # goal cell -> {cell: next cell}
+        self._goal_xy = None
+        self._wp_cell = None
+        self._wp_xy = None
+
+    # ---- planning on the grid -------------------------------------------------------
+    def q_iteration(self, goal_cell: tuple[int, int]) -> np.ndarray:
+        """Q-values ``(rows, cols, 4)`` for moves up/down/left/right; reward 1 on entering ``goal_cell``.
+
+        Invalid moves (into walls or off the map) get ``-inf``. Iterates to convergence
+        (rows*cols synchronous sweeps, enough for every shortest path).
+        """
+        rows, cols = self.grid.shape
+        V = np.zeros((rows, cols))
+        Q = np.full((rows, cols, 4), -np.inf)
+        for _ in range(rows * cols):
+            for r in range(rows):
+                for c in range(cols):
+                    if self.grid[r, c]:
+                        continue
+                    for a, (dr, dc) in enumerate(_MOVES):
+                        nr, nc = r + dr, c + dc
+                        if 0 <= nr < rows and 0 <= nc < cols and not self.grid[nr, nc]:
+                            Q[r, c, a] = (1.0 if (nr, nc) == goal_cell else 0.0) + self.gamma * V[nr, nc]
+            V = np.where(np.isfinite(Q).any(-1), np.max(Q, axis=-1), 0.0)
+        return Q
+
+    def next_cell(self, cell: tuple[int, int], goal_cell: tuple[int, int]) -> tuple[int, int]:
+        """The greedy next cell from ``cell`` toward ``goal_cell`` (``goal_cell`` itself when there)."""
+        if cell == goal_cell:
+            return goal_cell
+        table = self._next.get(goal_cell)
+        if table is None:
+            Q = self.q_iteration(goal_cell)
+            table = {}
+            for r, c in zip(*np.nonzero(self.grid == 0)):
+                if np.isfinite(Q[r, c]).any():
+                    dr, dc = _MOVES[int(np.argmax(np.where(np.isfinite(Q[r, c]), Q[r, c], -np.inf)))]
+                    table[(int(r), int(c))] = (int(r + dr), int(c + dc))
+            self._next[goal_cell] = table
+        return table.get(cell, goal_cell)
+
+    def _cell(self, xy) -> tuple[int, int]:
+        r, c = self.maze.cell_xy_to_rowcol(np.asarray(xy))
+        return int(r), int(c)
+
+    def _set_waypoint(self, cell, goal_cell, goal_xy):
+        self._wp_cell = cell
+        if cell == goal_cell:
+            self._wp_xy = np.asarray(goal_xy, dtype=np.float64)
+        else:
+            centre = np.asarray(self.maze.cell_rowcol_to_xy(np.array(cell)), dtype=np.float64)
+            self._wp_xy = centre + (self.rng.uniform(-self.jitter, self.jitter, size=2) if self.jitter else 0.0)
+
+    def reset(self) -> None:
+        """Forget the current waypoint (call after an env reset)."""
+        self._goal_xy = self._wp_cell = self._wp_xy = None
+
+    def __call__(self, obs) -> np.ndarray:
+        xy = np.asarray(obs["achieved_goal"], dtype=np.float64)
+        vel = np.asarray(obs["observation"][2:4], dtype=np.float64)
+        goal_xy = np.asarray(obs["desired_goal"], dtype=np.float64)
+        goal_cell, cell = self._cell(goal_xy), self._cell(xy)
+        if self._goal_xy is None or np.linalg.norm(goal_xy - self._goal_xy) > 1e-6:
+            self._goal_xy = goal_xy
+            self._set_waypoint(self.next_cell(cell, goal_cell), goal_cell, goal_xy)
+        elif self._wp_cell != goal_cell and np.linalg.norm(self._wp_xy - xy) <= self.threshold:
+            self._set_waypoint(self.next_cell(self._wp_cell, goal_cell), goal_cell, goal_xy)
+        elif cell != self._wp_cell and self.next_cell(cell, goal_cell) != self._wp_cell:
+            # pushed off the route (noise, collisions): replan from where the ball is
+            self._set_waypoint(self.next_cell(cell, goal_cell), goal_cell, goal_xy)
+        action = self.kp * (self._wp_xy - xy) - self.kd * vel
+        if self.noise:
+            action = action + self.rng.normal(0.0, self.noise, size=2)
+        return np.clip(action, -1.0, 1.0).astype(np.float32)
+
+
+def pointmaze_eval_spec(maze: str) -> gym.envs.registration.EnvSpec:
+    """Eval env spec for ``maze``: the env id with Minari's single-goal map, goal kept fixed."""
+    from robotrl.collect._common import register_robotics
+
+    register_robotics()
+    spec = copy.deepcopy(gym.spec(MAZES[maze]))
+    spec.kwargs = {**spec.kwargs, "maze_map": EVAL_MAPS[maze], "continuing_task": True, "reset_target": False}
+    return spec
+
+
+def _check_maze(maze: str) -> None:
+    if maze not in MAZES:
+        raise ConfigError(f"unknown maze {maze!r}; choose one of {sorted(MAZES)}")
+
+
+def collect_pointmaze(
+    maze: str = "umaze",
+    num_steps: int = 1_000_000,
+    seed: int = 0,
+    dataset_id: str | None = None,
+    data_format: str = "hdf5",
+    root: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    *,
+    action_noise: float = 0.5,
+    ref_episodes: int = 100,
+) -> Path:
+    """Generate a PointMaze dataset with the noisy waypoint planner and write it with Minari.
+
+    Args:
+        maze: ``"umaze"``, ``"medium"`` or ``"large"`` (``PointMaze_<Maze>-v3``).
+        num_steps: total env steps to record (D4RL/Minari used 1e6); the last episode is
+            cut (truncated) where the budget ends.
+        seed: seeds the env resets (``seed + k`` for episode ``k``) and the noise.
+        dataset_id: default ``robotrl/pointmaze/<maze>-v0``.
+        data_format: ``"hdf5"`` or ``"arrow"``.
+        root: datasets root (default ``$MINARI_DATASETS_PATH`` / ``~/.minari/datasets``).
+        overwrite: replace an existing dataset of that id.
+        progress: show a tqdm bar over collection steps.
+        action_noise: std of the Gaussian action noise (Minari: 0.5).
+        ref_episodes: eval-env episodes for each reference score (Minari default 100).
+
+    Returns:
+        The dataset directory.
+
+    Raises:
+        ConfigError: unknown ``maze``. DatasetExistsError: id taken and not ``overwrite``.
+    """
+    _check_maze(maze)
+    if num_steps < 1:
+        raise ConfigError(f"num_steps must be >= 1, got {num_steps}")
+    dataset_id = dataset_id or f"robotrl/pointmaze/{maze}-v0"
+    env_id = MAZES[maze]
+    env = make_env(env_id, continuing_task=True, reset_target=True)
+    rng = np.random.default_rng(seed)
+    planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, waypoint_jitter=0.1, rng=rng)
+    t0 = time.time()
+    episodes, k = [], 0
+    bar = progress_bar(num_steps, f"collect {dataset_id}", progress)
+    obs, info = env.reset(seed=seed)
+    rec = EpisodeRecorder(obs, info, seed=seed, success_key="success")
+    for step in range(num_steps):
+        action = planner(obs)
+        obs, r, term, trunc, info = env.step(action)
+        rec.add(action, obs, r, term, trunc, info)
+        bar.update(1)
+        if term or trunc:
+            episodes.append(rec.finish())
+            k += 1
+            planner.reset()
+            obs, info = env.reset(seed=seed + k)
+            rec = EpisodeRecorder(obs, info, seed=seed + k, success_key="success")
+    if len(rec):
+        episodes.append(rec.finish(cut=True))
+    bar.close()
+    collect_s = time.time() - t0
+    spec = env.spec
+    env.close()
+
+    eval_spec = pointmaze_eval_spec(maze)
+    t1 = time.time()
+    rnd = mean_return(eval_spec, random_policy, ref_episodes, success_key="success")
+    exp = mean_return(eval_spec, lambda e: MazePlanner(e.unwrapped.maze, rng=np.random.default_rng(seed)), ref_episodes, success_key="success")
+    steps_success = float(np.mean([ep.infos["success"][1:].any() for ep in episodes]))
+    prov = base_provenance(
+        f"pointmaze-{maze}",
+        env_id=env_id,
+        env_kwargs={"continuing_task": True, "reset_target": True},
+        policy="Q-iteration waypoint planner + PD controller (kp=10, kd=1, waypoint threshold 0.1 m)",
+        action_noise_std=action_noise,
+        waypoint_jitter_m=0.1,
+        seed=seed,
+        num_steps=num_steps,
+        num_episodes=len(episodes),
+        episodes_reaching_a_goal=steps_success,
+        ref_episodes=ref_episodes,
+        ref_random=rnd,
+        ref_planner=exp,
+        collect_seconds=round(collect_s, 2),
+        ref_seconds=round(time.time() - t1, 2),
+        follows="Farama minari-dataset-generation-scripts scripts/pointmaze (D4RL maze2d recreation)",
+    )
+    return write_dataset(
+        dataset_id,
+        episodes,
+        env=spec,
+        eval_env=eval_spec,
+        ref_min_score=rnd["mean"],
+        ref_max_score=exp["mean"],
+        algorithm_name="QIteration+PD",
+        description=(
+            f"{env_id} continuing task with goal resets, {num_steps} steps of a Q-iteration waypoint "
+            f"planner with a PD controller and N(0,{action_noise}^2) action noise; sparse reward."
+        ),
+        provenance=prov,
+        data_format=data_format,
+        root=root,
+        overwrite=overwrite,
+    )

@@ -1,0 +1,324 @@
+"""One replay buffer for offline data and online experience.
+
+Symbols: ``C`` capacity, ``B`` batch, ``Do``/``Da`` observation/action size, ``n`` the
+n-step horizon, ``To`` observation history, ``Ta`` action chunk length, ``γ`` discount.
+
+Storage is preallocated NumPy (``C`` rows); when full, the oldest transitions are
+overwritten (circular). Each transition records its episode and links to its
+predecessor and successor *in the same episode*. Links make offline data (episodes back
+to back) and vectorised online rollouts (``N`` envs writing interleaved) the same kind
+of object: n-step returns and ``(To, Ta)`` windows follow links, so they never cross an
+episode end and never mix two envs' steps, whatever the storage order.
+
+Monte Carlo return-to-go (Cal-QL's ``V^μ``) is filled in when an episode closes; it is
+``-inf`` (no bound known) for transitions of episodes still running.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from robotrl.data.batch import Batch
+from robotrl.data.dataset import OfflineData
+from robotrl.data.returns import mc_returns as _mc_returns
+from robotrl.errors import BatchSizeError
+
+__all__ = ["ReplayBuffer"]
+
+_NO_LINK = -1
+
+
+class ReplayBuffer:
+    """Preallocated circular transition store with n-step, MC-return and sequence sampling.
+
+    Args:
+        capacity: ``C``, maximum number of transitions kept.
+        obs_dim: ``Do`` (flat observations).
+        action_dim: ``Da``.
+        gamma: discount ``γ`` for n-step sums and MC returns.
+        num_envs: number of parallel envs that call :meth:`add` with batched arrays.
+        mc_sparse_fill: Cal-QL's fill for never-solved sparse episodes (see
+            :func:`robotrl.data.returns.mc_returns`); ``None`` disables it.
+        device: torch device of sampled batches (storage stays in host memory).
+        seed: seed of the sampling generator.
+
+    Raises:
+        ValueError: non-positive capacity or sizes.
+    """
+
+    _SLOT_ARRAYS = ("observations", "next_observations", "actions", "rewards", "terminated", "truncated",
+                    "mc_returns", "episode_id", "next_idx", "prev_idx")
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_dim: int,
+        action_dim: int,
+        *,
+        gamma: float = 0.99,
+        num_envs: int = 1,
+        mc_sparse_fill: float | None = None,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+    ):
+        if capacity <= 0 or obs_dim <= 0 or action_dim <= 0 or num_envs <= 0:
+            raise ValueError(
+                f"capacity, obs_dim, action_dim and num_envs must be positive, got {capacity}, {obs_dim}, {action_dim}, {num_envs}"
+            )
+        self.capacity, self.obs_dim, self.action_dim = int(capacity), int(obs_dim), int(action_dim)
+        self.gamma, self.num_envs, self.mc_sparse_fill = float(gamma), int(num_envs), mc_sparse_fill
+        self.device = torch.device(device)
+        self.rng = np.random.default_rng(seed)
+        C = self.capacity
+        self.observations = np.zeros((C, obs_dim), np.float32)
+        self.next_observations = np.zeros((C, obs_dim), np.float32)
+        self.actions = np.zeros((C, action_dim), np.float32)
+        self.rewards = np.zeros(C, np.float32)
+        self.terminated = np.zeros(C, bool)
+        self.truncated = np.zeros(C, bool)
+        self.mc_returns = np.full(C, -np.inf, np.float32)
+        self.episode_id = np.full(C, -1, np.int64)
+        self.next_idx = np.full(C, _NO_LINK, np.int64)
+        self.prev_idx = np.full(C, _NO_LINK, np.int64)
+        self.ptr = 0
+        self.size = 0
+        self.total_added = 0
+        self._next_episode = 0
+        self._open_episode = np.full(self.num_envs, -1, np.int64)  # episode id per env
+        self._open_last = np.full(self.num_envs, _NO_LINK, np.int64)  # last slot per env
+
+    # ------------------------------------------------------------------ writing
+    def __len__(self) -> int:
+        return self.size
+
+    def _claim(self, n: int) -> np.ndarray:
+        """Slots for ``n`` new transitions, unlinking whatever they overwrite."""
+        slots = (self.ptr + np.arange(n)) % self.capacity
+        old = slots[self.episode_id[slots] >= 0]
+        if old.size:
+            nxt = self.next_idx[old]
+            nxt = nxt[nxt >= 0]
+            self.prev_idx[nxt] = _NO_LINK
+            prv = self.prev_idx[old]
+            prv = prv[prv >= 0]
+            self.next_idx[prv] = _NO_LINK
+            self.next_idx[old] = _NO_LINK
+            self.prev_idx[old] = _NO_LINK
+        self.ptr = int((self.ptr + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        self.total_added += n
+        return slots
+
+    def add(self, observation, action, reward, next_observation, terminated, truncated) -> None:
+        """Append one step from each of the ``N = num_envs`` envs.
+
+        Args:
+            observation, next_observation: ``(N, Do)`` (or ``(Do,)`` when ``N == 1``).
+            action: ``(N, Da)`` in raw env units.
+            reward, terminated, truncated: ``(N,)``.
+
+        With gymnasium's vector autoreset, pass the true final observation of an
+        ending episode as ``next_observation`` (``info["final_obs"]`` in gymnasium 1.x's
+        same-step mode), never the next episode's first.
+        """
+        N = self.num_envs
+        obs = np.asarray(observation, np.float32).reshape(N, self.obs_dim)
+        nobs = np.asarray(next_observation, np.float32).reshape(N, self.obs_dim)
+        act = np.asarray(action, np.float32).reshape(N, self.action_dim)
+        rew = np.asarray(reward, np.float32).reshape(N)
+        term = np.asarray(terminated, bool).reshape(N)
+        trunc = np.asarray(truncated, bool).reshape(N)
+        slots = self._claim(N)
+        self.observations[slots], self.next_observations[slots], self.actions[slots] = obs, nobs, act
+        self.rewards[slots], self.terminated[slots], self.truncated[slots] = rew, term, trunc
+        self.mc_returns[slots] = -np.inf
+        for e in range(N):
+            s = slots[e]
+            if self._open_episode[e] < 0:
+                self._open_episode[e] = self._next_episode
+                self._next_episode += 1
+                self._open_last[e] = _NO_LINK
+            self.episode_id[s] = self._open_episode[e]
+            last = self._open_last[e]
+            if last >= 0 and self.episode_id[last] == self._open_episode[e]:
+                self.prev_idx[s], self.next_idx[last] = last, s
+            self._open_last[e] = s
+            if term[e] or trunc[e]:
+                self._close_episode(s)
+                self._open_episode[e] = -1
+                self._open_last[e] = _NO_LINK
+
+    def _close_episode(self, last: int) -> None:
+        chain = [last]
+        while self.prev_idx[chain[-1]] >= 0:
+            chain.append(int(self.prev_idx[chain[-1]]))
+        chain = np.asarray(chain[::-1])
+        r = self.rewards[chain]
+        self.mc_returns[chain] = _mc_returns(r, np.array([0]), np.array([len(r)]), self.gamma, sparse_fill=self.mc_sparse_fill)
+
+    def add_offline(self, data: OfflineData) -> None:
+        """Bulk-append a whole dataset (episodes keep their boundaries and MC returns).
+
+        Raises:
+            BatchSizeError: the dataset is larger than the capacity.
+        """
+        M = data.num_transitions
+        if M > self.capacity:
+            raise BatchSizeError(
+                f"dataset has {M} transitions but the buffer holds {self.capacity}; raise the buffer capacity"
+            )
+        if data.obs_dim != self.obs_dim or data.action_dim != self.action_dim:
+            raise BatchSizeError(
+                f"dataset has Do={data.obs_dim}, Da={data.action_dim}; buffer was built for {self.obs_dim}, {self.action_dim}"
+            )
+        slots = self._claim(M)
+        self.observations[slots], self.next_observations[slots] = data.observations, data.next_observations
+        self.actions[slots], self.rewards[slots] = data.actions, data.rewards
+        self.terminated[slots], self.truncated[slots] = data.terminated, data.truncated
+        self.mc_returns[slots] = _mc_returns(
+            data.rewards, data.episode_starts, data.episode_ends, self.gamma, sparse_fill=self.mc_sparse_fill
+        )
+        ep_of = np.repeat(np.arange(data.num_episodes), data.episode_ends - data.episode_starts)
+        self.episode_id[slots] = self._next_episode + ep_of
+        self._next_episode += data.num_episodes
+        is_last = np.zeros(M, bool)
+        is_last[data.episode_ends - 1] = True
+        self.next_idx[slots] = np.where(is_last, _NO_LINK, np.roll(slots, -1))
+        is_first = np.zeros(M, bool)
+        is_first[data.episode_starts] = True
+        self.prev_idx[slots] = np.where(is_first, _NO_LINK, np.roll(slots, 1))
+
+    @classmethod
+    def from_offline(cls, data: OfflineData, *, capacity: int | None = None, **kwargs) -> "ReplayBuffer":
+        """A buffer holding ``data`` (capacity defaults to exactly its size)."""
+        buf = cls(capacity or data.num_transitions, data.obs_dim, data.action_dim, **kwargs)
+        buf.add_offline(data)
+        return buf
+
+    # ------------------------------------------------------------------ sampling
+    def _indices(self, batch_size: int) -> np.ndarray:
+        if self.size == 0:
+            raise BatchSizeError("the replay buffer is empty; collect or load data before sampling")
+        if batch_size <= 0:
+            raise BatchSizeError(f"batch size must be positive, got {batch_size}")
+        return self.rng.integers(0, self.size, size=batch_size)
+
+    def _check_batch(self, batch_size: int) -> None:
+        if batch_size > self.size:
+            raise BatchSizeError(
+                f"batch size {batch_size} is larger than the {self.size} transitions stored; "
+                "lower the batch size or collect/load more data"
+            )
+
+    def _nstep(self, idx: np.ndarray, n: int):
+        g = self.gamma
+        last = idx.copy()
+        ret = self.rewards[idx].astype(np.float32)
+        disc = np.full(idx.shape, g, np.float32)
+        done = self.terminated[idx] | self.truncated[idx] | (self.next_idx[idx] < 0)
+        for _ in range(1, n):
+            act = ~done
+            if not act.any():
+                break
+            last[act] = self.next_idx[last[act]]
+            ret[act] += disc[act] * self.rewards[last[act]]
+            disc[act] *= g
+            done = done | self.terminated[last] | self.truncated[last] | (self.next_idx[last] < 0)
+        return ret, disc, last
+
+    def sample(self, batch_size: int, *, n_step: int = 1, indices: np.ndarray | None = None) -> Batch:
+        """Uniformly sample transitions (``n_step > 1``: n-step returns along the episode).
+
+        Returns:
+            :class:`Batch` with ``(B, ·)`` fields; ``rewards`` the n-step sum,
+            ``discounts`` ``γ^m`` for the ``m ≤ n`` steps summed, ``terminated``/
+            ``truncated`` of the last step, ``mc_returns`` of the first.
+
+        Raises:
+            BatchSizeError: empty buffer or ``batch_size`` larger than the data.
+        """
+        self._check_batch(batch_size)
+        idx = self._indices(batch_size) if indices is None else np.asarray(indices)
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        ret, disc, last = self._nstep(idx, n_step)
+        return Batch.from_numpy(
+            self.device,
+            observations=self.observations[idx],
+            actions=self.actions[idx],
+            rewards=ret,
+            next_observations=self.next_observations[last],
+            terminated=self.terminated[last],
+            truncated=self.truncated[last],
+            discounts=disc,
+            mc_returns=self.mc_returns[idx],
+        )
+
+    def sample_sequences(
+        self, batch_size: int, obs_horizon: int, action_horizon: int, *, indices: np.ndarray | None = None
+    ) -> Batch:
+        """Sample ``(To, Ta)`` windows for chunked policies, never crossing an episode end.
+
+        The window at step ``t`` holds observations ``o_{t-To+1..t}`` (before the
+        episode's start, the first observation is repeated, as Diffusion Policy does)
+        and actions ``a_{t..t+Ta-1}``; steps past the episode's end repeat the last
+        valid action and are marked ``mask=False``.
+
+        Returns:
+            :class:`Batch`: ``observations (B, To, Do)``, ``actions (B, Ta, Da)``,
+            ``rewards/terminated/truncated/discounts/mc_returns/mask (B, Ta)``,
+            ``next_observations (B, Ta, Do)``.
+        """
+        self._check_batch(batch_size)
+        if obs_horizon < 1 or action_horizon < 1:
+            raise ValueError(f"obs_horizon and action_horizon must be >= 1, got {obs_horizon}, {action_horizon}")
+        idx = self._indices(batch_size) if indices is None else np.asarray(indices)
+        hist = np.empty((idx.shape[0], obs_horizon), np.int64)
+        hist[:, -1] = idx
+        for k in range(obs_horizon - 2, -1, -1):
+            prev = self.prev_idx[hist[:, k + 1]]
+            hist[:, k] = np.where(prev >= 0, prev, hist[:, k + 1])
+        fut = np.empty((idx.shape[0], action_horizon), np.int64)
+        mask = np.ones((idx.shape[0], action_horizon), bool)
+        fut[:, 0] = idx
+        for k in range(1, action_horizon):
+            cur = fut[:, k - 1]
+            nxt = self.next_idx[cur]
+            ended = self.terminated[cur] | self.truncated[cur] | (nxt < 0) | ~mask[:, k - 1]
+            mask[:, k] = ~ended
+            fut[:, k] = np.where(ended, cur, nxt)
+        g = np.float32(self.gamma)
+        return Batch.from_numpy(
+            self.device,
+            observations=self.observations[hist],
+            actions=self.actions[fut],
+            rewards=np.where(mask, self.rewards[fut], 0.0).astype(np.float32),
+            next_observations=self.next_observations[fut],
+            terminated=self.terminated[fut] & mask,
+            truncated=self.truncated[fut] & mask,
+            discounts=np.broadcast_to(g ** np.arange(1, action_horizon + 1, dtype=np.float32), mask.shape),
+            mc_returns=self.mc_returns[fut],
+            mask=mask,
+        )
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, np.ndarray | int]:
+        """Arrays and counters for checkpointing (plain arrays, loadable without pickle)."""
+        n = self.size
+        out: dict = {k: getattr(self, k)[:n].copy() for k in self._SLOT_ARRAYS}
+        out["open_episode"], out["open_last"] = self._open_episode.copy(), self._open_last.copy()
+        out.update(ptr=self.ptr, size=self.size, total_added=self.total_added, next_episode=self._next_episode)
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of :meth:`state_dict` (capacity and sizes must match)."""
+        n = int(state["size"])
+        if n > self.capacity:
+            raise BatchSizeError(f"saved buffer holds {n} transitions, more than this buffer's capacity {self.capacity}")
+        for k in self._SLOT_ARRAYS:
+            getattr(self, k)[:n] = np.asarray(state[k])[:n]
+        self._open_episode[:] = np.asarray(state["open_episode"])
+        self._open_last[:] = np.asarray(state["open_last"])
+        self.ptr, self.size = int(state["ptr"]), n
+        self.total_added, self._next_episode = int(state["total_added"]), int(state["next_episode"])
