@@ -102,7 +102,8 @@ def mean_return(
 
     Mirrors Minari's ``get_average_reference_score``: one env, first reset seeded
     (here with ``seed + i`` for episode ``i``), episodes end on termination or truncation.
-    ``make_policy(env)`` builds the policy for that env (planners need its maze).
+    ``make_policy(env)`` builds the policy for that env (planners need its maze); a
+    policy with a ``reset()`` method is reset after every env reset.
 
     Returns:
         ``{"mean": ..., "std": ..., "success_rate": ... (if success_key), "episodes": n}``.
@@ -114,6 +115,8 @@ def mean_return(
         for i in range(num_episodes):
             obs, info = env.reset(seed=seed + i)
             env.action_space.seed(seed + i)
+            if hasattr(policy, "reset"):
+                policy.reset()
             total, succ = 0.0, False
             while True:
                 obs, r, term, trunc, info = env.step(policy(obs))

@@ -1,0 +1,93 @@
+"""The deployable policy: normalisers + actor, separate from every training-only part.
+
+LeRobot's habit: what runs on a robot (or in evaluation) is a small ``nn.Module`` that
+maps raw flat observations ``(B, Do)`` to raw env actions ``(B, Da)``, with its
+normalisers inside; critics, target networks and optimizers stay in the agent.
+
+A policy is saved as ``{"target": "robotrl.agents.<...>.Class", "kwargs": {...},
+"state_dict": {...}}``. :func:`build_policy` rebuilds it; only classes under
+``robotrl.agents.`` may be named, so a checkpoint cannot make robotrl import arbitrary
+code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from robotrl.errors import CheckpointError
+
+_ALLOWED_PREFIX = "robotrl.agents."
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What evaluation, deployment and export need from a policy.
+
+    ``forward(obs (B, Do) raw) -> action (B, Da) raw`` with no gradient needed;
+    ``reset()`` clears internal state (chunk queues) at episode starts;
+    ``spec()`` returns the JSON-able constructor kwargs.
+    """
+
+    obs_dim: int
+    action_dim: int
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor: ...
+
+    def reset(self, env_ids: np.ndarray | None = None) -> None: ...
+
+    def spec(self) -> dict: ...
+
+
+@torch.no_grad()
+def act(policy: nn.Module, obs: np.ndarray) -> np.ndarray:
+    """Run ``policy`` on NumPy observations ``(B, Do)`` or ``(Do,)``; returns float32 actions."""
+    device = next((p.device for p in policy.parameters()), torch.device("cpu"))
+    x = torch.as_tensor(np.asarray(obs, np.float32), device=device)
+    single = x.ndim == 1
+    y = policy(x[None] if single else x)
+    y = y.cpu().numpy()
+    return y[0] if single else y
+
+
+def policy_state(policy: nn.Module) -> dict:
+    """Serialisable description of ``policy`` (class path, kwargs, weights)."""
+    cls = type(policy)
+    return {"target": f"{cls.__module__}.{cls.__qualname__}", "kwargs": policy.spec(), "state_dict": policy.state_dict()}
+
+
+def build_policy(state: dict, device: str | torch.device = "cpu") -> nn.Module:
+    """Rebuild a policy saved by :func:`policy_state`.
+
+    Raises:
+        CheckpointError: the class is not a robotrl agent class, cannot be imported, or
+            the weights do not fit it.
+    """
+    target = state.get("target", "")
+    if not target.startswith(_ALLOWED_PREFIX):
+        raise CheckpointError(f"refusing to build policy class {target!r}: only classes under {_ALLOWED_PREFIX} are allowed")
+    module, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise CheckpointError(f"policy class {target!r} named by the checkpoint does not exist in this robotrl version") from exc
+    policy = cls(**state["kwargs"])
+    try:
+        policy.load_state_dict(state["state_dict"])
+    except RuntimeError as exc:
+        raise CheckpointError(f"checkpoint weights do not fit {target}: {exc}") from exc
+    return policy.to(device).eval()
+
+
+def load_policy(checkpoint: str, device: str | torch.device = "cpu") -> nn.Module:
+    """The deployable policy stored in a robotrl checkpoint (file or run directory)."""
+    from robotrl.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    if "policy" not in state:
+        raise CheckpointError(f"{checkpoint} holds no policy; is it a robotrl training checkpoint?")
+    return build_policy(state["policy"], device)

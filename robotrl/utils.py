@@ -1,0 +1,55 @@
+"""Small shared utilities: device choice, seeding, RNG state (pickle-free)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` → CUDA when present, else CPU; anything else is passed to ``torch.device``.
+
+    Raises:
+        ValueError: ``"cuda"`` requested but no GPU is visible.
+    """
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device=cuda was requested but no CUDA GPU is visible; use device=auto or device=cpu")
+    return dev
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def get_rng_state() -> dict:
+    """Python, NumPy and torch RNG states as tensors/lists (loadable with ``weights_only=True``)."""
+    py = random.getstate()
+    np_state = np.random.get_state()
+    out = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def set_rng_state(state: dict) -> None:
+    """Inverse of :func:`get_rng_state`."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
