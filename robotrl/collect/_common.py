@@ -172,3 +172,30 @@ def dataset_path(dataset_id: str, root: str | os.PathLike | None) -> Path:
 def dataset_exists(dataset_id: str, root: str | os.PathLike | None) -> bool:
     """Whether a complete dataset (its ``data/metadata.json``) is present."""
     return (dataset_path(dataset_id, root) / "data" / "metadata.json").exists()
+
+
+def collect_steps(env: gym.Env, policy: Policy, num_steps: int, seed: int, bar, *, success_key: str | None = None) -> list[Episode]:
+    """Run ``policy`` for exactly ``num_steps`` env steps, resetting with ``seed + k`` for
+    episode ``k`` after each termination/truncation; the last episode is cut (truncated)
+    where the budget ends. A policy with ``reset()`` is reset at every env reset."""
+    episodes: list[Episode] = []
+    k = 0
+    obs, info = env.reset(seed=seed)
+    if hasattr(policy, "reset"):
+        policy.reset()
+    rec = EpisodeRecorder(obs, info, seed=seed, success_key=success_key)
+    for _ in range(num_steps):
+        action = policy(obs)
+        obs, r, term, trunc, info = env.step(action)
+        rec.add(action, obs, r, term, trunc, info)
+        bar.update(1)
+        if term or trunc:
+            episodes.append(rec.finish())
+            k += 1
+            obs, info = env.reset(seed=seed + k)
+            if hasattr(policy, "reset"):
+                policy.reset()
+            rec = EpisodeRecorder(obs, info, seed=seed + k, success_key=success_key)
+    if len(rec):
+        episodes.append(rec.finish(cut=True))
+    return episodes

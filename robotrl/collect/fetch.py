@@ -20,8 +20,8 @@ Recipe:
     object is dropped, start over.
 
 * Quality: ``expert`` = the script; ``noisy`` = the script plus Gaussian noise of
-  std ``sigma`` (default 0.2, on all 4 action dims) and, with probability ``epsilon``
-  (default 0.2) per step, a uniform random action instead; clipped to [-1, 1].
+  std ``sigma`` (default 0.3, on all 4 action dims) and, with probability ``epsilon``
+  (default 0.3) per step, a uniform random action instead; clipped to [-1, 1].
   ``mixed`` = alternating episodes expert / noisy (even ``k`` expert). This follows the
   expert/noisy Fetch datasets used in offline goal-conditioned RL (e.g. WGCSL).
 * Reference scores on the same env (stored as ``eval_env_spec`` too): random uniform
@@ -91,33 +91,33 @@ class FetchExpert:
 
     def _push(self, grip, obj, goal, fingers) -> np.ndarray:
         to_goal = goal[:2] - obj[:2]
-        dist = np.linalg.norm(to_goal)
+        dist = float(np.linalg.norm(to_goal))
         if dist < 0.015:
             return np.array([0.0, 0.0, 0.0, -1.0])
         d = to_goal / dist
-        behind = obj[:2] - d * 0.05
+        behind = obj[:2] - d * 0.06
         rel = grip[:2] - obj[:2]
         along = float(rel @ d)  # negative: gripper behind the object
-        lateral = float(abs(rel[0] * d[1] - rel[1] * d[0]))
-        low_z, high_z = obj[2], obj[2] + 0.06
-        if self.phase == "push" and (lateral > 0.025 or along > -0.01):
+        lateral = abs(float(rel[0] * d[1] - rel[1] * d[0]))
+        low_z, high_z = obj[2], obj[2] + 0.07
+        if self.phase == "push" and (lateral > 0.03 or along > -0.02):
             self.phase = "approach"  # object slipped off the line or gripper got ahead of it
         if self.phase == "approach":
             xy_err = behind - grip[:2]
-            near = np.linalg.norm(xy_err) < 0.015
-            if not near:
-                # stay high while travelling so the object is not knocked around
-                z_target = high_z if np.linalg.norm(rel) < 0.09 or grip[2] > low_z + 0.03 else grip[2]
-                return np.r_[self._move(xy_err), self._move(z_target - grip[2]), -1.0]
+            if np.linalg.norm(xy_err) > 0.015:
+                if grip[2] < high_z - 0.02 and np.linalg.norm(rel) < 0.1:
+                    return np.array([0.0, 0.0, 1.0, -1.0])  # lift clear of the object first
+                return np.r_[self._move(xy_err), self._move(high_z - grip[2]), -1.0]
             if grip[2] - low_z > 0.01:
                 return np.r_[self._move(xy_err), self._move(low_z - grip[2]), -1.0]
             self.phase = "push"
         # push: servo onto the line just behind the object and advance toward the goal
-        contact = obj[:2] - d * 0.035
+        contact = obj[:2] - d * 0.04
         lat_err = contact - grip[:2]
         lat_err = lat_err - (lat_err @ d) * d
-        step = d * min(dist + 0.01, 0.03)
-        return np.r_[self._move(lat_err + step), self._move(low_z - grip[2]), -1.0]
+        speed = np.clip(dist / 0.05, 0.2, 0.6)
+        xy = np.clip(self._move(lat_err) + d * speed, -1.0, 1.0)
+        return np.r_[xy, self._move(low_z - grip[2]), -1.0]
 
     def _pick(self, grip, obj, goal, fingers) -> np.ndarray:
         rel = obj - grip
@@ -193,8 +193,8 @@ def collect_fetch(
     overwrite: bool = False,
     progress: bool = True,
     *,
-    sigma: float = 0.2,
-    epsilon: float = 0.2,
+    sigma: float = 0.3,
+    epsilon: float = 0.3,
     ref_episodes: int = 100,
 ) -> Path:
     """Generate a Fetch dataset with the scripted expert (optionally noisy) and write it.
@@ -204,7 +204,7 @@ def collect_fetch(
         quality: ``"expert"``, ``"noisy"`` or ``"mixed"`` (alternating episodes).
         num_episodes: 50-step episodes to record.
         seed: episode ``k`` resets with ``seed + k``; the noise generator uses ``seed``.
-        dataset_id: default ``robotrl/fetch<task>/<quality>-v0``.
+        dataset_id: default ``robotrl/fetch-<task>/<quality>-v0``.
         data_format, root, overwrite, progress: as in :func:`robotrl.data.writer.write_dataset`;
             ``progress`` shows a tqdm bar over episodes.
         sigma: Gaussian action-noise std of the noisy policy (action units; 1 = 5 cm).
@@ -223,7 +223,7 @@ def collect_fetch(
         raise ConfigError(f"unknown quality {quality!r}; choose one of {list(QUALITIES)}")
     if num_episodes < 1:
         raise ConfigError(f"num_episodes must be >= 1, got {num_episodes}")
-    dataset_id = dataset_id or f"robotrl/fetch{task}/{quality}-v0"
+    dataset_id = dataset_id or f"robotrl/fetch-{task}/{quality}-v0"
     env_id = FETCH_TASKS[task]
     env = make_env(env_id)
     rng = np.random.default_rng(seed)

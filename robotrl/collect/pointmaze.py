@@ -41,8 +41,8 @@ import gymnasium as gym
 import numpy as np
 
 from robotrl.collect._common import (
-    EpisodeRecorder,
     base_provenance,
+    collect_steps,
     make_env,
     mean_return,
     progress_bar,
@@ -241,23 +241,8 @@ def collect_pointmaze(
     rng = np.random.default_rng(seed)
     planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, waypoint_jitter=0.1, rng=rng)
     t0 = time.time()
-    episodes, k = [], 0
     bar = progress_bar(num_steps, f"collect {dataset_id}", progress)
-    obs, info = env.reset(seed=seed)
-    rec = EpisodeRecorder(obs, info, seed=seed, success_key="success")
-    for step in range(num_steps):
-        action = planner(obs)
-        obs, r, term, trunc, info = env.step(action)
-        rec.add(action, obs, r, term, trunc, info)
-        bar.update(1)
-        if term or trunc:
-            episodes.append(rec.finish())
-            k += 1
-            planner.reset()
-            obs, info = env.reset(seed=seed + k)
-            rec = EpisodeRecorder(obs, info, seed=seed + k, success_key="success")
-    if len(rec):
-        episodes.append(rec.finish(cut=True))
+    episodes = collect_steps(env, planner, num_steps, seed, bar, success_key="success")
     bar.close()
     collect_s = time.time() - t0
     spec = env.spec

@@ -110,19 +110,23 @@ class ReplayBuffer:
         self.total_added += n
         return slots
 
-    def add(self, observation, action, reward, next_observation, terminated, truncated) -> None:
-        """Append one step from each of the ``N = num_envs`` envs.
+    def add(self, observation, action, reward, next_observation, terminated, truncated, env_ids=None) -> None:
+        """Append one step from each of ``N`` envs (all ``num_envs``, or those in ``env_ids``).
 
         Args:
             observation, next_observation: ``(N, Do)`` (or ``(Do,)`` when ``N == 1``).
             action: ``(N, Da)`` in raw env units.
             reward, terminated, truncated: ``(N,)``.
+            env_ids: ``(N,)`` which envs these rows come from (default: all, in order).
 
-        With gymnasium's vector autoreset, pass the true final observation of an
-        ending episode as ``next_observation`` (``info["final_obs"]`` in gymnasium 1.x's
-        same-step mode), never the next episode's first.
+        With gymnasium 1.x vector envs (next-step autoreset) the step that follows an
+        episode end only resets that env: leave that env out via ``env_ids``.
+        ``next_observation`` of an ending step is then the true final observation.
         """
-        N = self.num_envs
+        env_ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)
+        N = env_ids.shape[0]
+        if N == 0:
+            return
         obs = np.asarray(observation, np.float32).reshape(N, self.obs_dim)
         nobs = np.asarray(next_observation, np.float32).reshape(N, self.obs_dim)
         act = np.asarray(action, np.float32).reshape(N, self.action_dim)
@@ -133,8 +137,8 @@ class ReplayBuffer:
         self.observations[slots], self.next_observations[slots], self.actions[slots] = obs, nobs, act
         self.rewards[slots], self.terminated[slots], self.truncated[slots] = rew, term, trunc
         self.mc_returns[slots] = -np.inf
-        for e in range(N):
-            s = slots[e]
+        for row, e in enumerate(env_ids):
+            s = slots[row]
             if self._open_episode[e] < 0:
                 self._open_episode[e] = self._next_episode
                 self._next_episode += 1
@@ -144,7 +148,7 @@ class ReplayBuffer:
             if last >= 0 and self.episode_id[last] == self._open_episode[e]:
                 self.prev_idx[s], self.next_idx[last] = last, s
             self._open_last[e] = s
-            if term[e] or trunc[e]:
+            if term[row] or trunc[row]:
                 self._close_episode(s)
                 self._open_episode[e] = -1
                 self._open_last[e] = _NO_LINK

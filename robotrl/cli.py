@@ -1,0 +1,141 @@
+"""The ``robotrl`` command line: ``train``, ``collect``, ``eval``, each taking Hydra overrides.
+
+::
+
+    robotrl train                                   # the default experiment (BC, PointMaze UMaze)
+    robotrl train agent=bc env=hopper dataset=hopper-medium trainer.offline_steps=50000
+    robotrl train -m seed=0,1,2                     # Hydra multirun sweep
+    robotrl collect recipe=fetch-push-expert num_episodes=200
+    robotrl eval checkpoint=runs/bc_pointmaze-umaze/<time>
+
+Errors in the input (missing dataset, mismatched spaces, bad checkpoint, ...) print one
+line ``robotrl: error: ...`` and exit with status 2; nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from robotrl.errors import RobotRLError
+
+CONFIG_PATH = "pkg://robotrl.configs"
+USAGE = """usage: robotrl {train,collect,eval} [hydra overrides ...]
+
+  train     pretrain (and optionally fine-tune online) an agent; no overrides = default experiment
+  collect   generate a Minari dataset with a recipe (robotrl collect list=true lists them)
+  eval      evaluate a checkpoint in simulation: robotrl eval checkpoint=<run dir or .pt>
+
+Each subcommand accepts Hydra overrides and Hydra flags (--cfg job, -m, --help)."""
+
+
+def _fail(exc: RobotRLError) -> None:
+    print(f"robotrl: error: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
+def train_main(cfg: DictConfig) -> dict | None:
+    """``robotrl train``: build the run from the config and fit it."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from robotrl.experiment import build_trainer
+
+    try:
+        run_dir = Path(cfg.run_dir) if cfg.get("run_dir") else Path(HydraConfig.get().runtime.output_dir)
+        trainer = build_trainer(cfg, run_dir)
+        summary = trainer.fit()
+    except RobotRLError as exc:
+        _fail(exc)
+        return None
+    print(json.dumps({k: v for k, v in summary.items() if k != "report_paths"}, indent=2, default=str))
+    print(f"run directory: {run_dir}")
+    for k, v in summary["report_paths"].items():
+        print(f"  {k}: {v}")
+    print(f"  tensorboard: tensorboard --logdir {run_dir / 'tb'}")
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="collect")
+def collect_main(cfg: DictConfig) -> None:
+    """``robotrl collect``: run a dataset recipe."""
+    from robotrl.collect import RECIPES, collect
+
+    if cfg.list:
+        for name, recipe in RECIPES.items():
+            print(f"{name:28s} {getattr(recipe, 'description', '')}")
+        return
+    args = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items()
+            if k not in ("recipe", "list", "hydra") and v is not None}
+    try:
+        path = collect(cfg.recipe, **args)
+    except RobotRLError as exc:
+        _fail(exc)
+    print(f"dataset written: {path}")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="eval")
+def eval_main(cfg: DictConfig) -> dict | None:
+    """``robotrl eval``: evaluate the policy of a checkpoint on its run's evaluation env."""
+    from robotrl.checkpoint import load_checkpoint
+    from robotrl.envs import make_env
+    from robotrl.evaluation import evaluate
+    from robotrl.policy import act, build_policy
+    from robotrl.utils import resolve_device
+
+    try:
+        state = load_checkpoint(cfg.checkpoint)
+        policy = build_policy(state["policy"], resolve_device(cfg.device))
+        run_cfg = state.get("config", {})
+        ev = run_cfg.get("derived", {}).get("eval_env")
+        if ev is None:
+            raise RobotRLError(f"checkpoint {cfg.checkpoint} records no evaluation env; was it written by robotrl train?")
+
+        def make_eval_env(first=[True]):
+            video = cfg.video_dir if first[0] else None
+            first[0] = False
+            return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"],
+                            record_video_dir=video)
+
+        ref = run_cfg.get("derived", {}).get("ref_scores")
+        res = evaluate(lambda o: act(policy, o), make_eval_env, int(cfg.episodes), seed=int(cfg.seed),
+                       num_envs=int(cfg.num_envs), ref_scores=tuple(ref) if ref else None, reset_policy=policy.reset)
+    except RobotRLError as exc:
+        _fail(exc)
+        return None
+    res["checkpoint"] = str(cfg.checkpoint)
+    res["step"] = int(state.get("step", 0))
+    ckpt = Path(cfg.checkpoint)
+    out = Path(cfg.output) if cfg.output else (ckpt if ckpt.is_dir() else ckpt.parent.parent) / "eval.json"
+    out.write_text(json.dumps(res, indent=2))
+    print(json.dumps(res, indent=2))
+    print(f"written: {out}")
+    return res
+
+
+_COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``robotrl`` script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        if not argv:  # `robotrl` alone: show usage, but `robotrl train` alone runs the default
+            print(USAGE)
+            return
+        print(USAGE)
+        return
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in _COMMANDS:
+        print(f"robotrl: error: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [f"robotrl-{cmd}", *rest]
+    _COMMANDS[cmd]()
+
+
+if __name__ == "__main__":
+    main()

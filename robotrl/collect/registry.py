@@ -1,0 +1,146 @@
+"""Named dataset recipes and ``ensure_dataset`` (generate on first use, reuse afterwards).
+
+Names: ``pointmaze-{umaze,medium,large}``, ``fetch-{push,pickandplace}-{expert,noisy,mixed}``,
+``{hopper,halfcheetah,walker2d}-{random,medium,expert}``. Each recipe is a collection
+function with fixed arguments plus its default dataset id; keyword overrides
+(``num_steps``, ``num_episodes``, ``seed``, ``root``, ``dataset_id``, ...) pass through.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from robotrl.collect._common import dataset_exists
+from robotrl.errors import ConfigError, DatasetExistsError
+
+__all__ = ["Recipe", "RECIPES", "collect", "ensure_dataset", "recipe_dataset_id"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named dataset recipe.
+
+    Attributes:
+        name: registry key, e.g. ``"hopper-medium"``.
+        fn: the collection function (returns the dataset directory).
+        kwargs: its fixed arguments (env/maze/task, quality).
+        dataset_id: default Minari id it writes.
+        description: one line for listings.
+    """
+
+    name: str
+    fn: Callable[..., Path]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    dataset_id: str = ""
+    description: str = ""
+
+    def __call__(self, **overrides) -> Path:
+        """Run the recipe; ``overrides`` replace or add keyword arguments."""
+        kwargs = {**self.kwargs, "dataset_id": self.dataset_id, **overrides}
+        return self.fn(**kwargs)
+
+
+def _lazy(module: str, name: str) -> Callable[..., Path]:
+    """The collection function, imported on call (keeps ``import robotrl.collect`` light)."""
+
+    def call(**kwargs):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(**kwargs)
+
+    call.__name__ = name
+    call.__qualname__ = name
+    return call
+
+
+def _build() -> dict[str, Recipe]:
+    recipes: dict[str, Recipe] = {}
+    pm = _lazy("robotrl.collect.pointmaze", "collect_pointmaze")
+    for maze in ("umaze", "medium", "large"):
+        recipes[f"pointmaze-{maze}"] = Recipe(
+            f"pointmaze-{maze}", pm, {"maze": maze}, f"robotrl/pointmaze/{maze}-v0",
+            f"PointMaze {maze}: noisy Q-iteration waypoint planner, 1M steps (D4RL maze2d / Minari recipe)",
+        )
+    fe = _lazy("robotrl.collect.fetch", "collect_fetch")
+    for task in ("push", "pickandplace"):
+        for q in ("expert", "noisy", "mixed"):
+            recipes[f"fetch-{task}-{q}"] = Recipe(
+                f"fetch-{task}-{q}", fe, {"task": task, "quality": q}, f"robotrl/fetch-{task}/{q}-v0",
+                f"Fetch {task}: scripted expert, {q}, 1000 episodes",
+            )
+    lo = _lazy("robotrl.collect.locomotion", "collect_locomotion")
+    for env in ("hopper", "halfcheetah", "walker2d"):
+        for q in ("random", "medium", "expert"):
+            recipes[f"{env}-{q}"] = Recipe(
+                f"{env}-{q}", lo, {"env": env, "quality": q}, f"robotrl/{env}/{q}-v0",
+                f"{env} {q}: " + ("uniform random actions" if q == "random" else f"PPO {q} checkpoint") + ", 1M steps (D4RL style)",
+            )
+    return recipes
+
+
+RECIPES: dict[str, Recipe] = _build()
+
+
+def _recipe(name: str) -> Recipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ConfigError(f"unknown dataset recipe {name!r}; known recipes: {', '.join(sorted(RECIPES))}") from None
+
+
+def recipe_dataset_id(name: str, **overrides) -> str:
+    """The dataset id recipe ``name`` writes (``overrides["dataset_id"]`` if given).
+
+    Raises:
+        ConfigError: unknown recipe name.
+    """
+    return overrides.get("dataset_id") or _recipe(name).dataset_id
+
+
+def collect(name: str, **overrides) -> Path:
+    """Run recipe ``name`` (always generates; pass ``overwrite=True`` to replace an existing one).
+
+    Args:
+        name: a key of :data:`RECIPES`.
+        overrides: keyword arguments for the collection function (``num_steps``,
+            ``num_episodes``, ``train_steps``, ``seed``, ``root``, ``dataset_id``,
+            ``data_format``, ``overwrite``, ``progress``, ...).
+
+    Returns:
+        The dataset directory.
+
+    Raises:
+        ConfigError: unknown recipe name (the message lists the known ones).
+        DatasetExistsError: the dataset exists and ``overwrite`` is not set.
+    """
+    return _recipe(name)(**overrides)
+
+
+def ensure_dataset(name: str, **overrides) -> str:
+    """The dataset id of recipe ``name``, generating the dataset only if it is not present.
+
+    Presence means ``<root>/<dataset_id>/data/metadata.json`` exists (``root`` from the
+    overrides, else ``$MINARI_DATASETS_PATH`` / ``~/.minari/datasets``); an existing dataset
+    is reused as is, whatever the other overrides say. Unless ``progress`` is overridden
+    the recipe shows its tqdm bars.
+
+    Returns:
+        The Minari dataset id (for ``minari.load_dataset``).
+
+    Raises:
+        ConfigError: unknown recipe name.
+    """
+    recipe = _recipe(name)
+    dataset_id = overrides.get("dataset_id") or recipe.dataset_id
+    root: str | os.PathLike | None = overrides.get("root")
+    if not dataset_exists(dataset_id, root):
+        try:
+            recipe(**{**overrides, "dataset_id": dataset_id})
+        except DatasetExistsError:
+            if not dataset_exists(dataset_id, root):  # not a concurrent writer that finished first
+                raise
+    return dataset_id

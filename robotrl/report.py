@@ -1,0 +1,73 @@
+"""End-of-run report: ``report.json``, ``report.md`` and ``learning_curve.png`` in the run directory."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        return "n/a" if math.isnan(x) else f"{x:.3f}"
+    return str(x)
+
+
+def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Path | None:
+    """PNG of evaluation return (and success / normalised score when known) against step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not history:
+        return None
+    steps = [h["step"] for h in history]
+    metrics = [m for m in ("return_mean", "normalized_score", "success_rate")
+               if any(not math.isnan(h.get(m, float("nan"))) for h in history)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
+    offline_end = next((h["step"] for h in history if h.get("phase") == "online"), None)
+    for ax, m in zip(axes[0], metrics):
+        ax.plot(steps, [h.get(m, float("nan")) for h in history], marker="o")
+        if m == "return_mean":
+            lo = [h["return_mean"] - h.get("return_std", 0.0) for h in history]
+            hi = [h["return_mean"] + h.get("return_std", 0.0) for h in history]
+            ax.fill_between(steps, lo, hi, alpha=0.2)
+        if offline_end is not None:
+            ax.axvline(offline_end, color="gray", ls="--", lw=1, label="online starts")
+            ax.legend(loc="best", fontsize=8)
+        ax.set_xlabel("step (offline updates, then online env steps)")
+        ax.set_ylabel(m)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(run_dir: Path, *, summary: dict, history: list[dict], config: dict) -> dict[str, Path]:
+    """Write the JSON and Markdown report and the learning-curve PNG; returns their paths."""
+    run_dir = Path(run_dir)
+    paths = {"json": run_dir / "report.json", "markdown": run_dir / "report.md", "plot": run_dir / "learning_curve.png"}
+    plot = plot_learning_curve(history, paths["plot"], title=summary.get("title", ""))
+    if plot is None:
+        paths.pop("plot")
+    doc = {"summary": summary, "history": history, "config": config, "files": {k: str(v) for k, v in paths.items()}}
+    paths["json"].write_text(json.dumps(doc, indent=2, default=str))
+    lines = [f"# robotrl run report: {summary.get('title', '')}", ""]
+    lines += ["| quantity | value |", "|---|---|"]
+    for k, v in summary.items():
+        if k != "title" and not isinstance(v, (dict, list)):
+            lines.append(f"| {k} | {_fmt(v)} |")
+    lines += ["", "## Evaluations", "", "| phase | step | return | normalized score | success rate | episodes |", "|---|---|---|---|---|---|"]
+    for h in history:
+        lines.append(f"| {h.get('phase')} | {h['step']} | {_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', float('nan')))} | "
+                     f"{_fmt(h.get('normalized_score', float('nan')))} | {_fmt(h.get('success_rate', float('nan')))} | {int(h.get('episodes', 0))} |")
+    if "plot" in paths:
+        lines += ["", f"![learning curve]({paths['plot'].name})"]
+    paths["markdown"].write_text("\n".join(lines) + "\n")
+    return paths

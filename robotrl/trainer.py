@@ -1,0 +1,298 @@
+"""The trainer: an offline phase, an online phase, evaluation, logging and resumable checkpoints.
+
+Offline phase: ``offline_steps`` gradient updates on batches from the offline buffer.
+Online phase: ``online_steps`` env steps in ``num_envs`` vectorised envs with
+``agent.explore``; transitions go to an online :class:`~robotrl.data.ReplayBuffer`
+(``terminated`` and ``truncated`` kept apart); after ``online_warmup_steps`` env steps,
+``utd`` updates per env step on batches mixed from offline and online data at
+``offline_ratio`` (exact per batch, :class:`~robotrl.data.MixedSampler`).
+
+Every ``checkpoint_every`` steps the trainer writes ``checkpoints/latest.pt`` atomically
+(agent state incl. optimizers, deployable policy with normalisers, resolved config, RNG
+state, evaluation history, step counters) and, online, the online buffer as ``.npz``.
+Starting again in the same run directory resumes where the checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from robotrl.agent import Agent
+from robotrl.checkpoint import load_arrays, load_checkpoint, save_arrays, save_checkpoint
+from robotrl.data.mixing import MixedSampler
+from robotrl.data.replay import ReplayBuffer
+from robotrl.errors import CheckpointError
+from robotrl.evaluation import evaluate
+from robotrl.policy import act, policy_state
+from robotrl.report import write_report
+from robotrl.utils import get_rng_state, set_rng_state
+
+
+@dataclass
+class TrainerConfig:
+    """Schedule of a run (all counts in gradient updates offline, env steps online)."""
+
+    offline_steps: int = 20_000
+    online_steps: int = 0
+    batch_size: int = 256
+    n_step: int = 1
+    eval_every: int = 5_000
+    eval_episodes: int = 20
+    eval_envs: int = 10
+    checkpoint_every: int = 5_000
+    log_every: int = 250
+    num_envs: int = 1
+    online_buffer_size: int = 1_000_000
+    online_warmup_steps: int = 1_000
+    utd: int = 1
+    offline_ratio: float = 0.5
+    progress: bool = True
+
+
+class Trainer:
+    """Drives an :class:`~robotrl.agent.Agent` through the offline and online phases.
+
+    Args:
+        agent: the agent (built by Hydra from ``configs/agent``).
+        run_dir: where logs, checkpoints, report and plot go.
+        config: :class:`TrainerConfig`.
+        offline_buffer: offline data (``None``: online only).
+        make_eval_env: builds one evaluation env (flat observations).
+        make_train_envs: builds the vectorised training envs (needed if ``online_steps > 0``).
+        ref_scores: ``(ref_min, ref_max)`` for D4RL-normalised scores.
+        seed: run seed (evaluation episodes use ``seed + 10_000``).
+        run_config: the resolved config, stored in checkpoints and the report.
+        title: a short name of the run for the report.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        run_dir: str | Path,
+        config: TrainerConfig,
+        *,
+        offline_buffer: ReplayBuffer | None,
+        make_eval_env: Callable[[], gym.Env],
+        make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
+        ref_scores: tuple[float, float] | None = None,
+        seed: int = 0,
+        run_config: dict | None = None,
+        title: str = "",
+    ):
+        self.agent, self.cfg = agent, config
+        self.run_dir = Path(run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.offline, self.make_eval_env, self.make_train_envs = offline_buffer, make_eval_env, make_train_envs
+        self.ref_scores, self.seed = ref_scores, seed
+        self.run_config = run_config or {}
+        self.title = title
+        self.history: list[dict] = []
+        self.step = 0  # offline updates done, then offline_steps + online env steps
+        self.updates = 0
+        self.online: ReplayBuffer | None = None
+        self.wall_time = 0.0
+        self._writer = None
+        if config.online_steps > 0 and make_train_envs is None:
+            raise ValueError("online_steps > 0 needs make_train_envs (the training env factory)")
+        if self.offline is None and config.offline_steps > 0:
+            raise ValueError("offline_steps > 0 needs an offline buffer (a dataset)")
+
+    # ------------------------------------------------------------------ logging
+    @property
+    def writer(self):
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.step or None)
+        return self._writer
+
+    def _log(self, prefix: str, metrics: dict, step: int) -> None:
+        for k, v in metrics.items():
+            v = float(v.item() if torch.is_tensor(v) else v)
+            if np.isfinite(v):
+                self.writer.add_scalar(f"{prefix}/{k}", v, step)
+
+    def _evaluate(self, phase: str) -> dict:
+        t = time.time()
+        res = evaluate(lambda o: act(self.agent.policy, o), self.make_eval_env, self.cfg.eval_episodes,
+                       seed=self.seed + 10_000, num_envs=self.cfg.eval_envs, ref_scores=self.ref_scores,
+                       reset_policy=self.agent.policy.reset)
+        res.update(phase=phase, step=self.step, updates=self.updates, eval_seconds=time.time() - t)
+        self.history.append(res)
+        self._log("eval", {k: v for k, v in res.items() if isinstance(v, float)}, self.step)
+        self.writer.flush()
+        return res
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        """Write ``checkpoints/latest.pt`` (and the online buffer) atomically."""
+        state = {
+            "format": 1,
+            "step": self.step,
+            "updates": self.updates,
+            "wall_time": self.wall_time,
+            "agent": self.agent.state_dict(),
+            "policy": policy_state(self.agent.policy),
+            "rng": get_rng_state(),
+            "sampler_rng": {name: buf.rng.bit_generator.state for name, buf in
+                            (("offline", self.offline), ("online", self.online)) if buf is not None},
+            "history": self.history,
+            "config": self.run_config,
+            "trainer": asdict(self.cfg),
+        }
+        if self.online is not None:
+            save_arrays(self.ckpt_dir / "online_buffer.npz",
+                        {k: np.asarray(v) for k, v in self.online.state_dict().items()})
+        return save_checkpoint(self.ckpt_dir / "latest.pt", state)
+
+    def try_resume(self) -> bool:
+        """Load ``checkpoints/latest.pt`` if present; returns whether a run was resumed.
+
+        Raises:
+            CheckpointError: the checkpoint exists but is corrupt or from another agent.
+        """
+        path = self.ckpt_dir / "latest.pt"
+        if not path.exists():
+            return False
+        state = load_checkpoint(path, map_location=self.agent.policy.obs_normalizer.mean.device)
+        try:
+            self.agent.load_state_dict(state["agent"])
+        except (KeyError, RuntimeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {path} does not fit this agent ({exc}); use another run_dir") from exc
+        self.step, self.updates = int(state["step"]), int(state["updates"])
+        self.wall_time = float(state.get("wall_time", 0.0))
+        self.history = list(state["history"])
+        set_rng_state(state["rng"])
+        buf = self.ckpt_dir / "online_buffer.npz"
+        if self.step > self.cfg.offline_steps and buf.exists():
+            self.online = self._new_online_buffer()
+            self.online.load_state_dict(load_arrays(buf))
+        for name, rng_state in state.get("sampler_rng", {}).items():
+            target = self.offline if name == "offline" else self.online
+            if target is not None:
+                target.rng.bit_generator.state = rng_state
+        return True
+
+    # ------------------------------------------------------------------ phases
+    def _offline_phase(self, bar) -> None:
+        cfg = self.cfg
+        while self.step < cfg.offline_steps:
+            batch = self.offline.sample(cfg.batch_size, n_step=cfg.n_step)
+            metrics = self.agent.update(batch, self.step)
+            self.step += 1
+            self.updates += 1
+            self._periodic(metrics, "offline", bar)
+
+    def _new_online_buffer(self) -> ReplayBuffer:
+        ref = self.offline
+        od, ad = (ref.obs_dim, ref.action_dim) if ref is not None else (
+            int(np.prod(self.agent.policy.obs_dim)), int(self.agent.policy.action_dim))
+        return ReplayBuffer(min(self.cfg.online_buffer_size, max(self.cfg.online_steps, 1) * self.cfg.num_envs),
+                            od, ad, gamma=getattr(ref, "gamma", 0.99), num_envs=self.cfg.num_envs,
+                            mc_sparse_fill=getattr(ref, "mc_sparse_fill", None),
+                            seed=self.seed + 1, device=getattr(ref, "device", "cpu"))
+
+    def _online_phase(self, bar) -> None:
+        cfg = self.cfg
+        if self.online is None:
+            self.online = self._new_online_buffer()
+        sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) if self.offline is not None and cfg.offline_ratio > 0 else None
+        envs = self.make_train_envs()
+        try:
+            obs, _ = envs.reset(seed=self.seed + self.step)
+            resetting = np.zeros(cfg.num_envs, bool)
+            end = cfg.offline_steps + cfg.online_steps
+            while self.step < end:
+                actions = self.agent.explore(obs)
+                next_obs, rew, term, trunc, _ = envs.step(actions)
+                live = np.flatnonzero(~resetting)  # next-step autoreset: skip envs that only reset
+                self.online.add(obs[live], actions[live], rew[live], next_obs[live], term[live], trunc[live], env_ids=live)
+                resetting = term | trunc
+                obs = next_obs
+                self.step += 1
+                metrics = {}
+                if self.step - cfg.offline_steps > cfg.online_warmup_steps:
+                    for _ in range(cfg.utd):
+                        n = cfg.batch_size
+                        batch = sampler.sample(n, step=self.step, n_step=cfg.n_step) if sampler else \
+                            self.online.sample(min(n, len(self.online)), n_step=cfg.n_step)
+                        metrics = self.agent.update(batch, self.step)
+                        self.updates += 1
+                self._periodic(metrics, "online", bar)
+        finally:
+            envs.close()
+
+    def _periodic(self, metrics: dict, phase: str, bar) -> None:
+        cfg = self.cfg
+        bar.update(1)
+        if metrics and self.step % cfg.log_every == 0:
+            self._log(f"train_{phase}", metrics, self.step)
+            bar.set_postfix({k: f"{float(v):.3g}" for k, v in list(metrics.items())[:3]})
+        if self.step % cfg.eval_every == 0:
+            res = self._evaluate(phase)
+            bar.write(f"[{phase} step {self.step}] return {res['return_mean']:.2f}  "
+                      f"score {res['normalized_score']:.1f}  success {res['success_rate']:.2f}")
+        if self.step % cfg.checkpoint_every == 0:
+            self.wall_time += time.time() - self._t0
+            self._t0 = time.time()
+            self.save()
+
+    # ------------------------------------------------------------------ run
+    def fit(self) -> dict:
+        """Run (or resume) both phases, evaluate, checkpoint, and write the report.
+
+        Returns:
+            The summary dict (also in ``report.json``), with ``report_paths``.
+        """
+        from tqdm.auto import tqdm
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        resumed = self.try_resume()
+        total = self.cfg.offline_steps + self.cfg.online_steps
+        self._t0 = time.time()
+        with tqdm(total=total, initial=self.step, desc=self.title or "train", disable=not self.cfg.progress,
+                  dynamic_ncols=True) as bar:
+            if self.step < self.cfg.offline_steps:
+                self._offline_phase(bar)
+            if self.step < total:
+                self._online_phase(bar)
+        if not self.history or self.history[-1]["step"] != self.step:
+            self._evaluate("online" if self.step > self.cfg.offline_steps else "offline")
+        self.wall_time += time.time() - self._t0
+        self._t0 = time.time()
+        self.save()
+        self.writer.close()
+        summary = self._summary(resumed)
+        paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
+        summary["report_paths"] = {k: str(v) for k, v in paths.items()}
+        return summary
+
+    def _summary(self, resumed: bool) -> dict:
+        final = self.history[-1]
+        offline = [h for h in self.history if h["phase"] == "offline"]
+        online = [h for h in self.history if h["phase"] == "online"]
+        out = {
+            "title": self.title,
+            "final_return": final["return_mean"],
+            "final_normalized_score": final["normalized_score"],
+            "final_success_rate": final["success_rate"],
+            "offline_steps": self.cfg.offline_steps,
+            "online_steps": self.cfg.online_steps,
+            "gradient_updates": self.updates,
+            "wall_time_s": round(self.wall_time, 1),
+            "resumed": resumed,
+            "run_dir": str(self.run_dir),
+        }
+        if offline:
+            out["offline_return"] = offline[-1]["return_mean"]
+            out["offline_normalized_score"] = offline[-1]["normalized_score"]
+        if offline and online:
+            out["onset_dip_return"] = online[0]["return_mean"] - offline[-1]["return_mean"]
+        return out

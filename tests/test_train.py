@@ -1,0 +1,187 @@
+"""End-to-end tests of `robotrl train` / `robotrl eval` on a real generated PointMaze dataset.
+
+Real processes, real MuJoCo, real Minari files; small budgets so the file runs in about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from robotrl.checkpoint import load_checkpoint
+from robotrl.experiment import build_trainer
+
+DATASET_ID = "robotrl/pointmaze/umaze-test-v0"
+TINY = [
+    f"dataset.id={DATASET_ID}",
+    "dataset.recipe_args.num_steps=3000",
+    "+dataset.recipe_args.ref_episodes=3",
+    "trainer.eval_episodes=2",
+    "trainer.eval_envs=2",
+    "trainer.log_every=50",
+    "trainer.progress=false",
+    "torch_threads=1",
+]
+
+
+@pytest.fixture(scope="module")
+def minari_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("minari")
+    old = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("MINARI_DATASETS_PATH", None)
+    else:
+        os.environ["MINARI_DATASETS_PATH"] = old
+
+
+def _env(minari_root: Path) -> dict:
+    return {**os.environ, "MINARI_DATASETS_PATH": str(minari_root), "PYTHONUNBUFFERED": "1"}
+
+
+def _robotrl(args: list[str], minari_root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "robotrl.cli", *args], env=_env(minari_root), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_root, tmp_path):
+    run_dir = tmp_path / "run"
+    res = _robotrl(["train", *TINY, "trainer.offline_steps=300", "trainer.eval_every=150",
+                    "trainer.checkpoint_every=150", f"run_dir={run_dir}"], minari_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    # the dataset was generated on first use and cached under the Minari root
+    assert (minari_root / DATASET_ID / "data" / "metadata.json").is_file()
+    assert "generating it with recipe pointmaze-umaze" in res.stdout
+    report = json.loads((run_dir / "report.json").read_text())
+    assert [h["step"] for h in report["history"]] == [150, 300]
+    assert report["summary"]["gradient_updates"] == 300
+    assert 0.0 <= report["summary"]["final_success_rate"] <= 1.0
+    assert np.isfinite(report["summary"]["final_normalized_score"])  # reference scores came from the dataset
+    assert (run_dir / "report.md").read_text().startswith("# robotrl run report")
+    assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any((run_dir / "tb").iterdir()), "no TensorBoard event file"
+    assert str(run_dir / "report.json") in res.stdout  # the path is printed
+
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt["step"] == 300
+    assert ckpt["config"]["derived"]["obs_dim"] == 8 and ckpt["config"]["derived"]["action_dim"] == 2
+    assert set(ckpt["policy"]["state_dict"]) >= {"obs_normalizer.mean", "obs_normalizer.std",
+                                                  "action_scaler.low", "action_scaler.high"}
+
+    ev = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_root)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    metrics = json.loads((run_dir / "eval.json").read_text())
+    assert metrics["episodes"] == 2 and metrics["step"] == 300
+    assert np.isfinite(metrics["normalized_score"])
+
+
+def test_killed_run_resumes_from_its_checkpoint(minari_root, tmp_path):
+    run_dir = tmp_path / "killed"
+    args = [sys.executable, "-m", "robotrl.cli", "train", *TINY, "trainer.offline_steps=1000000",
+            "trainer.eval_every=1000000", "trainer.checkpoint_every=100", f"run_dir={run_dir}"]
+    proc = subprocess.Popen(args, env=_env(minari_root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = run_dir / "checkpoints" / "latest.pt"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if ckpt.exists() and load_checkpoint(ckpt)["step"] >= 200:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "training exited before it could be killed"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed_at = load_checkpoint(ckpt)["step"]  # atomic writes: the file is whole after a kill
+    assert killed_at >= 200 and killed_at % 100 == 0
+    res = _robotrl(["train", *TINY, f"trainer.offline_steps={killed_at + 100}", "trainer.eval_every=1000000",
+                    "trainer.checkpoint_every=100", f"run_dir={run_dir}"], minari_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((run_dir / "report.json").read_text())["summary"]
+    assert summary["resumed"] is True
+    assert summary["gradient_updates"] == killed_at + 100
+
+
+def test_resumed_run_equals_uninterrupted_run(minari_root, tmp_path):
+    """Checkpoints hold weights, optimizer, RNG and sampler state: 100+100 steps == 200 steps."""
+    base = [*TINY, "trainer.eval_every=100000", "trainer.checkpoint_every=100", "device=cpu"]
+    straight = build_trainer(_compose([*base, "trainer.offline_steps=200"]), tmp_path / "a")
+    straight.fit()
+    first = build_trainer(_compose([*base, "trainer.offline_steps=100"]), tmp_path / "b")
+    first.fit()
+    second = build_trainer(_compose([*base, "trainer.offline_steps=200"]), tmp_path / "b")
+    second.fit()
+    a, b = straight.agent.policy.state_dict(), second.agent.policy.state_dict()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_online_phase_collects_into_online_buffer_and_updates_at_utd(minari_root, tmp_path):
+    cfg = _compose([*TINY, "trainer.offline_steps=50", "trainer.online_steps=120", "trainer.online_warmup_steps=20",
+                    "trainer.utd=2", "trainer.num_envs=2", "trainer.eval_every=100000",
+                    "trainer.checkpoint_every=100000", "trainer.offline_ratio=0.5", "trainer.batch_size=32",
+                    "env.max_episode_steps=50", "device=cpu"])
+    trainer = build_trainer(cfg, tmp_path / "online")
+    summary = trainer.fit()
+    online = trainer.online
+    # per env: truncations at steps 50 and 101, each followed by a reset-only step that is not stored
+    assert int(online.truncated[: online.size].sum()) == 4
+    assert int(online.terminated[: online.size].sum()) == 0
+    assert online.size == 2 * (120 - 2)
+    assert summary["gradient_updates"] == 50 + (120 - 20) * 2
+    # every stored online transition is a real env step: consecutive links stay within one env's episode
+    linked = np.flatnonzero(online.next_idx[: online.size] >= 0)
+    nxt = online.next_idx[linked]
+    np.testing.assert_allclose(online.next_observations[linked], online.observations[nxt], atol=1e-6)
+    assert json.loads((tmp_path / "online" / "report.json").read_text())["history"][-1]["phase"] == "online"
+
+
+def test_bc_learns_the_planner_actions(minari_root, tmp_path):
+    """A short BC run lowers the action MSE on held data well below the untrained policy's."""
+    cfg = _compose([*TINY, "trainer.offline_steps=400", "trainer.eval_every=100000",
+                    "trainer.checkpoint_every=100000", "device=cpu"])
+    trainer = build_trainer(cfg, tmp_path / "learn")
+    batch = trainer.offline.sample(1024)
+    scaler = trainer.agent.policy.action_scaler
+
+    def mse():
+        with torch.no_grad():
+            pred = scaler.normalize(trainer.agent.policy(batch.observations))
+            return float(((pred - scaler.normalize(batch.actions).clamp(-1, 1)) ** 2).mean())
+
+    before = mse()
+    trainer.fit()
+    assert mse() < 0.6 * before
+
+
+def test_cli_reports_missing_dataset_clearly(minari_root, tmp_path):
+    res = _robotrl(["train", "dataset.id=robotrl/nothing/here-v0", "dataset.generate=false",
+                    f"run_dir={tmp_path / 'x'}"], minari_root)
+    assert res.returncode == 2
+    assert "robotrl: error: dataset 'robotrl/nothing/here-v0' is not present" in res.stderr
+    assert "robotrl collect" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "x" / "checkpoints").exists()
+
+
+def test_cli_rejects_corrupt_checkpoint(minari_root, tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    res = _robotrl(["eval", f"checkpoint={bad}"], minari_root)
+    assert res.returncode == 2
+    assert "cannot be read safely" in res.stderr and "Traceback" not in res.stderr
