@@ -183,7 +183,7 @@ def load_dataset(
     obs_space, act_space = storage.observation_space, storage.action_space
     layout = layout_for_space(obs_space)
     try:
-        episodes = storage.get_episodes(range(storage.total_episodes))
+        episodes = list(storage.get_episodes(range(storage.total_episodes)))  # reads lazily: force it here
     except Exception as exc:
         raise DatasetFormatError(
             f"dataset at {path} is truncated or corrupt while reading episodes ({type(exc).__name__}: {exc}); "

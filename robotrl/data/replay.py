@@ -105,6 +105,7 @@ class ReplayBuffer:
             self.next_idx[prv] = _NO_LINK
             self.next_idx[old] = _NO_LINK
             self.prev_idx[old] = _NO_LINK
+            self.episode_id[old] = -1  # overwritten: no open episode may link to these slots
         self.ptr = int((self.ptr + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.total_added += n
@@ -145,7 +146,7 @@ class ReplayBuffer:
                 self._open_last[e] = _NO_LINK
             self.episode_id[s] = self._open_episode[e]
             last = self._open_last[e]
-            if last >= 0 and self.episode_id[last] == self._open_episode[e]:
+            if last >= 0 and last != s and self.episode_id[last] == self._open_episode[e]:
                 self.prev_idx[s], self.next_idx[last] = last, s
             self._open_last[e] = s
             if term[row] or trunc[row]:
@@ -301,7 +302,7 @@ class ReplayBuffer:
             next_observations=self.next_observations[fut],
             terminated=self.terminated[fut] & mask,
             truncated=self.truncated[fut] & mask,
-            discounts=np.broadcast_to(g ** np.arange(1, action_horizon + 1, dtype=np.float32), mask.shape),
+            discounts=np.tile(g ** np.arange(1, action_horizon + 1, dtype=np.float32), (mask.shape[0], 1)),
             mc_returns=self.mc_returns[fut],
             mask=mask,
         )
@@ -320,6 +321,12 @@ class ReplayBuffer:
         n = int(state["size"])
         if n > self.capacity:
             raise BatchSizeError(f"saved buffer holds {n} transitions, more than this buffer's capacity {self.capacity}")
+        if np.asarray(state["open_episode"]).shape[0] != self.num_envs:
+            raise BatchSizeError(f"saved buffer was written by {np.asarray(state['open_episode']).shape[0]} envs, "
+                                 f"this buffer expects num_envs={self.num_envs}")
+        self.episode_id[:] = -1
+        self.next_idx[:] = _NO_LINK
+        self.prev_idx[:] = _NO_LINK
         for k in self._SLOT_ARRAYS:
             getattr(self, k)[:n] = np.asarray(state[k])[:n]
         self._open_episode[:] = np.asarray(state["open_episode"])

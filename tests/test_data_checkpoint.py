@@ -1,0 +1,104 @@
+"""Checkpoints: atomic torch/npz round trips; corrupt or pickled content is refused with CheckpointError."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from robotrl.checkpoint import load_arrays, load_checkpoint, save_arrays, save_checkpoint
+from robotrl.errors import CheckpointError, RobotRLError
+
+
+@dataclass
+class _Custom:
+    x: int = 1
+
+
+def _state():
+    return {
+        "step": 1234,
+        "config": {"agent": "iql", "gamma": 0.99, "layers": [256, 256], "name": "hopper"},
+        "model": {"w": torch.randn(5, 3), "b": torch.arange(3, dtype=torch.float64)},
+        "flags": torch.tensor([True, False]),
+        "none": None,
+    }
+
+
+def _equal(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b and type(a) is type(b)
+
+
+def test_checkpoint_round_trip_and_no_temp_files(tmp_path):
+    st = _state()
+    p = save_checkpoint(tmp_path / "run" / "checkpoints" / "latest.pt", st)
+    assert p.is_file()
+    assert _equal(load_checkpoint(p), st)
+    # a run directory resolves to its checkpoints/latest.pt
+    assert _equal(load_checkpoint(tmp_path / "run"), st)
+    assert sorted(x.name for x in p.parent.iterdir()) == ["latest.pt"]
+    # overwriting replaces the content
+    st2 = dict(st, step=99)
+    save_checkpoint(p, st2)
+    assert load_checkpoint(p)["step"] == 99
+
+
+def test_missing_checkpoint_raises(tmp_path):
+    with pytest.raises(CheckpointError, match=r"no checkpoint at .*pass a run directory or a \.pt file"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0])
+def test_truncated_checkpoint_raises(tmp_path, keep):
+    p = save_checkpoint(tmp_path / "ck.pt", _state())
+    data = p.read_bytes()
+    p.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CheckpointError, match=r"cannot be read safely.*truncated.*corrupt") as ei:
+        load_checkpoint(p)
+    assert isinstance(ei.value, RobotRLError) and isinstance(ei.value, ValueError)
+
+
+def test_pickled_custom_object_is_refused(tmp_path):
+    p = tmp_path / "evil.pt"
+    torch.save({"model": {"w": torch.ones(2)}, "obj": _Custom(3)}, p)  # plain torch.save, a pickled object inside
+    assert torch.load(p, weights_only=False)["obj"] == _Custom(3)  # the file itself is fine
+    with pytest.raises(CheckpointError, match=r"holds pickled objects robotrl refuses to load"):
+        load_checkpoint(p)
+    # same through save_checkpoint: writing is allowed, reading back refuses it
+    save_checkpoint(tmp_path / "evil2.pt", {"obj": _Custom()})
+    with pytest.raises(CheckpointError, match=r"pickled objects"):
+        load_checkpoint(tmp_path / "evil2.pt")
+
+
+def test_save_arrays_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    arrs = {"obs": rng.normal(size=(10, 3)).astype(np.float32), "idx": np.arange(5, dtype=np.int64),
+            "flags": rng.random(7) < 0.5, "ptr": 3}
+    p = save_arrays(tmp_path / "sub" / "replay.npz", arrs)
+    got = load_arrays(p)
+    assert set(got) == set(arrs)
+    for k, v in arrs.items():
+        np.testing.assert_array_equal(got[k], np.asarray(v))
+        assert got[k].dtype == np.asarray(v).dtype
+    assert sorted(x.name for x in p.parent.iterdir()) == ["replay.npz"]
+
+
+def test_load_arrays_refuses_corrupt_missing_and_pickled(tmp_path):
+    p = save_arrays(tmp_path / "a.npz", {"x": np.arange(1000)})
+    p.write_bytes(p.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"array file .*a\.npz cannot be read"):
+        load_arrays(p)
+    with pytest.raises(CheckpointError, match=r"cannot be read"):
+        load_arrays(tmp_path / "missing.npz")
+    obj = tmp_path / "obj.npz"
+    np.savez(obj, x=np.array([_Custom()], dtype=object))
+    with pytest.raises(CheckpointError, match=r"cannot be read.*(pickle|Object arrays)"):
+        load_arrays(obj)
