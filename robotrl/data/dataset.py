@@ -126,12 +126,9 @@ def resolve_dataset_path(dataset: str | os.PathLike) -> Path:
 
 
 def _recipe_hint(dataset: str) -> str:
-    try:
-        from robotrl.collect import recipe_for_dataset  # core module, optional here
+    from robotrl.collect import RECIPES
 
-        name = recipe_for_dataset(dataset)
-    except Exception:  # noqa: BLE001 - a hint only
-        name = None
+    name = next((n for n, r in RECIPES.items() if r.dataset_id == dataset), None)
     if name:
         return f"Generate it with `robotrl collect recipe={name}`. "
     return "Generate a dataset with `robotrl collect recipe=<name>` (`robotrl collect --help` lists recipes). "
