@@ -203,6 +203,7 @@ class Trainer:
         cfg = self.cfg
         if self.online is None:
             self.online = self._new_online_buffer()
+        self.online.end_open_episodes()  # on resume the envs restart: never link to a pre-kill episode
         sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) if self.offline is not None and cfg.offline_ratio > 0 else None
         envs = self.make_train_envs()
         try:
@@ -218,7 +219,7 @@ class Trainer:
                 obs = next_obs
                 self.step += 1
                 metrics = {}
-                if self.step - cfg.offline_steps > cfg.online_warmup_steps:
+                if self.step - cfg.offline_steps > cfg.online_warmup_steps and len(self.online) > 0:
                     for _ in range(cfg.utd):
                         n = cfg.batch_size
                         batch = sampler.sample(n, step=self.step, n_step=cfg.n_step) if sampler else \

@@ -154,6 +154,15 @@ class ReplayBuffer:
                 self._open_episode[e] = -1
                 self._open_last[e] = _NO_LINK
 
+    def end_open_episodes(self) -> None:
+        """Forget the episodes still open in each env (e.g. after a resume: the envs restart).
+
+        Their stored steps stay valid transitions; the next :meth:`add` starts new episodes
+        instead of linking to the old ones.
+        """
+        self._open_episode[:] = -1
+        self._open_last[:] = _NO_LINK
+
     def _close_episode(self, last: int) -> None:
         chain = [last]
         while self.prev_idx[chain[-1]] >= 0:
