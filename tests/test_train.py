@@ -84,11 +84,17 @@ def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_root, tmp
     assert set(ckpt["policy"]["state_dict"]) >= {"obs_normalizer.mean", "obs_normalizer.std",
                                                   "action_scaler.low", "action_scaler.high"}
 
-    ev = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_root)
+    from robotrl.envs import osmesa_available
+
+    video = ["video_dir=" + str(tmp_path / "videos")] if osmesa_available() else []
+    ev = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2", *video], minari_root)
     assert ev.returncode == 0, ev.stderr[-3000:]
     metrics = json.loads((run_dir / "eval.json").read_text())
     assert metrics["episodes"] == 2 and metrics["step"] == 300
     assert np.isfinite(metrics["normalized_score"])
+    if video:  # headless rendering present (Debian libosmesa6): env 0's episode was recorded
+        gifs = list((tmp_path / "videos").glob("*.gif"))
+        assert gifs and gifs[0].read_bytes()[:3] == b"GIF"
 
 
 def test_killed_run_resumes_from_its_checkpoint(minari_root, tmp_path):

@@ -1,0 +1,182 @@
+"""Dataset recipes on real envs with tiny budgets: each family writes a Minari dataset
+with the expected metadata; the PointMaze planner and the Fetch push expert work."""
+
+from __future__ import annotations
+
+import json
+
+import minari
+import numpy as np
+import pytest
+
+from robotrl.collect import RECIPES, collect, ensure_dataset
+from robotrl.errors import ConfigError
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    return tmp_path
+
+
+def _meta(ds):
+    meta = ds.storage.metadata
+    return meta, json.loads(meta["robotrl_provenance"])
+
+
+def _eval_spec(ds):
+    from gymnasium.envs.registration import EnvSpec
+
+    return EnvSpec.from_json(ds.storage.metadata["eval_env_spec"])
+
+
+def _episodes(ds):
+    return list(ds.iterate_episodes())
+
+
+def test_pointmaze_umaze_dataset(root):
+    from robotrl.collect import collect_pointmaze
+
+    path = collect_pointmaze("umaze", num_steps=3000, seed=0, ref_episodes=5, progress=False)
+    assert path == root / "robotrl/pointmaze/umaze-v0"
+    ds = minari.load_dataset("robotrl/pointmaze/umaze-v0")
+    meta, prov = _meta(ds)
+    assert ds.total_steps == 3000 and ds.total_episodes == 10  # 300-step episodes
+    assert prov["recipe"] == "pointmaze-umaze" and prov["action_noise_std"] == 0.5
+    # collection env: continuing task with goal resets, sparse reward
+    assert ds.spec.env_spec.id == "PointMaze_UMaze-v3"
+    assert ds.spec.env_spec.kwargs["continuing_task"] and ds.spec.env_spec.kwargs["reset_target"]
+    assert ds.spec.env_spec.kwargs["reward_type"] == "sparse"
+    # eval env: fixed goal cell, goal kept
+    ev = _eval_spec(ds)
+    assert ev.id == "PointMaze_UMaze-v3" and ev.kwargs["reset_target"] is False
+    assert ev.kwargs["maze_map"][1][1] == "g"
+    assert meta["ref_max_score"] > meta["ref_min_score"] + 50  # planner sits at the goal, random rarely gets there
+    eps = _episodes(ds)
+    for ep in eps:
+        T = len(ep.rewards)
+        assert ep.observations["observation"].shape == (T + 1, 4)
+        assert ep.observations["desired_goal"].shape == (T + 1, 2)
+        assert not ep.terminations.any() and ep.truncations[-1] and not ep.truncations[:-1].any()
+        assert ep.infos["success"].shape[0] == T + 1
+        assert np.abs(ep.actions).max() <= 1.0
+    # the noisy planner reaches its goals in most episodes (success in infos)
+    reached = [ep.infos["success"][1:].any() for ep in eps]
+    assert np.mean(reached) >= 0.8
+    assert sum(ep.rewards.sum() for ep in eps) > 0
+
+
+def test_pointmaze_planner_reaches_goal():
+    from robotrl.collect._common import mean_return
+    from robotrl.collect.pointmaze import MazePlanner, pointmaze_eval_spec
+
+    for maze in ("umaze", "medium"):
+        res = mean_return(pointmaze_eval_spec(maze), lambda e: MazePlanner(e.unwrapped.maze), 6, success_key="success")
+        assert res["success_rate"] >= 5 / 6, (maze, res)
+
+
+def test_fetch_push_expert_and_noisy(root):
+    from robotrl.collect import collect_fetch
+
+    collect_fetch("push", "expert", num_episodes=12, ref_episodes=4, progress=False)
+    collect_fetch("push", "noisy", num_episodes=12, ref_episodes=4, progress=False)
+    exp = minari.load_dataset("robotrl/fetch-push/expert-v0")
+    noisy = minari.load_dataset("robotrl/fetch-push/noisy-v0")
+    meta, prov = _meta(exp)
+    assert exp.spec.env_spec.id == "FetchPush-v4" and _eval_spec(exp).id == "FetchPush-v4"
+    assert meta["ref_min_score"] < meta["ref_max_score"] <= 0.0
+    assert prov["recipe"] == "fetch-push-expert" and prov["noise_sigma"] == 0.0
+    exp_eps, noisy_eps = _episodes(exp), _episodes(noisy)
+    assert all(len(ep.rewards) == 50 and ep.truncations[-1] and not ep.terminations.any() for ep in exp_eps)
+    assert set(exp_eps[0].observations) == {"observation", "achieved_goal", "desired_goal"}
+    exp_success = np.mean([ep.infos["success"][-1] for ep in exp_eps])
+    assert exp_success >= 0.75, exp_success
+    assert not any(ep.infos["noisy"].any() for ep in exp_eps) and all(ep.infos["noisy"].all() for ep in noisy_eps)
+    exp_ret = np.mean([ep.rewards.sum() for ep in exp_eps])
+    noisy_ret = np.mean([ep.rewards.sum() for ep in noisy_eps])
+    assert noisy_ret < exp_ret - 3, (noisy_ret, exp_ret)
+    _, nprov = _meta(noisy)
+    assert nprov["noise_sigma"] > 0 and nprov["random_action_epsilon"] > 0
+
+
+def test_fetch_pickandplace_mixed(root):
+    path = collect("fetch-pickandplace-mixed", num_episodes=6, ref_episodes=3, progress=False)
+    assert path == root / "robotrl/fetch-pickandplace/mixed-v0"
+    ds = minari.load_dataset("robotrl/fetch-pickandplace/mixed-v0")
+    meta, prov = _meta(ds)
+    assert ds.spec.env_spec.id == "FetchPickAndPlace-v4"
+    assert prov["quality"] == "mixed" and meta["ref_max_score"] > meta["ref_min_score"]
+    assert prov["ref_expert"]["success_rate"] >= 2 / 3
+    flags = [bool(ep.infos["noisy"][0]) for ep in _episodes(ds)]
+    assert flags == [False, True] * 3
+
+
+def test_locomotion_random_medium_expert_reuse_policy(root):
+    from robotrl.collect import collect_locomotion
+    from robotrl.collect.locomotion import D4RL_REF_SCORES
+
+    collect_locomotion("hopper", "random", num_steps=1500, progress=False)
+    ds = minari.load_dataset("robotrl/hopper/random-v0")
+    meta, prov = _meta(ds)
+    assert ds.total_steps == 1500 and ds.spec.env_spec.id == "Hopper-v5" and _eval_spec(ds).id == "Hopper-v5"
+    assert (meta["ref_min_score"], meta["ref_max_score"]) == D4RL_REF_SCORES["hopper"]
+    eps = _episodes(ds)
+    assert eps[0].terminations[-1]  # a random hopper falls over quickly
+    assert eps[-1].truncations[-1] or eps[-1].terminations[-1]
+    assert eps[0].observations.shape == (len(eps[0].rewards) + 1, 11)
+
+    tiny = dict(num_steps=600, train_steps=2048, n_envs=2, eval_episodes=1, progress=False)
+    collect_locomotion("hopper", "medium", **tiny)
+    index = root / "robotrl/hopper/.policies/ppo-2048-s0/index.json"
+    assert index.exists() and list(index.parent.glob("*.zip"))
+    stamp = index.stat().st_mtime_ns
+    collect_locomotion("hopper", "expert", **tiny)
+    assert index.stat().st_mtime_ns == stamp  # the trained model was reused, not retrained
+    _, mprov = _meta(minari.load_dataset("robotrl/hopper/medium-v0"))
+    _, eprov = _meta(minari.load_dataset("robotrl/hopper/expert-v0"))
+    assert mprov["training_reused"] is False and eprov["training_reused"] is True
+    assert eprov["policy_eval_mean_return"] >= mprov["policy_eval_mean_return"]
+    assert eprov["policy_model"].endswith(".zip")
+    assert "robotrl/hopper/.policies" not in "".join(minari.list_local_datasets())
+
+
+def test_ensure_dataset_generates_once(root, monkeypatch):
+    import robotrl.collect.pointmaze as pm
+
+    dataset_id = ensure_dataset("pointmaze-umaze", num_steps=400, ref_episodes=2, progress=False)
+    assert dataset_id == "robotrl/pointmaze/umaze-v0"
+    meta_file = root / dataset_id / "data/metadata.json"
+    stamp = meta_file.stat().st_mtime_ns
+
+    def boom(**kwargs):
+        raise AssertionError("ensure_dataset regenerated an existing dataset")
+
+    monkeypatch.setattr(pm, "collect_pointmaze", boom)
+    assert ensure_dataset("pointmaze-umaze", num_steps=400) == dataset_id
+    assert meta_file.stat().st_mtime_ns == stamp
+    assert minari.load_dataset(dataset_id).total_steps == 400
+
+
+def test_unknown_recipe_lists_known_names():
+    with pytest.raises(ConfigError, match="known recipes: .*hopper-medium"):
+        ensure_dataset("hopper-legendary")
+    with pytest.raises(ConfigError, match="pointmaze-umaze"):
+        collect("nope")
+
+
+def test_recipe_names():
+    expected = {f"pointmaze-{m}" for m in ("umaze", "medium", "large")}
+    expected |= {f"fetch-{t}-{q}" for t in ("push", "pickandplace") for q in ("expert", "noisy", "mixed")}
+    expected |= {f"{e}-{q}" for e in ("hopper", "halfcheetah", "walker2d") for q in ("random", "medium", "expert")}
+    assert set(RECIPES) == expected
+
+
+def test_bad_arguments_raise_config_error(root):
+    from robotrl.collect import collect_fetch, collect_locomotion, collect_pointmaze
+
+    with pytest.raises(ConfigError):
+        collect_pointmaze("spiral", num_steps=10)
+    with pytest.raises(ConfigError):
+        collect_fetch("push", "sloppy", num_episodes=1)
+    with pytest.raises(ConfigError):
+        collect_locomotion("ant", "random", num_steps=10)
