@@ -1,1 +1,44 @@
-"""Gymnasium environment layer (installed as robotrl.envs)."""
+"""Gymnasium environment layer (installed as ``robotrl.envs``).
+
+Short task names, wrapped and optionally vectorised envs, success signals for every
+task family, action chunks and headless video capture::
+
+    from robotrl.envs import make_env, env_info
+    env = make_env("pointmaze-umaze", seed=0)          # obs float32 (Do,), action (Da,)
+    venv = make_env("hopper", num_envs=4, seed=0, vectorization="async")
+    info = env_info("fetch-push")                        # Do, Da, FlatLayout, limits
+
+Symbols: ``Do`` = flattened observation size, ``Da`` = action size, ``Te`` = actions
+executed per chunk.
+"""
+
+from robotrl.envs.make import make_env, make_eval_env
+from robotrl.envs.registry import EnvInfo, env_info, env_names, ensure_registered, resolve_env
+from robotrl.envs.video import (
+    RenderingError,
+    VideoRecorder,
+    configure_headless_rendering,
+    osmesa_available,
+    write_video,
+)
+from robotrl.envs.wrappers import ActionChunk, FlattenGoalObservation, RescaleAction, SeedFirstReset, SuccessInfo
+
+__all__ = [
+    "make_env",
+    "make_eval_env",
+    "EnvInfo",
+    "env_info",
+    "env_names",
+    "ensure_registered",
+    "resolve_env",
+    "ActionChunk",
+    "FlattenGoalObservation",
+    "RescaleAction",
+    "SeedFirstReset",
+    "SuccessInfo",
+    "RenderingError",
+    "VideoRecorder",
+    "configure_headless_rendering",
+    "osmesa_available",
+    "write_video",
+]
