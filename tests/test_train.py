@@ -191,3 +191,11 @@ def test_cli_rejects_corrupt_checkpoint(minari_root, tmp_path):
     res = _robotrl(["eval", f"checkpoint={bad}"], minari_root)
     assert res.returncode == 2
     assert "cannot be read safely" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_rejects_dataset_of_another_env(minari_root, tmp_path):
+    res = _robotrl(["train", *TINY, "env=hopper", "dataset=pointmaze-umaze", f"run_dir={tmp_path / 'y'}"],
+                   minari_root)
+    assert res.returncode == 2
+    assert "robotrl: error: dataset observation keys" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "y" / "checkpoints").exists()
