@@ -39,6 +39,8 @@ def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Pat
         if offline_end is not None:
             ax.axvline(offline_end, color="gray", ls="--", lw=1, label="online starts")
             ax.legend(loc="best", fontsize=8)
+        if m == "success_rate":
+            ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("step (offline updates, then online env steps)")
         ax.set_ylabel(m)
         ax.grid(alpha=0.3)
