@@ -24,11 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from robotrl.errors import RobotRLError
 
 CONFIG_PATH = "pkg://robotrl.configs"
-USAGE = """usage: robotrl {train,collect,eval} [hydra overrides ...]
+USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy} [hydra overrides ...]
 
   train     pretrain (and optionally fine-tune online) an agent; no overrides = default experiment
   collect   generate a Minari dataset with a recipe (robotrl collect list=true lists them)
   eval      evaluate a checkpoint in simulation: robotrl eval checkpoint=<run dir or .pt>
+  robot-server  serve a robot over ZeroMQ: robotrl robot-server robot=sim key_file=robot.key key_create=true
+  deploy        run a policy on a robot server: robotrl deploy checkpoint=<run|.pt|export dir> robot=sim key_file=robot.key
 
 Each subcommand accepts Hydra overrides and Hydra flags (--cfg job, -m, --help)."""
 
@@ -117,7 +119,20 @@ def eval_main(cfg: DictConfig) -> dict | None:
     return res
 
 
-_COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main}
+def _robot_server() -> None:
+    from robotrl.real_robot.cli import robot_server_main  # lazy: zmq/onnx stay out of `robotrl train`
+
+    robot_server_main()
+
+
+def _deploy() -> None:
+    from robotrl.real_robot.cli import deploy_main
+
+    deploy_main()
+
+
+_COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main,
+             "robot-server": _robot_server, "deploy": _deploy}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,181 @@
+"""Hydra entry points ``robotrl robot-server`` and ``robotrl deploy``.
+
+Registered in ``robotrl/cli.py``'s ``_COMMANDS``; also runnable stand-alone as
+``python -m robotrl.real_robot.cli {robot-server,deploy} [overrides]``.
+
+Exit status: 0 done; 2 bad input (one ``robotrl: error:`` line); 3 the robot or the
+link failed (the robot server's watchdog holds the robot; recorded episodes are kept).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from robotrl.errors import RobotRLError
+
+CONFIG_PATH = "pkg://robotrl.configs"
+
+
+def _fail(msg: str, code: int) -> None:
+    print(f"robotrl: error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _key(cfg: DictConfig) -> bytes:
+    from robotrl.real_robot.protocol import load_key, write_key_file
+
+    if cfg.get("key_create") and cfg.key_file and not Path(cfg.key_file).exists():
+        write_key_file(cfg.key_file)
+    return load_key(cfg.key_file)
+
+
+def run_server(cfg: DictConfig) -> int:
+    """Body of ``robotrl robot-server``; returns the exit status."""
+    from robotrl.real_robot.factory import make_robot, make_supervisor
+    from robotrl.real_robot.interface import RobotConnectionError
+    from robotrl.real_robot.protocol import Limits
+    from robotrl.real_robot.server import RobotServer, check_endpoint
+
+    robot_cfg = OmegaConf.to_container(cfg.robot, resolve=True)
+    check_endpoint(cfg.endpoint, bool(cfg.allow_remote))
+    key = _key(cfg)
+    robot = make_robot(robot_cfg)
+    supervisor = make_supervisor(robot_cfg.get("safety"), robot.spec())
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with robot:
+        server = RobotServer(robot, supervisor, key, cfg.endpoint, allow_remote=bool(cfg.allow_remote),
+                             limits=Limits(max_bytes=int(cfg.max_message_bytes), max_skew_s=float(cfg.max_skew_s)))
+        endpoint = server.bind()
+        if cfg.ready_file:
+            tmp = Path(str(cfg.ready_file) + ".tmp")
+            tmp.write_text(json.dumps({"endpoint": endpoint, "pid": __import__("os").getpid()}))
+            tmp.replace(cfg.ready_file)
+        print(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
+              f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms)", flush=True)
+        try:
+            server.serve(lambda: stop["flag"])
+        except RobotConnectionError as exc:
+            print(json.dumps({"status": server.status()}, default=str), flush=True)
+            _fail(f"robot failed: {exc}; the server stopped", 3)
+        finally:
+            server.close()
+        print(json.dumps({"status": server.status()}, default=str), flush=True)
+    return 0
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="robot_server")
+def robot_server_main(cfg: DictConfig) -> None:
+    """``robotrl robot-server robot=sim ...``: serve a robot (see :mod:`robotrl.real_robot.server`)."""
+    try:
+        run_server(cfg)
+    except RobotRLError as exc:
+        _fail(str(exc), 2)
+
+
+def run_deploy(cfg: DictConfig) -> dict:
+    """Body of ``robotrl deploy``: connect, check spaces, run episodes, record, summarise."""
+    from robotrl.errors import SpaceMismatchError
+    from robotrl.real_robot.client import RobotClient
+    from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
+    from robotrl.real_robot.export import load_deploy_policy
+    from robotrl.real_robot.protocol import Limits
+    from robotrl.real_robot.recording import record_dataset
+
+    key = _key(cfg)
+    policy = load_deploy_policy(cfg.checkpoint, cfg.backend)
+    client = RobotClient(cfg.endpoint, key, timeout_s=1.0, link_timeout_s=float(cfg.link_timeout_s),
+                         limits=Limits(max_bytes=int(cfg.max_message_bytes)))
+    logs, summary = [], {}
+    try:
+        spec = client.hello()
+        if (policy.obs_dim, policy.action_dim) != (spec.observation.dim, spec.action.dim):
+            raise SpaceMismatchError(f"policy takes Do={policy.obs_dim}, Da={policy.action_dim} but robot {spec.name} has "
+                                     f"Do={spec.observation.dim}, Da={spec.action.dim}; deploy a policy trained on this robot's task")
+        teleop = None
+        if cfg.teleop == "keyboard":
+            from robotrl.real_robot.teleop import KeyboardTeleop
+
+            teleop = KeyboardTeleop(sys.stdin, spec.hold_action, spec.action.low, spec.action.high)
+        scheduler = ChunkScheduler(policy, act_steps=cfg.act_steps or policy.act_steps, prefetch=int(cfg.prefetch))
+        scheduler.warmup(np.zeros(spec.observation.dim, np.float32))
+        loop = ControlLoop(client, scheduler, rate_hz=float(cfg.rate_hz or spec.control_rate_hz), hold_action=spec.hold_action,
+                           mode=cfg.mode, scale=float(cfg.scale), teleop=teleop, deadline_frac=float(cfg.deadline_frac))
+        stopped = ""
+        for i in range(int(cfg.episodes)):
+            log = loop.run_episode(seed=int(cfg.seed) + i, max_steps=cfg.max_steps)
+            logs.append(log)
+            stopped = log.stopped
+            if stopped not in ("episode_end", "max_steps"):
+                break
+        scheduler.close()
+        steps = [s for log in logs for s in log.steps]
+        summary = {"robot": spec.name, "mode": cfg.mode, "episodes": len(logs), "stopped": stopped,
+                   "success_rate": float(sum(log.success for log in logs) / max(1, len(logs))),
+                   "returns": [log.ret for log in logs], "successes": [log.success for log in logs],
+                   "steps": len(steps), "late_inference": scheduler.late, "missed_deadlines": loop.missed,
+                   "interventions": int(sum(s.intervention for s in steps)),
+                   "safety_modified": int(sum(bool(set(s.flags) - {"hold"}) for s in steps)),
+                   "rtt": latency_stats(s.rtt_s for s in steps), "jitter": latency_stats(abs(s.jitter_s) for s in steps)}
+        if stopped == "episode_end" or stopped == "max_steps":
+            summary["server"] = client.status()
+    finally:
+        if cfg.record and any(log.steps for log in logs):
+            ds_id = cfg.dataset_id or f"robot/{cfg.robot.name}/deploy-{time.strftime('%Y%m%d-%H%M%S')}-v0"
+            path = record_dataset(ds_id, logs, spec, root=cfg.dataset_root,
+                                  provenance={"checkpoint": str(cfg.checkpoint), "mode": cfg.mode, "backend": policy.backend})
+            summary["dataset_id"], summary["dataset_path"] = ds_id, str(path)
+        client.close()
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="deploy")
+def deploy_main(cfg: DictConfig) -> None:
+    """``robotrl deploy checkpoint=... robot=...``: run a policy on a robot server and record it."""
+    from robotrl.real_robot.interface import RobotConnectionError
+
+    try:
+        summary = run_deploy(cfg)
+    except RobotConnectionError as exc:
+        _fail(f"{exc}; nothing was deployed", 3)
+        return
+    except RobotRLError as exc:
+        _fail(str(exc), 2)
+        return
+    text = json.dumps(summary, indent=2, default=str)
+    print(text, flush=True)
+    if cfg.output:
+        Path(cfg.output).write_text(text)
+    if summary.get("stopped") not in ("episode_end", "max_steps"):
+        _fail(f"deployment stopped early ({summary.get('stopped')}): the robot server at {cfg.endpoint} failed or stopped "
+              f"answering; the robot's watchdog holds it. {summary.get('episodes', 0)} episode(s) recorded", 3)
+
+
+COMMANDS = {"robot-server": robot_server_main, "deploy": deploy_main}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m robotrl.real_robot.cli {robot-server,deploy} [overrides]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m robotrl.real_robot.cli {{{','.join(COMMANDS)}}} [hydra overrides]", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [f"robotrl-{argv[0]}", *argv[1:]]
+    COMMANDS[argv[0]]()
+
+
+if __name__ == "__main__":
+    main()

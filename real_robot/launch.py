@@ -1,0 +1,88 @@
+"""Start and stop a robot-server process (tests, benchmarks, notebooks).
+
+``ServerProcess`` runs ``python -m robotrl.real_robot.cli robot-server`` on a free
+loopback port (``endpoint=tcp://127.0.0.1:0``) and waits for its ready file; leaving
+the ``with`` block terminates it (SIGTERM, then SIGKILL after ``stop_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from robotrl.real_robot.interface import RobotConnectionError
+
+
+class ServerProcess:
+    """A robot server in a child process.
+
+    Args:
+        key_file: the bridge key file (mode 0600).
+        overrides: extra Hydra overrides, e.g. ``["robot.task=hopper"]``.
+        start_timeout_s: how long to wait for the server to bind (s).
+
+    Attributes:
+        endpoint: the bound endpoint; ``proc``: the ``subprocess.Popen``.
+
+    Raises:
+        RobotConnectionError: the server exited or did not bind in time (its output is in the message).
+    """
+
+    def __init__(self, key_file: str | os.PathLike, overrides: list[str] = (), start_timeout_s: float = 60.0,
+                 stop_timeout_s: float = 10.0, env: dict | None = None):
+        self.key_file, self.overrides = str(key_file), list(overrides)
+        self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
+        self.env = env
+        self._dir = Path(tempfile.mkdtemp(prefix="robot-server-"))
+        self.ready_file = self._dir / "ready.json"
+        self.log_file = self._dir / "server.log"
+        self.proc: subprocess.Popen | None = None
+        self.endpoint = ""
+
+    def start(self) -> ServerProcess:
+        cmd = [sys.executable, "-m", "robotrl.real_robot.cli", "robot-server", "endpoint=tcp://127.0.0.1:0",
+               f"key_file={self.key_file}", f"ready_file={self.ready_file}", *self.overrides]
+        self._log = open(self.log_file, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        end = time.monotonic() + self.start_timeout_s
+        while not self.ready_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > end:
+                self.stop()
+                raise RobotConnectionError(f"robot server did not start: {self.output()[-2000:]}")
+            time.sleep(0.05)
+        self.endpoint = json.loads(self.ready_file.read_text())["endpoint"]
+        return self
+
+    def output(self) -> str:
+        return self.log_file.read_text() if self.log_file.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL (a crash, no clean shutdown)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=self.stop_timeout_s)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL; returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=self.stop_timeout_s)
+        self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

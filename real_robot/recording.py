@@ -1,0 +1,86 @@
+"""Recording deployed episodes as a Minari dataset through :func:`robotrl.data.writer.write_dataset`.
+
+Each :class:`~robotrl.real_robot.control.EpisodeLog` becomes one
+:class:`~robotrl.data.writer.Episode`: ``observations (T+1, Do)``, the **applied**
+actions ``(T, Da)`` (what the robot executed, so ``robotrl train`` learns from what
+happened), rewards, terminations, truncations (an episode cut by the loop — link lost,
+``max_steps`` — ends truncated), and per-step ``infos`` with ``T+1`` entries (the first
+entry belongs to the reset, as in Minari):
+
+``success``, ``intervention`` (human takeover), ``requested_action (T+1, Da)`` (what
+the loop sent before the safety supervisor), ``policy_action (T+1, Da)`` (NaN when the
+policy had no action ready), ``safety_modified``, ``held``, ``rtt_s``, ``jitter_s`` (s)
+and ``time`` (wall clock, s).
+"""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+
+from robotrl.data.writer import Episode, write_dataset
+from robotrl.real_robot.control import EpisodeLog
+from robotrl.real_robot.interface import RobotSpec
+
+
+def to_episode(log: EpisodeLog, spec: RobotSpec) -> Episode:
+    """One :class:`Episode` from a deployed episode.
+
+    Raises:
+        ValueError: the log holds no step.
+    """
+    steps = log.steps
+    if not steps:
+        raise ValueError("episode has no steps; nothing to record")
+    da = spec.action.dim
+    nan = np.full(da, np.nan, np.float32)
+    obs = np.stack([s.obs for s in steps] + [log.final_obs.state]).astype(np.float32)
+    first = lambda x: np.concatenate([[x[0] * 0], x])  # noqa: E731  reset entry
+
+    def col(fn, dtype):
+        return np.asarray([fn(s) for s in steps], dtype)
+
+    infos = {
+        "success": first(col(lambda s: s.success, bool)),
+        "intervention": first(col(lambda s: s.intervention, bool)),
+        "safety_modified": first(col(lambda s: bool(set(s.flags) - {"hold"}), bool)),
+        "held": first(col(lambda s: s.requested is None, bool)),
+        "rtt_s": first(col(lambda s: s.rtt_s, np.float64)),
+        "jitter_s": first(col(lambda s: s.jitter_s, np.float64)),
+        "time": first(col(lambda s: s.t, np.float64)),
+        "requested_action": np.concatenate([nan[None], np.stack([nan if s.requested is None else s.requested for s in steps])]),
+        "policy_action": np.concatenate([nan[None], np.stack([nan if s.policy_action is None else s.policy_action for s in steps])]),
+    }
+    terms = col(lambda s: s.terminated, bool)
+    truncs = col(lambda s: s.truncated, bool)
+    if not (terms[-1] or truncs[-1]):
+        truncs[-1] = True  # cut by the loop: never bootstrap-free
+    return Episode(obs, col(lambda s: s.applied, np.float32), col(lambda s: s.reward, np.float64), terms, truncs,
+                   infos=infos, seed=log.seed)
+
+
+def record_dataset(dataset_id: str, logs: list[EpisodeLog], spec: RobotSpec, *, root: str | os.PathLike | None = None,
+                   provenance: dict | None = None, overwrite: bool = False):
+    """Write the non-empty episodes of ``logs`` as Minari dataset ``dataset_id``; returns its directory.
+
+    The observation space is the flat ``Box(Do,)`` of the robot; the env spec is the
+    twin's task when the robot has one (so ``robotrl train`` can evaluate on it).
+
+    Raises:
+        DatasetExistsError: the id is taken (see :func:`write_dataset`).
+        DatasetFormatError: no episode has a step.
+    """
+    episodes = [to_episode(log, spec) for log in logs if log.steps]
+    if spec.gym_env_id:
+        from robotrl.envs import ensure_registered
+
+        ensure_registered()  # gymnasium-robotics ids (PointMaze, Fetch) are registered lazily
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (spec.observation.dim,), np.float32)
+    act_space = gym.spaces.Box(spec.action.low_array.astype(np.float32), spec.action.high_array.astype(np.float32),
+                               (spec.action.dim,), np.float32)
+    prov = {"source": "robotrl.real_robot", "robot": spec.name, "robot_spec": spec.to_dict(), **dict(provenance or {})}
+    return write_dataset(dataset_id, episodes, env=spec.gym_env_id, observation_space=obs_space, action_space=act_space,
+                         provenance=prov, root=root, overwrite=overwrite,
+                         description=f"episodes deployed on {spec.name} through the robotrl real-robot bridge")

@@ -1,0 +1,311 @@
+"""The safety supervisor: the only path from a requested action to the robot.
+
+Configured per robot (``configs/robot/<name>.yaml``, section ``safety``). For every
+request ``a`` (``(Da,)``, the robot's action units) it computes the applied action:
+
+1. NaN/inf guard: a non-finite request is refused; the robot holds (and, with
+   ``estop_on_nonfinite``, the e-stop latches).
+2. Latched e-stop: while latched every request becomes ``hold_action``; only
+   :meth:`SafetySupervisor.rearm` clears it (never a new command, never a timeout).
+3. Per-dimension admissible interval, the intersection of
+   * absolute bounds ``[low, high]``,
+   * maximum change per step ``|a_t - a_{t-1}| <= max_delta``,
+   * velocity limit ``|a_t - a_{t-1}| / dt <= max_velocity`` (``dt = 1 / rate_hz``, s),
+   * workspace box (see :class:`WorkspaceBox`).
+   These are hard limits; the request is clipped into the interval.
+4. Acceleration limit ``|v_t - v_{t-1}| / dt <= max_acceleration`` with
+   ``v_t = (a_t - a_{t-1}) / dt``: applied inside the hard interval; where the two
+   cannot both hold (the previous step was fast toward a bound) the hard interval wins
+   and the step is flagged ``accel_infeasible``.
+
+The watchdog (in :class:`~robotrl.real_robot.server.RobotServer`) calls :meth:`hold`
+when no fresh command arrives in time. Every decision is kept (requested vs applied,
+flags) in a bounded log and summarised in counters.
+
+Sources: SERL's Franka server clips targets to a bounding box and limits the step
+size; LeRobot's ``max_relative_target`` caps the change per step.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from robotrl.errors import ConfigError
+
+
+@dataclass
+class WorkspaceBox:
+    """A Cartesian box the robot must stay in (m).
+
+    Attributes:
+        source: ``"action"`` when the action components ``indices`` are Cartesian
+            position targets (they are clipped into the box), or ``"observation"`` when
+            the position is measured in the observation components ``indices`` and the
+            action components ``action_indices`` push along those axes (force/velocity
+            commands): a component that pushes further out of the box while the
+            measured position is at or beyond a face is set to the hold value.
+        indices: action or observation indices of the x, y(, z) coordinates.
+        action_indices: for ``source="observation"``, the action component per axis.
+        low, high: box corners in m.
+    """
+
+    source: str
+    indices: list[int]
+    low: list[float]
+    high: list[float]
+    action_indices: list[int] | None = None
+
+    def __post_init__(self):
+        if self.source not in ("action", "observation"):
+            raise ConfigError(f"safety.workspace.source must be 'action' or 'observation', got {self.source!r}")
+        n = len(self.indices)
+        if len(self.low) != n or len(self.high) != n:
+            raise ConfigError("safety.workspace: low, high and indices must have the same length")
+        if self.source == "observation" and (self.action_indices is None or len(self.action_indices) != n):
+            raise ConfigError("safety.workspace.source=observation needs action_indices, one per observation index")
+        if np.any(np.asarray(self.low) > np.asarray(self.high)):
+            raise ConfigError(f"safety.workspace: low {self.low} exceeds high {self.high}")
+
+
+@dataclass
+class SafetyConfig:
+    """Limits of one robot, in its action units (see :class:`~robotrl.real_robot.interface.RobotSpec`).
+
+    Attributes:
+        low, high: absolute bounds ``(Da,)``.
+        hold_action: the safe command ``(Da,)`` (e-stop, watchdog, refused requests).
+        rate_hz: control rate in Hz; ``dt = 1 / rate_hz`` s for velocity/acceleration.
+        max_delta: maximum change per step ``(Da,)`` or scalar; ``None`` = unlimited.
+        max_velocity: maximum ``|Δa| / dt`` (units/s); ``None`` = unlimited.
+        max_acceleration: maximum ``|Δv| / dt`` (units/s²); ``None`` = unlimited.
+        workspace: optional :class:`WorkspaceBox`.
+        watchdog_s: the robot holds when no command arrives for this many seconds;
+            default 1.5 control periods.
+        estop_on_nonfinite: latch the e-stop on a NaN/inf request.
+        hold_mode: ``"fixed"`` (hold = ``hold_action``: zero force/velocity robots; the
+            jump to it is the stop) or ``"last"`` (hold = the last applied action:
+            position-controlled robots stay where they are, no jump).
+        log_size: decisions kept in :attr:`SafetySupervisor.log`.
+    """
+
+    low: list[float]
+    high: list[float]
+    hold_action: list[float]
+    rate_hz: float
+    max_delta: list[float] | float | None = None
+    max_velocity: list[float] | float | None = None
+    max_acceleration: list[float] | float | None = None
+    workspace: WorkspaceBox | None = None
+    watchdog_s: float | None = None
+    estop_on_nonfinite: bool = True
+    log_size: int = 10000
+    hold_mode: str = "fixed"
+
+    def __post_init__(self):
+        n = len(self.low)
+        if len(self.high) != n or len(self.hold_action) != n:
+            raise ConfigError(f"safety: low, high and hold_action must all have Da={n} entries")
+        lo, hi, hold = (np.asarray(x, np.float64) for x in (self.low, self.high, self.hold_action))
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))) or np.any(lo > hi):
+            raise ConfigError(f"safety: bounds must be finite with low <= high, got low={self.low} high={self.high}")
+        if np.any(hold < lo) or np.any(hold > hi):
+            raise ConfigError(f"safety: hold_action {self.hold_action} lies outside [low, high]; fix the robot config")
+        if not self.rate_hz or self.rate_hz <= 0:
+            raise ConfigError(f"safety.rate_hz must be > 0 Hz, got {self.rate_hz}")
+        for name in ("max_delta", "max_velocity", "max_acceleration"):
+            v = getattr(self, name)
+            if v is not None and np.any(np.asarray(v, np.float64) <= 0):
+                raise ConfigError(f"safety.{name} must be > 0 (or null for no limit), got {v}")
+        if self.hold_mode not in ("fixed", "last"):
+            raise ConfigError(f"safety.hold_mode must be 'fixed' or 'last', got {self.hold_mode!r}")
+        if isinstance(self.workspace, dict):
+            self.workspace = WorkspaceBox(**self.workspace)
+        if self.watchdog_s is None:
+            self.watchdog_s = 1.5 / self.rate_hz
+        if self.watchdog_s <= 0:
+            raise ConfigError(f"safety.watchdog_s must be > 0 s, got {self.watchdog_s}")
+
+    @property
+    def dt(self) -> float:
+        return 1.0 / float(self.rate_hz)
+
+
+@dataclass
+class Decision:
+    """The supervisor's verdict on one request.
+
+    Attributes:
+        requested: the request ``(Da,)`` as received (may hold NaN).
+        applied: the float32 action ``(Da,)`` to send to the robot.
+        flags: reasons the two differ (``"nonfinite"``, ``"estop"``, ``"bounds"``,
+            ``"delta"``, ``"velocity"``, ``"acceleration"``, ``"accel_infeasible"``,
+            ``"workspace"``, ``"watchdog"``).
+    """
+
+    requested: np.ndarray
+    applied: np.ndarray
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.flags)
+
+
+def _vec(x, n: int) -> np.ndarray:
+    return np.full(n, np.inf) if x is None else np.broadcast_to(np.asarray(x, np.float64), (n,)).copy()
+
+
+def _inward(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 bounds inside ``[lo, hi]`` (rounded inward), so a float32 action obeys float64 limits."""
+    lo32, hi32 = lo.astype(np.float32), hi.astype(np.float32)
+    lo32 = np.where(lo32.astype(np.float64) < lo, np.nextafter(lo32, np.float32(np.inf)), lo32)
+    hi32 = np.where(hi32.astype(np.float64) > hi, np.nextafter(hi32, np.float32(-np.inf)), hi32)
+    return lo32, np.maximum(hi32, lo32)
+
+
+class SafetySupervisor:
+    """Stands in front of every ``send_action``; see the module doc for the rules.
+
+    Args:
+        config: the :class:`SafetyConfig` of the robot.
+
+    Attributes:
+        estopped: whether the e-stop is latched.
+        counters: number of decisions per flag, plus ``"requests"``.
+        log: the last ``log_size`` :class:`Decision` objects.
+    """
+
+    def __init__(self, config: SafetyConfig):
+        self.config = config
+        n = len(config.low)
+        self.da = n
+        self._lo, self._hi = np.asarray(config.low, np.float64), np.asarray(config.high, np.float64)
+        self._hold = np.asarray(config.hold_action, np.float32).astype(np.float64)
+        self._dmax = np.minimum(_vec(config.max_delta, n), _vec(config.max_velocity, n) * config.dt)
+        self._amax = _vec(config.max_acceleration, n)
+        self.estopped = False
+        self.counters: collections.Counter = collections.Counter()
+        self.log: collections.deque[Decision] = collections.deque(maxlen=config.log_size)
+        self._prev = self._hold.copy()
+        self._prev_v = np.zeros(n)
+
+    @property
+    def last_applied(self) -> np.ndarray:
+        return self._prev.astype(np.float32)
+
+    def _hold_target(self) -> np.ndarray:
+        return self._prev.copy() if self.config.hold_mode == "last" else self._hold.copy()
+
+    def estop(self) -> None:
+        """Latch the software e-stop: every later request is replaced by the hold action."""
+        self.estopped = True
+        self.counters["estop_latched"] += 1
+
+    def rearm(self) -> None:
+        """Clear a latched e-stop (an explicit operator action). The next step starts from hold."""
+        if self.estopped:
+            self._prev, self._prev_v = self._hold_target(), np.zeros(self.da)
+        self.estopped = False
+        self.counters["rearm"] += 1
+
+    def hold(self, reason: str = "watchdog") -> Decision:
+        """The hold action as a decision (watchdog, shadow mode); resets the motion history."""
+        self._prev, self._prev_v = self._hold_target(), np.zeros(self.da)
+        d = Decision(np.full(self.da, np.nan), self._prev.astype(np.float32), [reason])
+        self._record(d)
+        return d
+
+    def _record(self, d: Decision) -> None:
+        self.counters["requests"] += 1
+        for f in d.flags:
+            self.counters[f] += 1
+        self.log.append(d)
+
+    def interval(self, observation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The hard admissible interval ``(lo, hi)`` per dimension for the next step."""
+        lo = np.maximum(self._lo, self._prev - self._dmax)
+        hi = np.minimum(self._hi, self._prev + self._dmax)
+        ws = self.config.workspace
+        if ws is not None and ws.source == "action":
+            lo[ws.indices] = np.maximum(lo[ws.indices], ws.low)
+            hi[ws.indices] = np.minimum(hi[ws.indices], ws.high)
+        bad = lo > hi  # only when the previous action lies outside a limit: go to the nearest admissible point
+        if np.any(bad):
+            mid = np.clip(self._prev, self._lo, self._hi)
+            lo[bad] = hi[bad] = mid[bad]
+        return lo, hi
+
+    def filter(self, requested: np.ndarray, observation: np.ndarray | None = None) -> Decision:
+        """Turn a request ``(Da,)`` into the action to apply.
+
+        Args:
+            requested: the request in action units.
+            observation: the latest ``(Do,)`` state, needed by an ``observation`` workspace.
+
+        Raises:
+            ValueError: ``requested`` does not have ``Da`` entries (the message gives both).
+        """
+        req = np.asarray(requested, np.float64).reshape(-1)
+        if req.shape[0] != self.da:
+            raise ValueError(f"action has {req.shape[0]} entries, this robot takes Da={self.da}")
+        if not np.all(np.isfinite(req)):
+            if self.config.estop_on_nonfinite:
+                self.estop()
+            self._prev, self._prev_v = self._hold_target(), np.zeros(self.da)
+            d = Decision(req, self._prev.astype(np.float32), ["nonfinite"])
+            self._record(d)
+            return d
+        if self.estopped:
+            self._prev, self._prev_v = self._hold_target(), np.zeros(self.da)
+            d = Decision(req, self._prev.astype(np.float32), ["estop"])
+            self._record(d)
+            return d
+        flags: list[str] = []
+        if np.any(req < self._lo) or np.any(req > self._hi):
+            flags.append("bounds")
+        if np.any(np.abs(req - self._prev) > self._dmax):
+            flags.append("delta")
+        lo, hi = self.interval(observation)
+        a = np.clip(req, lo, hi)
+        if "bounds" not in flags and "delta" not in flags and np.any(a != req):
+            flags.append("workspace")
+        dt = self.config.dt
+        if np.any(np.isfinite(self._amax)):
+            v = (a - self._prev) / dt
+            vlo, vhi = self._prev_v - self._amax * dt, self._prev_v + self._amax * dt
+            if np.any(v < vlo) or np.any(v > vhi):
+                flags.append("acceleration")
+                a_acc = self._prev + np.clip(v, vlo, vhi) * dt
+                a_new = np.clip(a_acc, lo, hi)
+                if np.any(a_new != a_acc):
+                    flags.append("accel_infeasible")
+                a = a_new
+        a = self._workspace_obs(a, observation, flags)
+        lo32, hi32 = _inward(lo, hi)
+        out = np.clip(a, lo32, hi32).astype(np.float32)  # float32 rounding never leaves the hard interval
+        applied = out.astype(np.float64)
+        self._prev_v = (applied - self._prev) / dt
+        self._prev = applied
+        d = Decision(req, out, flags)
+        self._record(d)
+        return d
+
+    def _workspace_obs(self, a: np.ndarray, obs: np.ndarray | None, flags: list[str]) -> np.ndarray:
+        ws = self.config.workspace
+        if ws is None or ws.source != "observation":
+            return a
+        if obs is None:
+            raise ValueError("safety.workspace.source=observation needs the current observation in filter()")
+        pos = np.asarray(obs, np.float64)[ws.indices]
+        a = a.copy()
+        for p, lo, hi, j in zip(pos, ws.low, ws.high, ws.action_indices):
+            out_low = p <= lo and a[j] < self._hold[j]
+            out_high = p >= hi and a[j] > self._hold[j]
+            if out_low or out_high:
+                a[j] = self._hold[j]
+                if "workspace" not in flags:
+                    flags.append("workspace")
+        return a

@@ -1,0 +1,253 @@
+"""A MuJoCo twin: one of robotrl's MuJoCo tasks behind the :class:`Robot` interface.
+
+The twin runs a task made by :func:`robotrl.envs.make_env` (e.g. ``pointmaze-umaze``:
+``Do = 8`` = achieved goal x, y (m), desired goal x, y (m), ball x, y (m) and
+vx, vy (m/s); ``Da = 2`` force commands in ``[-1, 1]``) in wall-clock real time: each
+:meth:`MuJoCoTwin.send_action` advances the simulation by one env step of ``dt`` s
+(PointMaze: 0.01 s, 100 Hz) and never lets simulated time run ahead of the wall clock,
+like a robot whose controller executes a command per period. While held (watchdog,
+e-stop) a background thread keeps stepping the physics with the hold action in real time.
+
+Faults for testing the bridge (:class:`FaultInjection`): extra latency and jitter per
+call (s), dropped commands (the command is lost; the previous one stays applied, as a
+lost packet would leave it), and a simulated crash after a number of steps (every call
+then raises :class:`RobotConnectionError`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from robotrl.real_robot.interface import ArraySpec, Observation, RobotConnectionError, RobotSpec
+
+_UNITS = {  # per-task names and SI units of the flat observation and the action
+    "pointmaze": (["achieved_x", "achieved_y", "goal_x", "goal_y", "x", "y", "vx", "vy"],
+                  ["m", "m", "m", "m", "m", "m", "m/s", "m/s"], ["fx", "fy"], ["1", "1"]),
+}
+
+
+@dataclass
+class FaultInjection:
+    """Faults the twin injects.
+
+    Attributes:
+        latency_s: added delay per call (s).
+        jitter_s: extra uniform random delay in ``[0, jitter_s]`` per call (s).
+        drop_prob: probability that a command is lost (the previous command stays).
+        crash_after_steps: after this many ``send_action`` calls every call raises
+            :class:`RobotConnectionError` (``None``: never).
+        seed: RNG seed of the faults.
+    """
+
+    latency_s: float = 0.0
+    jitter_s: float = 0.0
+    drop_prob: float = 0.0
+    crash_after_steps: int | None = None
+    seed: int = 0
+
+
+class MuJoCoTwin:
+    """A simulated robot running robotrl task ``task`` in real time.
+
+    Args:
+        task: robotrl env name (``"pointmaze-umaze"``, ``"hopper"``, ``"fetch-push"``...).
+        realtime: pace the simulation to the wall clock (False for fast tests/benchmarks).
+        faults: optional :class:`FaultInjection`.
+        max_episode_steps: override the task's time limit (steps).
+        env_kwargs: extra ``gymnasium.make`` kwargs.
+
+    Raises:
+        ConfigError: unknown task (from :func:`robotrl.envs.make_env`).
+        RobotConnectionError: a call while disconnected, or after the simulated crash.
+    """
+
+    def __init__(self, task: str = "pointmaze-umaze", *, realtime: bool = True, faults: FaultInjection | dict | None = None,
+                 max_episode_steps: int | None = None, env_kwargs: dict | None = None):
+        from robotrl.envs import env_info
+
+        self.task, self.realtime = task, bool(realtime)
+        self.faults = FaultInjection(**faults) if isinstance(faults, dict) else (faults or FaultInjection())
+        self._max_steps, self._env_kwargs = max_episode_steps, dict(env_kwargs or {})
+        info = env_info(task, env_kwargs=self._env_kwargs)
+        self._info = info
+        self._dt_s = self._probe_dt(task, self._env_kwargs)
+        self._env = None
+        self._lock = threading.RLock()
+        self._rng = np.random.default_rng(self.faults.seed)
+        self._steps = 0
+        self._held = threading.Event()
+        self._hold_thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._applied = np.asarray(self.spec().hold_action, np.float32)
+        self._obs = None
+
+    # ---- spec (no connection needed) -------------------------------------------------
+    def spec(self) -> RobotSpec:
+        """The twin's :class:`RobotSpec`; ``control_rate_hz = 1 / dt`` of the task."""
+        if getattr(self, "_spec", None) is not None:
+            return self._spec
+        info = self._info
+        family = (info.family or "").split("-")[0]
+        names = _UNITS.get(family)
+        if names and len(names[0]) == info.obs_dim and len(names[2]) == info.action_dim:
+            obs = ArraySpec(tuple(names[0]), tuple(names[1]), (-np.inf,) * info.obs_dim, (np.inf,) * info.obs_dim)
+            act = ArraySpec(tuple(names[2]), tuple(names[3]), tuple(map(float, info.action_low)), tuple(map(float, info.action_high)))
+        else:
+            obs = ArraySpec.unnamed("obs", info.obs_dim)
+            act = ArraySpec.unnamed("act", info.action_dim, "1", info.action_low, info.action_high)
+        hold = np.clip(np.zeros(info.action_dim), info.action_low, info.action_high)
+        self._spec = RobotSpec(f"sim:{self.task}", obs, act, 1.0 / self._dt_s, tuple(map(float, hold)), gym_env_id=info.gym_id,
+                         episodic=True, extra={"max_episode_steps": self._max_steps or info.max_episode_steps})
+        return self._spec
+
+    @staticmethod
+    def _probe_dt(task: str, env_kwargs: dict) -> float:
+        from robotrl.envs import make_env
+
+        probe = make_env(task, env_kwargs=env_kwargs)
+        try:
+            u = probe.unwrapped
+            return float(getattr(u, "dt", None) or u.point_env.dt)
+        finally:
+            probe.close()
+
+    # ---- connection ---------------------------------------------------------------------
+    @property
+    def is_connected(self) -> bool:
+        return self._env is not None
+
+    def connect(self) -> None:
+        """Make the env and reset it (seed 0)."""
+        from robotrl.envs import make_env
+
+        if self._env is None:
+            self._env = make_env(self.task, max_episode_steps=self._max_steps, env_kwargs=self._env_kwargs)
+            self._closing.clear()
+            self.reset(seed=0)
+
+    def disconnect(self) -> None:
+        """Stop the hold thread and close the env (idempotent)."""
+        self._closing.set()
+        self._held.clear()
+        if self._hold_thread is not None:
+            self._hold_thread.join(timeout=2.0)
+            self._hold_thread = None
+        with self._lock:
+            if self._env is not None:
+                self._env.close()
+                self._env = None
+
+    def __enter__(self) -> MuJoCoTwin:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.disconnect()
+
+    # ---- I/O ------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._env is None:
+            raise RobotConnectionError(f"{self.spec().name} is not connected; call connect() or use it as a context manager")
+        f = self.faults
+        if f.crash_after_steps is not None and self._steps >= f.crash_after_steps:
+            raise RobotConnectionError(f"sim:{self.task} crashed (simulated crash after {f.crash_after_steps} steps)")
+
+    def _delay(self) -> None:
+        d = self.faults.latency_s + (self._rng.uniform(0, self.faults.jitter_s) if self.faults.jitter_s > 0 else 0.0)
+        if d > 0:
+            time.sleep(d)
+
+    def reset(self, seed: int | None = None) -> Observation:
+        """Reset the task (seed as in :func:`robotrl.evaluation.evaluate`) and the real-time clock.
+
+        The new episode starts at rest and its clock starts with the first command (a
+        hold in progress ends: nothing moves until then), so an episode run over the
+        bridge matches the same episode run in-process step for step.
+        """
+        self._check()
+        self._held.clear()
+        with self._lock:
+            obs, info = self._env.reset(seed=seed)
+            self._obs = Observation(np.asarray(obs, np.float32), time.time(), 0.0, False, False, bool(info.get("success", False)))
+            self._origin, self._sim_t = time.monotonic(), 0.0
+            return self._obs
+
+    def get_observation(self) -> Observation:
+        """The latest observation (float32 ``(Do,)``)."""
+        self._check()
+        self._delay()
+        with self._lock:
+            return self._obs
+
+    def _pace(self) -> None:
+        """Real time: the simulation may lead the wall clock by at most one step (``dt`` s)."""
+        if not self.realtime:
+            return
+        now = time.monotonic()
+        lead = (self._sim_t - (now - self._origin)) - self._dt_s
+        if lead > 0:
+            time.sleep(lead)
+        elif lead < -5 * self._dt_s:  # fell behind (a stall): re-anchor instead of rushing to catch up
+            self._origin = now - self._sim_t
+
+    def _step(self, action: np.ndarray) -> None:
+        obs, r, term, trunc, info = self._env.step(action)
+        self._sim_t += self._dt_s
+        succ = bool(info.get("success", info.get("is_success", False)))
+        self._obs = Observation(np.asarray(obs, np.float32), time.time(), float(r), bool(term), bool(trunc), succ)
+
+    def send_action(self, action: np.ndarray) -> np.ndarray:
+        """Apply ``action (Da,)`` for one step (``dt`` s); returns the action applied.
+
+        A dropped command (fault injection) leaves the previous action applied and
+        returns that one. Raises :class:`RobotConnectionError` when disconnected/crashed.
+        """
+        self._check()
+        self._delay()
+        was_held = self._held.is_set()
+        self._held.clear()
+        if was_held:  # a command stream (re)starts: re-anchor the real-time clock
+            with self._lock:
+                self._origin = time.monotonic() - self._sim_t
+        a = np.clip(np.asarray(action, np.float32).reshape(-1), self._info.action_low, self._info.action_high).astype(np.float32)
+        if self.faults.drop_prob > 0 and self._rng.random() < self.faults.drop_prob:
+            a = self._applied
+        self._pace()
+        with self._lock:
+            self._steps += 1
+            self._step(a)
+            self._applied = a
+        return a.copy()
+
+    def hold(self) -> np.ndarray:
+        """Enter the safe hold: the physics keeps running in real time with the hold action."""
+        self._check()
+        hold = self._hold_a = np.asarray(self.spec().hold_action, np.float32)
+        with self._lock:
+            self._applied = hold
+        if not self._held.is_set():
+            self._held.set()
+            if self._hold_thread is None or not self._hold_thread.is_alive():
+                self._hold_thread = threading.Thread(target=self._hold_loop, name="twin-hold", daemon=True)
+                self._hold_thread.start()
+        return hold.copy()
+
+    @property
+    def held(self) -> bool:
+        """Whether the twin is in safe hold."""
+        return self._held.is_set()
+
+    def _hold_loop(self) -> None:
+        while self._held.is_set() and not self._closing.is_set():
+            self._pace()
+            with self._lock:
+                if not self._held.is_set() or self._env is None:
+                    break
+                if not (self._obs.terminated or self._obs.truncated):
+                    self._step(self._hold_a)
+            if not self.realtime:
+                time.sleep(self._dt_s)

@@ -1,0 +1,114 @@
+"""Bridge messages: msgpack round trip, HMAC, replay/stale/size checks, and a fuzz test of the decoder."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from robotrl.errors import ConfigError
+from robotrl.real_robot.interface import ProtocolError
+from robotrl.real_robot.protocol import Authenticator, Limits, decode, encode, load_key, mac, write_key_file
+
+KEY = bytes(range(32))
+
+
+def test_round_trip_keeps_arrays_exact_and_never_pickles():
+    a, b = Authenticator(KEY, peer="client"), Authenticator(KEY, peer="server")
+    x = np.array([1.5, -2.25, np.float32(1e-7)], np.float32)
+    frames, seq = a.seal("step", {"action": x, "deadline": None, "n": np.int64(3)})
+    assert b"pickle" not in frames[0] and b"\x80\x04" not in frames[0][:2]
+    msg = b.open(frames)
+    assert msg["type"] == "step" and msg["seq"] == seq and msg["peer"] == "client"
+    assert msg["body"]["action"].dtype == np.float32 and np.array_equal(msg["body"]["action"], x)
+    with pytest.raises(ProtocolError, match="cannot send"):
+        encode({"obj": object()})
+    with pytest.raises(ProtocolError, match="dtype"):
+        encode({"x": np.array(["a"])})
+
+
+def test_rejections_are_classified_and_counted():
+    a, b = Authenticator(KEY, peer="c"), Authenticator(KEY, peer="s", limits=Limits(max_bytes=512, max_skew_s=1.0))
+    frames, _ = a.seal("status")
+    b.open(frames)
+    with pytest.raises(ProtocolError, match="replayed"):
+        b.open(frames)  # the same message again
+    with pytest.raises(ProtocolError, match="unauthenticated"):
+        b.open(Authenticator(os.urandom(32), peer="c").seal("status")[0])  # another key
+    forged = [frames[0][:-1] + b"\x01", frames[1]]
+    with pytest.raises(ProtocolError, match="unauthenticated"):
+        b.open(forged)
+    with pytest.raises(ProtocolError, match="oversized"):
+        b.open(Authenticator(KEY, peer="c", limits=Limits(max_bytes=10**6)).seal("step", {"x": np.zeros(500)})[0])
+    with pytest.raises(ProtocolError, match="malformed"):
+        b.open([frames[0]])
+    junk = b"\xc1\xc1"
+    with pytest.raises(ProtocolError, match="malformed"):
+        b.open([junk, mac(KEY, junk)])
+    old = encode({"v": 1, "type": "step", "seq": 99, "ts": time.time() - 60, "peer": "c", "body": {}})
+    with pytest.raises(ProtocolError, match="stale"):
+        b.open([old, mac(KEY, old)])
+    assert dict(b.rejected) == {"replayed": 1, "unauthenticated": 2, "oversized": 1, "malformed": 2, "stale": 1}
+    assert b.accepted == 1
+
+
+def test_key_loading_explains_problems(tmp_path, monkeypatch):
+    p = write_key_file(tmp_path / "robot.key")
+    assert oct(p.stat().st_mode & 0o777) == "0o600" and len(load_key(p)) == 32
+    with pytest.raises(FileExistsError):
+        write_key_file(p)
+    p.chmod(0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        load_key(p)
+    monkeypatch.setenv("ROBOTRL_ROBOT_KEY", "abcd")
+    with pytest.raises(ConfigError, match="at least 16"):
+        load_key(None)
+    monkeypatch.delenv("ROBOTRL_ROBOT_KEY")
+    with pytest.raises(ConfigError, match="no bridge key"):
+        load_key(None)
+    with pytest.raises(ConfigError, match="16 bytes"):
+        Authenticator(b"short")
+
+
+# ---- fuzzing ---------------------------------------------------------------------------
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=20),
+                  st.binary(max_size=40))
+_tree = st.recursive(_leaf, lambda c: st.one_of(st.lists(c, max_size=5), st.dictionaries(st.text(max_size=8), c, max_size=5)),
+                     max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=300))
+def test_fuzz_random_bytes_only_ever_raise_protocol_error(data):
+    try:
+        msg = decode(data)
+    except ProtocolError:
+        return
+    assert isinstance(msg, dict) and set(msg) >= {"v", "type", "seq", "ts", "peer", "body"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(_tree, st.binary(max_size=60), st.integers(0, 255))
+def test_fuzz_authenticated_structures_and_arrays(tree, ext_data, code):
+    """Even with a valid MAC, arbitrary msgpack (and arbitrary extension payloads) is rejected cleanly."""
+    b = Authenticator(KEY, peer="s")
+    for obj in (tree, {"v": 1, "type": "step", "seq": 1, "ts": time.time(), "peer": "p", "body": tree},
+                {"v": 1, "type": "step", "seq": 2, "ts": time.time(), "peer": "p",
+                 "body": {"action": msgpack.ExtType(code % 128, ext_data)}}):
+        try:
+            payload = msgpack.packb(obj, use_bin_type=True)
+        except (OverflowError, ValueError):
+            continue
+        try:
+            msg = b.open([payload, mac(KEY, payload)])
+        except ProtocolError as exc:
+            assert exc.reason in ("malformed", "oversized")
+            continue
+        assert isinstance(msg["body"], dict)
+        action = msg["body"].get("action")
+        assert action is None or isinstance(action, (np.ndarray, dict, list, str, bytes, int, float, bool))
