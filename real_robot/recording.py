@@ -80,7 +80,15 @@ def record_dataset(dataset_id: str, logs: list[EpisodeLog], spec: RobotSpec, *, 
     obs_space = gym.spaces.Box(-np.inf, np.inf, (spec.observation.dim,), np.float32)
     act_space = gym.spaces.Box(spec.action.low_array.astype(np.float32), spec.action.high_array.astype(np.float32),
                                (spec.action.dim,), np.float32)
+    layout = None
+    if spec.gym_env_id:
+        from robotrl.data.spaces import layout_for_space
+        from robotrl.envs import env_info
+
+        layout = layout_for_space(env_info(spec.gym_env_id).observation_space)  # Dict twin: record its key order
+        if layout is not None and layout.size != spec.observation.dim:
+            layout = None
     prov = {"source": "robotrl.real_robot", "robot": spec.name, "robot_spec": spec.to_dict(), **dict(provenance or {})}
     return write_dataset(dataset_id, episodes, env=spec.gym_env_id, observation_space=obs_space, action_space=act_space,
-                         provenance=prov, root=root, overwrite=overwrite,
+                         provenance=prov, obs_layout=layout, root=root, overwrite=overwrite,
                          description=f"episodes deployed on {spec.name} through the robotrl real-robot bridge")

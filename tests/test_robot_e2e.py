@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
+from robotrl.data import load_dataset
 from robotrl.envs import make_env
 from robotrl.evaluation import evaluate
 from robotrl.experiment import build_trainer
@@ -73,3 +74,15 @@ def test_deploy_over_the_bridge_matches_in_process_evaluation_and_records_minari
         # the applied actions are exactly what the policy computed from the recorded observations
         np.testing.assert_allclose(ep.actions[live], act(policy, ep.observations[:-1][live]), rtol=0, atol=1e-5)
     assert faithful >= 0.9 * EPISODES * ref["length_mean"]
+
+    # the offline-to-online loop on hardware: `robotrl train` fine-tunes from the robot's own data
+    data = load_dataset("robot/pointmaze/e2e-v0")
+    assert data.obs_layout is not None and data.obs_layout.keys == ("achieved_goal", "desired_goal", "observation")
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[
+            "dataset.id=robot/pointmaze/e2e-v0", "dataset.generate=false",
+            "trainer.offline_steps=50", "trainer.eval_every=100000", "trainer.checkpoint_every=100000",
+            "trainer.eval_episodes=1", "trainer.eval_envs=1", "trainer.progress=false", "device=cpu"])
+    summary = build_trainer(cfg, tmp_path / "from_robot").fit()
+    assert summary["gradient_updates"] == 50 and np.isfinite(summary["final_return"])
+

@@ -229,6 +229,12 @@ def load_dataset(
         success=np.concatenate(succ) if has_success and succ else None,
         metadata=dict(storage.metadata),
     )
+    if layout is None and data.metadata.get("robotrl_obs_layout"):
+        # stored flat, but the flattening of a Dict env space (e.g. a robot recording)
+        data.obs_layout = FlatLayout.from_json(data.metadata["robotrl_obs_layout"])
+        if data.obs_layout.size != data.obs_dim:
+            raise DatasetFormatError(f"dataset at {path} records an observation layout of size {data.obs_layout.size} "
+                                     f"but stores Do={data.obs_dim}; the metadata is damaged")
     if check_finite:
         for name in ("observations", "actions", "rewards", "next_observations"):
             arr = getattr(data, name)

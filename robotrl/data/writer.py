@@ -30,6 +30,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from robotrl.data.spaces import FlatLayout
 from robotrl.errors import DatasetExistsError, DatasetFormatError
 
 __all__ = ["Episode", "write_dataset", "datasets_root", "dataset_dir"]
@@ -173,6 +174,7 @@ def write_dataset(
     author_email: str = "robotrl@localhost",
     code_permalink: str = "https://github.com/robotrl/robotrl",
     provenance: Mapping[str, Any] | None = None,
+    obs_layout: FlatLayout | None = None,
     data_format: str = "hdf5",
     root: str | os.PathLike | None = None,
     overwrite: bool = False,
@@ -190,6 +192,10 @@ def write_dataset(
             random and of an expert policy on ``eval_env``); both or neither.
         provenance: free-form facts (recipe, policy, noise, seeds, versions) stored as
             JSON under the metadata key ``robotrl_provenance``.
+        obs_layout: for observations stored already flat (``Box(Do)``) that are the
+            flattening of a ``Dict`` env space (robot recordings of a goal-conditioned
+            twin): its :class:`~robotrl.data.spaces.FlatLayout`, stored as
+            ``robotrl_obs_layout`` so the data is recognised as that env's.
         data_format: ``"hdf5"`` (fast to create) or ``"arrow"``.
         root: dataset directory root; default Minari's (``$MINARI_DATASETS_PATH``).
         overwrite: replace an existing dataset of that id (the old one is removed only
@@ -269,6 +275,8 @@ def write_dataset(
             **dict(provenance or {}),
         }
         meta["robotrl_provenance"] = json.dumps(prov, default=str, sort_keys=True)
+        if obs_layout is not None:
+            meta["robotrl_obs_layout"] = obs_layout.to_json()
         storage.update_metadata(meta)
         storage.update_episodes([_to_buffer(i, ep, observation_space, action_space, data_format) for i, ep in enumerate(episodes)])
         size_mb = sum(f.stat().st_size for f in (tmp / "data").rglob("*") if f.is_file()) / 2**20
