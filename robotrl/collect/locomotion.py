@@ -170,6 +170,10 @@ def train_policy(
     kwargs["n_steps"] = int(min(kwargs["n_steps"], max(16, train_steps // n_envs)))
     kwargs["batch_size"] = int(min(kwargs["batch_size"], kwargs["n_steps"] * n_envs))
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **kwargs)
+    # SB3's default logger creates an empty /tmp/SB3-<date> folder per run; log nowhere instead
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
     every = max(1, train_steps // n_checkpoints)
     checkpoints: list[dict] = []
     bar = progress_bar(train_steps, f"train PPO {env_id}", progress)
