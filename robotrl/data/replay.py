@@ -138,21 +138,24 @@ class ReplayBuffer:
         self.observations[slots], self.next_observations[slots], self.actions[slots] = obs, nobs, act
         self.rewards[slots], self.terminated[slots], self.truncated[slots] = rew, term, trunc
         self.mc_returns[slots] = -np.inf
-        for row, e in enumerate(env_ids):
-            s = slots[row]
-            if self._open_episode[e] < 0:
-                self._open_episode[e] = self._next_episode
-                self._next_episode += 1
-                self._open_last[e] = _NO_LINK
-            self.episode_id[s] = self._open_episode[e]
-            last = self._open_last[e]
-            if last >= 0 and last != s and self.episode_id[last] == self._open_episode[e]:
-                self.prev_idx[s], self.next_idx[last] = last, s
-            self._open_last[e] = s
-            if term[row] or trunc[row]:
-                self._close_episode(s)
-                self._open_episode[e] = -1
-                self._open_last[e] = _NO_LINK
+        # vectorised linking (one row per env): claimed slots already carry episode_id -1, so a
+        # predecessor overwritten by this very claim is never linked
+        fresh = self._open_episode[env_ids] < 0
+        self._open_episode[env_ids[fresh]] = self._next_episode + np.arange(int(fresh.sum()))
+        self._next_episode += int(fresh.sum())
+        self._open_last[env_ids[fresh]] = _NO_LINK
+        ep = self._open_episode[env_ids]
+        last = self._open_last[env_ids]
+        ok = (last >= 0) & (last != slots)
+        ok[ok] = self.episode_id[last[ok]] == ep[ok]
+        self.prev_idx[slots[ok]] = last[ok]
+        self.next_idx[last[ok]] = slots[ok]
+        self.episode_id[slots] = ep
+        self._open_last[env_ids] = slots
+        for row in np.flatnonzero(term | trunc):
+            self._close_episode(int(slots[row]))
+            self._open_episode[env_ids[row]] = -1
+            self._open_last[env_ids[row]] = _NO_LINK
 
     def end_open_episodes(self) -> None:
         """Forget the episodes still open in each env (e.g. after a resume: the envs restart).
