@@ -67,9 +67,11 @@ def evaluate(
         has_success = False
         while active.any():
             ids = np.flatnonzero(active)
-            actions = np.asarray(policy(np.stack([obs[i] for i in ids])))
-            for j, i in enumerate(ids):
-                obs[i], r, term, trunc, info = envs[i].step(actions[j])
+            # the whole batch every step (finished envs keep their last observation), so row i is
+            # always env i: chunked policies keep per-env queues aligned
+            actions = np.asarray(policy(np.stack(obs)))
+            for i in ids:
+                obs[i], r, term, trunc, info = envs[i].step(actions[i])
                 ep_ret[i] += float(r)
                 ep_len[i] += 1
                 if "success" in info or "is_success" in info:
