@@ -1,0 +1,243 @@
+"""DPPO: PPO over the denoising MDP of a pretrained diffusion policy.
+
+Ren et al. 2024, "Diffusion Policy Policy Optimization" (irom-princeton/dppo
+``agent/finetune/train_ppo_diffusion_agent.py``, ``model/diffusion/diffusion_ppo.py``).
+Symbols: ``T`` chunk steps per env per iteration, ``N`` envs, ``S`` valid env steps of a
+rollout, ``K`` denoising steps, ``n`` chain length (``K`` for DDPM, ``ddim_steps`` for
+DDIM), ``K'`` fine-tuned steps, ``M`` minibatch of (env step, denoising step) pairs,
+``To``/``Do``, ``Ta``/``Te``/``Da`` as in :mod:`robotrl.agents.diffusion`.
+
+Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
+
+1. Rollout: each chunk is sampled with σ = max(σ_k, ``min_sampling_std``), noise clipped
+   to ±``eps_clip``, noise at the last step too (DDIM: η = 1); the last ``K'+1`` latents
+   ``(N, K'+1, Ta, Da)`` are stored; the first ``Te`` actions are executed, rewards summed.
+2. Rewards scaled by the running std of the discounted return; GAE over chunk steps
+   bootstrapping unless terminated (:func:`robotrl.onpolicy.compute_gae`); ``V(s)`` on
+   the observation history only.
+3. Old log-probs of every pair with σ = max(σ_k, ``min_logprob_std``), element-wise
+   clamped to ``[-5, 2]``, averaged over the executed ``Te×Da`` entries.
+4. Epochs of minibatches over ``S·K'`` pairs: advantages normalised per minibatch, then
+   multiplied by ``γ_denoise^(K'−1−i)``; clip ``ε_i`` from :func:`clip_schedule`;
+   value loss ``0.5·MSE``; actor frozen for ``critic_warmup_iters`` iterations; early
+   stop when approx KL > ``target_kl``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from robotrl.agents.diffusion.sampling import chain_timesteps, sample_chain, step_mean_std
+from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule, denoising_discount
+from robotrl.agents.dppo.policy import DPPOPolicy
+from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
+from robotrl.agents.ppo.networks import ValueNet
+from robotrl.checkpoint import load_checkpoint
+from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import CheckpointError
+from robotrl.onpolicy import Rollout, compute_gae
+
+_ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoising_steps", "denoiser", "denoiser_kwargs")
+
+
+class DPPOAgent:
+    """Diffusion Policy Policy Optimization.
+
+    Args:
+        obs_dim, action_dim, obs_normalizer, action_scaler: as for every agent.
+        obs_horizon, action_horizon, act_steps, denoising_steps, denoiser, denoiser_kwargs,
+            obs_clip, x0_clip: the diffusion policy (must match the pretrained checkpoint).
+        ft_denoising_steps: ``K'``.
+        use_ddim, ddim_steps: fine-tune a DDIM chain (η = 1 while fine-tuning, 0 in evaluation).
+        min_sampling_std, min_logprob_std: exploration / log-prob std floors (0.1, 0.1).
+        eps_clip: clip of the sampling noise (3).
+        logprob_min, logprob_max: element-wise log-prob clamp (−5, 2).
+        gamma, gae_lambda, gamma_denoising: discounts (per chunk step) and GAE λ.
+        clip, clip_base, clip_rate: clip schedule (ε of the final step, ε_base, growth rate 3).
+        actor_lr, critic_lr, critic_hidden, critic_act: optimisers and value net.
+        n_epochs, batch_size: epochs and minibatch size in pairs ``M``.
+        target_kl: early-stop threshold on approx KL (``None``: off).
+        vf_coef, max_grad_norm, critic_warmup_iters, reward_scaling: as named.
+        device, seed: torch device; seed of sampling noise and minibatch order.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
+                 action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,
+                 denoising_steps: int = 20, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
+                 obs_clip: float | None = 10.0, x0_clip: float | None = 1.0, ft_denoising_steps: int = 10,
+                 use_ddim: bool = False, ddim_steps: int = 10, min_sampling_std: float = 0.1,
+                 min_logprob_std: float = 0.1, eps_clip: float = 3.0, logprob_min: float = -5.0,
+                 logprob_max: float = 2.0, gamma: float = 0.99, gae_lambda: float = 0.95,
+                 gamma_denoising: float = 0.99, clip: float = 0.01, clip_base: float = 0.001, clip_rate: float = 3.0,
+                 actor_lr: float = 1e-4, critic_lr: float = 1e-3, critic_hidden=(256, 256, 256),
+                 critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000,
+                 target_kl: float | None = 1.0, vf_coef: float = 0.5, max_grad_norm: float | None = None,
+                 critic_warmup_iters: int = 0, reward_scaling: bool = True,
+                 device: str | torch.device = "cpu", seed: int = 0):
+        self.device = torch.device(device)
+        self.sampler = "ddim" if use_ddim else "ddpm"
+        self.policy = DPPOPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
+                                 act_steps=act_steps, denoising_steps=denoising_steps, denoiser=denoiser,
+                                 denoiser_kwargs=denoiser_kwargs, sampler=self.sampler, ddim_steps=ddim_steps,
+                                 obs_clip=obs_clip, x0_clip=x0_clip, eps_clip=eps_clip,
+                                 ft_denoising_steps=ft_denoising_steps)
+        self.policy.set_normalizers(obs_normalizer, action_scaler)
+        self.policy.to(self.device).eval()
+        self.critic = ValueNet(obs_horizon * obs_dim, critic_hidden, critic_act).to(self.device)
+        self.actor_opt = torch.optim.Adam(self.policy.denoiser_ft.parameters(), lr=actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr)
+        self.Kp = self.policy.ft_steps
+        ks, ks_prev = chain_timesteps(denoising_steps, self.sampler, ddim_steps)
+        n = len(ks)
+        self.ft_k, self.ft_k_prev = ks[n - self.Kp:].to(self.device), ks_prev[n - self.Kp:].to(self.device)
+        self.clip_i = clip_schedule(self.Kp, clip, clip_base, clip_rate).to(self.device)
+        self.discount_i = denoising_discount(self.Kp, gamma_denoising).to(self.device)
+        self.min_sampling_std, self.min_logprob_std = float(min_sampling_std), float(min_logprob_std)
+        self.logprob_clamp = (float(logprob_min), float(logprob_max))
+        self.gamma, self.gae_lambda = float(gamma), float(gae_lambda)
+        self.n_epochs, self.batch_size, self.target_kl = int(n_epochs), int(batch_size), target_kl
+        self.vf_coef, self.max_grad_norm = float(vf_coef), max_grad_norm
+        self.critic_warmup_iters, self.reward_scaling = int(critic_warmup_iters), bool(reward_scaling)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    # ------------------------------------------------------------------ warm start
+    def load_pretrained(self, path: str) -> None:
+        """Initialise from a diffusion-BC checkpoint (EMA denoiser → frozen and fine-tuned copies,
+        normalisers) or resume from a DPPO checkpoint (whole agent).
+
+        Raises:
+            CheckpointError: another policy class, or an architecture that does not match.
+        """
+        state = load_checkpoint(path, map_location=self.device)
+        pol = state.get("policy", {})
+        target = pol.get("target", "")
+        if target.endswith("DPPOPolicy"):
+            self.load_state_dict(state["agent"])
+            return
+        if not target.endswith("DiffusionPolicy"):
+            raise CheckpointError(f"{path}: DPPO fine-tunes a diffusion-policy checkpoint, not {target!r}")
+        mine, theirs = self.policy.spec(), pol["kwargs"]
+        diff = {k: (theirs.get(k), mine[k]) for k in _ARCH_KEYS if theirs.get(k) != mine[k]}
+        if diff:
+            raise CheckpointError(f"{path}: pretrained diffusion policy differs from the DPPO config in {diff} "
+                                  "(checkpoint, config)")
+        sd = {k: v for k, v in pol["state_dict"].items() if not k.startswith("denoiser_ft.")}
+        self.policy.load_state_dict(sd, strict=False)
+        self.policy.sync_ft_from_base()
+
+    # ------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """Exploratory chunks for histories ``(N, To, Do)``: raw actions ``(N, Te, Da)`` (``(N, Da)``
+        if ``Te = 1``) and ``{"chains": (N, K'+1, Ta, Da)}``."""
+        p = self.policy
+        cond = p.condition(torch.as_tensor(obs_hist, device=self.device))
+        x, chain = sample_chain(p.schedule, p.net_for_step, cond, (p.Ta, p.action_dim), sampler=self.sampler,
+                                ddim_steps=p.ddim_steps, eta=1.0, min_std=self.min_sampling_std, final_noise=True,
+                                eps_clip=p.eps_clip, record_last=self.Kp, generator=self.gen)
+        a = p.action_scaler.unnormalize(x[:, : p.Te]).cpu().numpy()
+        return (a[:, 0] if p.Te == 1 else a), {"chains": chain}
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """First action of an exploratory chunk per env ``(N, Da)`` (Agent protocol; ``To = 1``)."""
+        o = np.repeat(np.asarray(obs, np.float32)[:, None], self.policy.To, axis=1)
+        a = self.rollout_act(o)[0]
+        return a if a.ndim == 2 else a[:, 0]
+
+    # ------------------------------------------------------------------ denoising-MDP log-probs
+    def step_log_prob(self, cond: torch.Tensor, x_prev: torch.Tensor, x_next: torch.Tensor,
+                      i: torch.Tensor) -> torch.Tensor:
+        """Element-wise ``log N(x_next; μθ(x_prev, k_i, s), max(σ_{k_i}, min_logprob_std)²)`` ``(M, Ta, Da)``.
+
+        Args:
+            cond: normalised histories ``(M, To, Do)``; x_prev, x_next: ``(M, Ta, Da)``;
+            i: fine-tuned step indices ``(M,)`` in ``[0, K')``.
+        """
+        p = self.policy
+        mean, std = step_mean_std(p.schedule, p.denoiser_ft, x_prev, self.ft_k[i], self.ft_k_prev[i], cond,
+                                  self.sampler, 1.0)
+        return gaussian_log_prob(x_next, mean, std.clamp(min=self.min_logprob_std))
+
+    def pair_log_prob(self, cond, x_prev, x_next, i) -> torch.Tensor:
+        """Chunk log-prob ``(M,)``: :meth:`step_log_prob` clamped and averaged over ``Te×Da``."""
+        return chunk_log_prob(self.step_log_prob(cond, x_prev, x_next, i), self.policy.Te, self.logprob_clamp)
+
+    # ------------------------------------------------------------------ update
+    def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
+        """Flatten the valid steps: cond ``(S, To, Do)``, chains ``(S, K'+1, Ta, Da)``, adv/ret ``(S,)``,
+        old log-probs ``(S, K')``."""
+        dev, p = self.device, self.policy
+        T, N = ro.rewards.shape
+        with torch.no_grad():
+            cond = p.condition(torch.as_tensor(ro.obs, device=dev).flatten(0, 1))
+            ncond = p.condition(torch.as_tensor(ro.next_obs, device=dev).flatten(0, 1))
+            v, nv = self.critic(cond).view(T, N).cpu().numpy(), self.critic(ncond).view(T, N).cpu().numpy()
+        adv, ret = compute_gae(ro.scaled_rewards, v, nv, ro.terminated, ro.truncated, ro.valid, gamma=self.gamma,
+                               lam=self.gae_lambda)
+        keep = torch.as_tensor(ro.valid.reshape(-1), device=dev)
+        d = {"cond": cond[keep], "chains": ro.extras["chains"].flatten(0, 1)[keep],
+             "adv": torch.as_tensor(adv, device=dev).flatten()[keep], "ret": torch.as_tensor(ret, device=dev).flatten()[keep]}
+        S = d["cond"].shape[0]
+        old = torch.empty(S, self.Kp, device=dev)
+        with torch.no_grad():
+            for j in range(self.Kp):
+                i = torch.full((S,), j, device=dev, dtype=torch.long)
+                old[:, j] = self.pair_log_prob(d["cond"], d["chains"][:, j], d["chains"][:, j + 1], i)
+        d["logp"] = old
+        return d
+
+    def _minibatch(self, d: dict, idx: torch.Tensor, train_actor: bool) -> dict[str, torch.Tensor]:
+        s, i = idx // self.Kp, idx % self.Kp
+        cond = d["cond"][s]
+        vl = value_loss(self.critic(cond), d["ret"][s])
+        out = {"value_loss": vl.detach()}
+        loss = self.vf_coef * vl
+        if train_actor:
+            logp = self.pair_log_prob(cond, d["chains"][s, i], d["chains"][s, i + 1], i)
+            adv = normalize_advantages(d["adv"][s]) * self.discount_i[i]
+            pl, info = ppo_policy_loss(logp, d["logp"][s, i], adv, self.clip_i[i])
+            loss = loss + pl
+            out.update(policy_loss=pl.detach(), **info)
+        self.actor_opt.zero_grad(set_to_none=True)
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.policy.denoiser_ft.parameters(), self.max_grad_norm)
+        if train_actor:
+            self.actor_opt.step()
+        self.critic_opt.step()
+        return out
+
+    def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
+        """PPO epochs over the rollout's (env step, denoising step) pairs; returns mean metrics."""
+        d = self._prepare(ro)
+        P = d["cond"].shape[0] * self.Kp
+        train_actor = iteration >= self.critic_warmup_iters
+        stats: dict[str, list] = {}
+        for _ in range(self.n_epochs):
+            perm = torch.randperm(P, generator=self.gen, device=self.device)
+            stop = False
+            for s in range(0, P, self.batch_size):
+                out = self._minibatch(d, perm[s: s + self.batch_size], train_actor)
+                for k, v in out.items():
+                    stats.setdefault(k, []).append(float(v))
+                if train_actor and self.target_kl is not None and float(out["approx_kl"]) > self.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        return {k: float(np.mean(v)) for k, v in stats.items()}
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.gen.set_state(state["gen"])

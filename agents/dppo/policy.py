@@ -1,0 +1,51 @@
+"""The deployable DPPO policy: frozen pretrained denoiser + fine-tuned copy, with ``K'`` recorded.
+
+DPPO (Ren et al. 2024, irom-princeton/dppo ``model/diffusion/diffusion_vpg.py``): the
+first ``n − K'`` steps of the sampling chain use the frozen pretrained denoiser
+(``denoiser``), the last ``K'`` (``ft_denoising_steps``) the fine-tuned copy
+(``denoiser_ft``). Both, ``K'`` and the chain settings are in :meth:`spec` / the
+``state_dict``, so rebuilding a checkpoint's policy (``robotrl eval``,
+:func:`robotrl.policy.load_policy`) runs the fine-tuned network — the pitfall of
+evaluating with the frozen network only cannot happen.
+
+Evaluation is DPPO's deterministic mode: DDPM std floored at 1e-3 and no noise at the
+last step, or DDIM with η = 0. Symbols as in :mod:`robotrl.agents.diffusion.policy`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+from robotrl.agents.diffusion.policy import DiffusionPolicy
+
+
+class DPPOPolicy(DiffusionPolicy):
+    """A :class:`DiffusionPolicy` whose last ``K'`` chain steps use ``denoiser_ft``.
+
+    Args:
+        ft_denoising_steps: ``K'`` (``1 <= K' <= n``, ``n`` = chain length of ``sampler``).
+        **kwargs: :class:`DiffusionPolicy` arguments (``sampler="ddim"`` fine-tunes a DDIM chain).
+
+    Raises:
+        ValueError: ``K'`` outside ``[1, n]``.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, ft_denoising_steps: int = 10, **kwargs):
+        super().__init__(obs_dim, action_dim, **kwargs)
+        n = self.chain_length()
+        if not 1 <= ft_denoising_steps <= n:
+            raise ValueError(f"ft_denoising_steps K'={ft_denoising_steps} must be in [1, {n}] for the {self.sampler} chain")
+        self.ft_steps = int(ft_denoising_steps)
+        self._spec["ft_denoising_steps"] = self.ft_steps
+        self.denoiser.requires_grad_(False)
+        self.denoiser_ft = copy.deepcopy(self.denoiser).requires_grad_(True)
+
+    def net_for_step(self, i: int) -> nn.Module:
+        """Frozen denoiser for chain steps ``i < n − K'``, the fine-tuned one after."""
+        return self.denoiser_ft if i >= self.chain_length() - self.ft_steps else self.denoiser
+
+    def sync_ft_from_base(self) -> None:
+        """Copy the pretrained weights into the fine-tuned denoiser (start of fine-tuning)."""
+        self.denoiser_ft.load_state_dict(self.denoiser.state_dict())

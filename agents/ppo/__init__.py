@@ -1,0 +1,7 @@
+"""Gaussian MLP PPO fine-tuning (DPPO's baseline): ``networks`` (value net), ``loss`` (pure
+PPO losses, shared with DPPO), ``policy`` (deployable), ``agent`` (rollout acting, update)."""
+
+from robotrl.agents.ppo.agent import PPOAgent
+from robotrl.agents.ppo.policy import GaussianPPOPolicy
+
+__all__ = ["PPOAgent", "GaussianPPOPolicy"]

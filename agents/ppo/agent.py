@@ -1,0 +1,171 @@
+"""Gaussian MLP PPO fine-tuning from a BC checkpoint (the DPPO paper's baseline).
+
+PPO (Schulman et al. 2017) with the conventions of DPPO's Gaussian baseline
+(irom-princeton/dppo ``agent/finetune/train_ppo_gaussian_agent.py``): running reward
+scaling, GAE over env steps bootstrapping unless terminated, a value net on the
+observation, critic warmup iterations, per-minibatch advantage normalisation, early stop
+on approximate KL. Symbols: ``T`` steps per env, ``N`` envs, ``M`` minibatch,
+``Do``/``Da`` observation/action size. Driven by :class:`robotrl.onpolicy.OnPolicyTrainer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
+from robotrl.agents.ppo.networks import ValueNet
+from robotrl.agents.ppo.policy import GaussianPPOPolicy
+from robotrl.checkpoint import load_checkpoint
+from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import CheckpointError
+from robotrl.onpolicy import Rollout, compute_gae
+
+
+class PPOAgent:
+    """Gaussian PPO.
+
+    Args:
+        obs_dim, action_dim, obs_normalizer, action_scaler: as for every agent.
+        hidden, act: actor (BC-compatible); init_log_std: initial exploration std (log).
+        critic_hidden, critic_act: value net.
+        actor_lr, critic_lr: Adam learning rates.
+        gamma, gae_lambda: discount (per env step) and GAE λ.
+        clip: PPO ratio clip ε; vf_coef: value-loss weight (separate optimizers, so only scale).
+        n_epochs, batch_size: epochs over the rollout and minibatch size ``M``.
+        target_kl: stop the update when approx KL exceeds it (``None``: never).
+        max_grad_norm: gradient clip; critic_warmup_iters: iterations training only the critic.
+        reward_scaling: running-std reward scaling.
+        device, seed: torch device; seed of action sampling and minibatch order.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
+                 action_scaler: ActionScaler, hidden: Sequence[int] = (256, 256), act: str = "relu",
+                 init_log_std: float = -1.0, obs_clip: float | None = 10.0,
+                 critic_hidden: Sequence[int] = (256, 256, 256), critic_act: str = "mish",
+                 actor_lr: float = 1e-4, critic_lr: float = 1e-3, gamma: float = 0.99, gae_lambda: float = 0.95,
+                 clip: float = 0.2, vf_coef: float = 0.5, n_epochs: int = 5, batch_size: int = 2048,
+                 target_kl: float | None = 0.05, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
+                 reward_scaling: bool = True, device: str | torch.device = "cpu", seed: int = 0):
+        self.device = torch.device(device)
+        self.policy = GaussianPPOPolicy(obs_dim, action_dim, hidden, act=act, init_log_std=init_log_std,
+                                        obs_clip=obs_clip)
+        self.policy.set_normalizers(obs_normalizer, action_scaler)
+        self.policy.to(self.device).eval()
+        self.critic = ValueNet(obs_dim, critic_hidden, critic_act).to(self.device)
+        self.actor_opt = torch.optim.Adam(self.policy.parameters(), lr=actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr)
+        self.gamma, self.gae_lambda, self.clip, self.vf_coef = float(gamma), float(gae_lambda), float(clip), float(vf_coef)
+        self.n_epochs, self.batch_size, self.target_kl = int(n_epochs), int(batch_size), target_kl
+        self.max_grad_norm, self.critic_warmup_iters = max_grad_norm, int(critic_warmup_iters)
+        self.reward_scaling = bool(reward_scaling)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    # ------------------------------------------------------------------ warm start
+    def load_pretrained(self, path: str) -> None:
+        """Initialise from a BC checkpoint (actor + normalisers) or a PPO checkpoint (whole agent).
+
+        Raises:
+            CheckpointError: the checkpoint holds neither a BC nor a PPO policy.
+        """
+        state = load_checkpoint(path, map_location=self.device)
+        target = state.get("policy", {}).get("target", "")
+        if target.endswith("GaussianPPOPolicy"):
+            self.load_state_dict(state["agent"])
+            return
+        if not target.endswith("BCPolicy"):
+            raise CheckpointError(f"{path}: PPO fine-tuning starts from a BC or PPO checkpoint, not {target!r}")
+        sd = state["policy"]["state_dict"]
+        own = {k: v for k, v in sd.items() if k.startswith(("obs_normalizer.", "action_scaler.", "actor."))}
+        missing = self.policy.load_state_dict(own, strict=False).missing_keys
+        if [k for k in missing if k != "log_std"]:
+            raise CheckpointError(f"{path}: BC weights do not fit the PPO actor (missing {missing})")
+
+    # ------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """Sample actions for ``(N, 1, Do)`` observations: raw env actions ``(N, Da)`` and the normalised sample."""
+        obs = torch.as_tensor(obs_hist[:, -1], device=self.device)
+        mean, std = self.policy.distribution(obs)
+        a = mean + std * torch.randn(mean.shape, generator=self.gen, device=self.device)
+        return self.policy.action_scaler.unnormalize(a).cpu().numpy(), {"actions": a}
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Sampled raw actions ``(N, Da)`` (Agent protocol)."""
+        return self.rollout_act(np.asarray(obs, np.float32)[:, None])[0]
+
+    def _log_prob(self, obs: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        mean, std = self.policy.distribution(obs)
+        return gaussian_log_prob(a, mean, std).sum(-1)
+
+    # ------------------------------------------------------------------ update
+    def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
+        dev = self.device
+        obs = torch.as_tensor(ro.obs[:, :, -1], device=dev).flatten(0, 1)
+        nobs = torch.as_tensor(ro.next_obs[:, :, -1], device=dev).flatten(0, 1)
+        T, N = ro.rewards.shape
+        with torch.no_grad():
+            norm = self.policy.obs_normalizer
+            v = self.critic(norm(obs)).view(T, N).cpu().numpy()
+            nv = self.critic(norm(nobs)).view(T, N).cpu().numpy()
+        adv, ret = compute_gae(ro.scaled_rewards, v, nv, ro.terminated, ro.truncated, ro.valid, gamma=self.gamma,
+                               lam=self.gae_lambda)
+        keep = torch.as_tensor(ro.valid.reshape(-1), device=dev)
+        a = ro.extras["actions"].flatten(0, 1)
+        with torch.no_grad():
+            logp = self._log_prob(obs, a)
+        data = {"obs": obs, "actions": a, "logp": logp, "adv": torch.as_tensor(adv, device=dev).flatten(),
+                "ret": torch.as_tensor(ret, device=dev).flatten()}
+        return {k: v[keep] for k, v in data.items()}
+
+    def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
+        """PPO epochs over the valid env steps of ``ro``; returns mean metrics."""
+        d = self._prepare(ro)
+        M = d["obs"].shape[0]
+        train_actor = iteration >= self.critic_warmup_iters
+        stats: dict[str, list] = {}
+        stop = False
+        for _ in range(self.n_epochs):
+            perm = torch.randperm(M, generator=self.gen, device=self.device)
+            for s in range(0, M, self.batch_size):
+                i = perm[s: s + self.batch_size]
+                vl = value_loss(self.critic(self.policy.obs_normalizer(d["obs"][i])), d["ret"][i])
+                self.critic_opt.zero_grad(set_to_none=True)
+                (self.vf_coef * vl).backward()
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm or float("inf"))
+                self.critic_opt.step()
+                stats.setdefault("value_loss", []).append(float(vl.detach()))
+                if not train_actor:
+                    continue
+                pl, info = ppo_policy_loss(self._log_prob(d["obs"][i], d["actions"][i]), d["logp"][i],
+                                           normalize_advantages(d["adv"][i]), self.clip)
+                self.actor_opt.zero_grad(set_to_none=True)
+                pl.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm or float("inf"))
+                self.actor_opt.step()
+                stats.setdefault("policy_loss", []).append(float(pl.detach()))
+                for k, v in info.items():
+                    stats.setdefault(k, []).append(float(v))
+                if self.target_kl is not None and float(info["approx_kl"]) > self.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        out = {k: float(np.mean(v)) for k, v in stats.items()}
+        out["std"] = float(self.policy.log_std.exp().mean())
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.gen.set_state(state["gen"])
