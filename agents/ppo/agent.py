@@ -154,7 +154,7 @@ class PPOAgent:
             if stop:
                 break
         out = {k: float(np.mean(v)) for k, v in stats.items()}
-        out["std"] = float(self.policy.log_std.exp().mean())
+        out["std"] = float(self.policy.log_std.detach().exp().mean())
         return out
 
     # ------------------------------------------------------------------ state

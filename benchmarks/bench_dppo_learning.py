@@ -1,0 +1,209 @@
+"""DPPO vs Gaussian PPO fine-tuning of a weakened pretrained policy, same data, same env-step budget.
+
+Setting (the one of ``tests/test_dppo_finetune.py``; real MuJoCo, real generated data):
+
+* Data: ``collect_pointmaze("umaze", --data-steps)`` (noisy waypoint planner, random goals),
+  generated into a private Minari root (``--minari-root``, reused if present).
+* Weakening: both pretrained policies are behaviour-cloned on the data with a constant action
+  bias of ``--bias`` on both axes (clipped to the action box).
+* Pretrained policies (per seed): diffusion BC (2x64 residual MLP denoiser, K=5, Ta=Te=4, EMA)
+  and deterministic MLP BC (2x256 ReLU, MSE), ``--bc-updates`` gradient steps each.
+* Task (fine-tuning and evaluation): ``PointMaze_UMaze-v3``, fixed reset cell (top right) and
+  goal cell (top left), dense reward ``exp(-distance)``, goal kept fixed, 50-step episodes.
+* Fine-tuning: DPPO (K'=5, clip 0.1 / base 0.05, actor lr 1e-3, γ 0.95 per 4-step chunk) and
+  Gaussian PPO initialised from the BC actor (init log-std -1, clip 0.2, actor lr 3e-4,
+  γ 0.99 per env step, target KL 0.05), both with 10 envs x 2 episodes (1,000 env steps) per
+  iteration, running reward scaling, GAE λ 0.95, 5 epochs, 2 critic-warmup iterations,
+  ``--env-steps`` env steps each.
+* Score: mean return over 3 eval seed sets x 50 episodes (150 episodes; torch noise seeded),
+  before (pretrained) and after fine-tuning; interquartile mean (IQM) over seeds.
+
+Usage (single torch thread, shared 2-core machine)::
+
+    python benchmarks/bench_dppo_learning.py --seeds 0 1 2 3 4 --env-steps 100000 \
+        --out benchmarks/results/dppo_learning.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.agents.bc import BCAgent
+from robotrl.agents.diffusion import DiffusionAgent
+from robotrl.agents.dppo import DPPOAgent
+from robotrl.agents.ppo import PPOAgent
+from robotrl.checkpoint import save_checkpoint
+from robotrl.data import ActionScaler, ObservationNormalizer, ReplayBuffer, load_dataset
+from robotrl.envs import make_env
+from robotrl.evaluation import evaluate
+from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
+from robotrl.policy import act, policy_state
+
+G, R = "g", "r"
+MAZE = [[1, 1, 1, 1, 1], [1, G, 0, R, 1], [1, 1, 1, 0, 1], [1, 0, 0, 0, 1], [1, 1, 1, 1, 1]]
+ENV_KWARGS = {"maze_map": MAZE, "continuing_task": True, "reset_target": False, "reward_type": "dense"}
+HORIZON = 50
+DIFFUSION = dict(obs_horizon=1, action_horizon=4, act_steps=4, denoising_steps=5, denoiser="mlp",
+                 denoiser_kwargs={"hidden": [64, 64], "time_dim": 8})
+BC_HIDDEN = [256, 256]
+EVAL_SEEDS = (0, 1000, 2000)
+EVAL_EPISODES = 50
+N_ENVS = 10
+
+
+def eval_env():
+    return make_env("pointmaze-umaze", env_kwargs=ENV_KWARGS, max_episode_steps=HORIZON)
+
+
+def train_envs(chunk: int, seed: int):
+    return lambda: make_env("pointmaze-umaze", num_envs=N_ENVS, seed=seed, vectorization="sync", action_chunk=chunk,
+                            env_kwargs=ENV_KWARGS, max_episode_steps=HORIZON)
+
+
+def score(policy) -> dict:
+    """Mean return / success over the eval seed sets (150 episodes)."""
+    rets, succ = [], []
+    for s in EVAL_SEEDS:
+        torch.manual_seed(s)
+        r = evaluate(lambda o: act(policy, o), eval_env, EVAL_EPISODES, seed=s, num_envs=10, reset_policy=policy.reset)
+        rets.append(r["return_mean"])
+        succ.append(r["success_rate"])
+    return {"return": float(np.mean(rets)), "return_per_eval_seed": rets, "success_rate": float(np.mean(succ))}
+
+
+def iqm(x) -> float:
+    """Interquartile mean (mean of the values between the 25th and 75th percentiles, inclusive)."""
+    x = np.sort(np.asarray(x, np.float64))
+    lo, hi = np.percentile(x, [25, 75])
+    return float(x[(x >= lo) & (x <= hi)].mean())
+
+
+def normalizers(data):
+    return (ObservationNormalizer.from_data(data.observations, clip=10.0), ActionScaler.from_space(data.action_space))
+
+
+def pretrain(data, seed: int, updates: int, out: Path) -> tuple[Path, Path, float]:
+    """Diffusion-BC and MLP-BC checkpoints on the biased data; returns their paths and seconds."""
+    t = time.time()
+    on, sc = normalizers(data)
+    torch.manual_seed(seed)
+    diff = DiffusionAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, lr=1e-3,
+                          ema_start=updates // 2, seed=seed, **DIFFUSION)
+    buf = ReplayBuffer.from_offline(data, seed=seed)
+    for u in range(updates):
+        diff.update(diff.sample_batch(buf, 256), u)
+    torch.manual_seed(seed)
+    bc = BCAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, hidden=BC_HIDDEN, seed=seed)
+    buf = ReplayBuffer.from_offline(data, seed=seed)
+    for u in range(updates):
+        bc.update(buf.sample(256), u)
+    out.mkdir(parents=True, exist_ok=True)
+    dp, bp = out / "diffusion.pt", out / "bc.pt"
+    save_checkpoint(dp, {"policy": policy_state(diff.policy)})
+    save_checkpoint(bp, {"policy": policy_state(bc.policy)})
+    return dp, bp, time.time() - t
+
+
+def fine_tune(kind: str, data, init: Path, seed: int, env_steps: int, run_dir: Path) -> dict:
+    on, sc = normalizers(data)
+    torch.manual_seed(seed)
+    if kind == "dppo":
+        agent = DPPOAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, **DIFFUSION,
+                          ft_denoising_steps=5, gamma=0.95, gae_lambda=0.95, gamma_denoising=0.99, clip=0.1,
+                          clip_base=0.05, actor_lr=1e-3, critic_lr=1e-3, critic_hidden=[64, 64], n_epochs=5,
+                          batch_size=500, target_kl=None, critic_warmup_iters=2, seed=seed)
+        chunk, T = 4, 2 * (-(-HORIZON // 4) + 1)          # 2 episodes of 13 chunks + 1 reset step each
+    else:
+        agent = PPOAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, hidden=BC_HIDDEN,
+                         init_log_std=-1.0, critic_hidden=[64, 64], actor_lr=3e-4, critic_lr=1e-3, gamma=0.99,
+                         gae_lambda=0.95, clip=0.2, n_epochs=5, batch_size=500, target_kl=0.05, max_grad_norm=1.0,
+                         critic_warmup_iters=2, seed=seed)
+        chunk, T = 1, 2 * (HORIZON + 1)
+    agent.load_pretrained(str(init))
+    before = score(agent.policy)
+    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=N_ENVS, eval_every=10**6, eval_episodes=10,
+                         eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps, progress=False)
+    t = time.time()
+    summary = OnPolicyTrainer(agent, run_dir, cfg, make_train_envs=train_envs(chunk, seed), make_eval_env=eval_env,
+                              seed=seed).fit()
+    wall = time.time() - t
+    after = score(agent.policy)
+    return {"pretrained": before, "finetuned": after, "env_steps": summary["online_steps"],
+            "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--env-steps", type=int, default=100_000)
+    ap.add_argument("--data-steps", type=int, default=20_000)
+    ap.add_argument("--bc-updates", type=int, default=3000)
+    ap.add_argument("--bias", type=float, default=0.5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--minari-root", default=None, help="default: a temporary directory")
+    ap.add_argument("--out", default="benchmarks/results/dppo_learning.json")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    t_all = time.time()
+    work = Path(tempfile.mkdtemp(prefix="bench_dppo_learning_"))
+    root = Path(a.minari_root) if a.minari_root else work / "minari"
+    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    from robotrl.collect import collect_pointmaze
+
+    did = f"robotrl/pointmaze/umaze-bench-{a.data_steps}-v0"
+    path = root / did
+    if not (path / "data" / "metadata.json").exists():
+        path = collect_pointmaze("umaze", num_steps=a.data_steps, seed=0, dataset_id=did, root=root, progress=False,
+                                 ref_episodes=2)
+    data = load_dataset(str(path))
+    data = dataclasses.replace(data, actions=np.clip(data.actions + np.float32(a.bias), -1, 1).astype(np.float32))
+
+    rows = []
+    for seed in a.seeds:
+        dp, bp, pre_s = pretrain(data, seed, a.bc_updates, work / f"s{seed}")
+        for kind, init in (("dppo", dp), ("ppo", bp)):
+            r = fine_tune(kind, data, init, seed, a.env_steps, work / f"s{seed}" / kind)
+            r.update(method=kind, seed=seed, pretrain_wall_s=round(pre_s, 1))
+            rows.append(r)
+            print(f"seed {seed} {kind}: {r['pretrained']['return']:.2f} -> {r['finetuned']['return']:.2f} "
+                  f"(success {r['pretrained']['success_rate']:.2f} -> {r['finetuned']['success_rate']:.2f}) "
+                  f"{r['finetune_wall_s']} s", flush=True)
+
+    summary = {}
+    for kind in ("dppo", "ppo"):
+        rs = [r for r in rows if r["method"] == kind]
+        summary[kind] = {"pretrained_iqm": iqm([r["pretrained"]["return"] for r in rs]),
+                         "finetuned_iqm": iqm([r["finetuned"]["return"] for r in rs]),
+                         "finetuned_success_iqm": iqm([r["finetuned"]["success_rate"] for r in rs]),
+                         "finetune_wall_s_iqm": iqm([r["finetune_wall_s"] for r in rs])}
+    res = {"setting": {"env": "PointMaze_UMaze-v3 fixed reset (1,3) / goal (1,1), dense reward, 50-step episodes",
+                       "data": f"collect_pointmaze umaze {a.data_steps} steps seed 0, action bias +{a.bias}",
+                       "env_steps": a.env_steps, "seeds": a.seeds, "bc_updates": a.bc_updates, "threads": a.threads,
+                       "eval": f"{len(EVAL_SEEDS)} seed sets x {EVAL_EPISODES} episodes"},
+           "runs": rows, "summary": summary, "total_wall_s": round(time.time() - t_all, 1)}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=2))
+
+    print("\n| method | seed | pretrained return | fine-tuned return | pretrained success | fine-tuned success "
+          "| fine-tune wall (s) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['method']} | {r['seed']} | {r['pretrained']['return']:.2f} | {r['finetuned']['return']:.2f} "
+              f"| {r['pretrained']['success_rate']:.2f} | {r['finetuned']['success_rate']:.2f} | {r['finetune_wall_s']} |")
+    for kind, s in summary.items():
+        print(f"| {kind} | IQM | {s['pretrained_iqm']:.2f} | {s['finetuned_iqm']:.2f} | | "
+              f"{s['finetuned_success_iqm']:.2f} | {s['finetune_wall_s_iqm']:.1f} |")
+    print(f"\ntotal wall {res['total_wall_s']} s; wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
