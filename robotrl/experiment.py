@@ -9,12 +9,14 @@ only (never the whole config).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
@@ -71,8 +73,13 @@ def trainer_config(cfg: DictConfig) -> TrainerConfig:
     return TrainerConfig(**given)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path) -> Trainer:
-    """Dataset, envs, normalisers, agent, buffer and trainer for one run."""
+def build_trainer(cfg: DictConfig, run_dir: Path) -> "Trainer | OnPolicyTrainer":
+    """Dataset, envs, normalisers, agent, buffer and trainer for one run.
+
+    Agents whose config has an ``onpolicy`` section (DPPO, Gaussian PPO, residual PPO) get
+    the on-policy loop (:class:`robotrl.onpolicy.OnPolicyTrainer`); the others the
+    offline/online :class:`~robotrl.trainer.Trainer`. Both have ``fit() -> summary``.
+    """
     from hydra.utils import instantiate
 
     from robotrl.envs import env_info, make_env
@@ -84,7 +91,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> Trainer:
     tcfg = trainer_config(cfg)
 
     data = None
-    if tcfg.offline_steps > 0 or tcfg.offline_ratio > 0:
+    samples_offline = tcfg.offline_steps > 0 or tcfg.offline_ratio > 0
+    if samples_offline or tcfg.init_from:  # a warm start still evaluates like its pretraining (eval spec, ref scores)
         data = load_dataset(ensure_dataset(cfg.dataset))
     info = env_info(cfg.env.name, OmegaConf.to_container(cfg.env.kwargs, resolve=True) or None)
     if data is not None:
@@ -101,24 +109,51 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> Trainer:
 
     agent = instantiate(cfg.agent.model, obs_dim=obs_dim, action_dim=action_dim, obs_normalizer=obs_norm,
                         action_scaler=action_scaler, device=device, seed=int(cfg.seed), _convert_="all")
-    buffer = None
-    if data is not None:
-        buffer = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device, seed=int(cfg.seed))
 
     ev = eval_env_args(cfg.env, data)
+    env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    ref_scores = data.ref_scores if data is not None else None
 
     def make_eval_env():
         return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"])
 
-    def make_train_envs():
-        return make_env(cfg.env.name, num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync",
-                        env_kwargs=OmegaConf.to_container(cfg.env.kwargs, resolve=True),
-                        max_episode_steps=cfg.env.max_episode_steps)
-
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["derived"] = {"obs_dim": obs_dim, "action_dim": action_dim, "eval_env": ev, "device": str(device),
                            "dataset_transitions": data.num_transitions if data is not None else 0,
-                           "ref_scores": list(data.ref_scores) if data is not None and data.ref_scores else None}
+                           "ref_scores": list(ref_scores) if ref_scores else None}
+    title = f"{cfg.agent.name} on {cfg.env.name}"
+
+    if cfg.agent.get("onpolicy") is not None:  # DPPO / Gaussian PPO / residual PPO: the on-policy loop
+        from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
+
+        ocfg = OnPolicyConfig(**OmegaConf.to_container(cfg.agent.onpolicy, resolve=True), progress=tcfg.progress)
+
+        def make_chunk_envs():
+            return make_env(cfg.env.name, num_envs=ocfg.num_envs, seed=int(cfg.seed), vectorization=ocfg.vectorization,
+                            action_chunk=int(getattr(agent.policy, "Te", 1)), env_kwargs=env_kwargs,
+                            max_episode_steps=cfg.env.max_episode_steps)
+
+        return OnPolicyTrainer(agent, run_dir, ocfg, make_train_envs=make_chunk_envs, make_eval_env=make_eval_env,
+                               ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved, title=title)
+
+    # reward scale/bias: applied once, here to the offline data and by the trainer to online rewards,
+    # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units
+    r_scale, r_bias = float(cfg.agent.get("reward_scale", 1.0)), float(cfg.agent.get("reward_bias", 0.0))
+    fill = cfg.agent.get("mc_sparse_fill")
+    fill = None if fill is None else r_scale * float(fill) + r_bias
+    buffer = None
+    if data is not None and samples_offline:
+        if (r_scale, r_bias) != (1.0, 0.0):
+            data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))
+        buffer = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,
+                                           seed=int(cfg.seed), mc_sparse_fill=fill)
+
+    def make_train_envs():
+        return make_env(cfg.env.name, num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync",
+                        env_kwargs=env_kwargs, max_episode_steps=cfg.env.max_episode_steps)
+
     return Trainer(agent, run_dir, tcfg, offline_buffer=buffer, make_eval_env=make_eval_env,
-                   make_train_envs=make_train_envs, ref_scores=data.ref_scores if data is not None else None,
-                   seed=int(cfg.seed), run_config=resolved, title=f"{cfg.agent.name} on {cfg.env.name}")
+                   make_train_envs=make_train_envs, ref_scores=ref_scores,
+                   seed=int(cfg.seed), run_config=resolved, title=title,
+                   reward_scale=r_scale, reward_bias=r_bias, mc_sparse_fill=fill,
+                   gamma=float(cfg.agent.get("gamma", 0.99)))

@@ -7,6 +7,19 @@ Online phase: ``online_steps`` env steps in ``num_envs`` vectorised envs with
 ``utd`` updates per env step on batches mixed from offline and online data at
 ``offline_ratio`` (exact per batch, :class:`~robotrl.data.MixedSampler`).
 
+Warm starts: ``init_from`` (a checkpoint file or run directory) loads a pretrained
+agent's state into a fresh run before its first step (never on resume); ``init_parts``
+picks parts through the agent's ``load_parts`` (e.g. ``[policy]`` for PORL), ``None``
+loads the whole agent state. A warm-started run without offline steps evaluates the
+loaded policy first (phase ``offline``), so its report has the onset dip.
+``warmup_updates`` gradient updates run once on the online buffer when the online
+warmup ends (PORL's pre-sample stage fits the critic there).
+
+Reward scale/bias (``reward_scale``, ``reward_bias``) are applied once, to rewards as
+they enter a buffer: :func:`robotrl.experiment.build_trainer` transforms the offline
+data, the trainer every online reward, so MC returns computed by the buffers are in
+the same units.
+
 Every ``checkpoint_every`` steps the trainer writes ``checkpoints/latest.pt`` atomically
 (agent state incl. optimizers, deployable policy with normalisers, resolved config, RNG
 state, evaluation history, step counters) and, online, the online buffer as ``.npz``.
@@ -54,6 +67,9 @@ class TrainerConfig:
     utd: int = 1
     offline_ratio: float = 0.5
     progress: bool = True
+    init_from: str | None = None
+    init_parts: list[str] | None = None
+    warmup_updates: int = 0
 
 
 class Trainer:
@@ -70,6 +86,12 @@ class Trainer:
         seed: run seed (evaluation episodes use ``seed + 10_000``).
         run_config: the resolved config, stored in checkpoints and the report.
         title: a short name of the run for the report.
+        reward_scale, reward_bias: online rewards are stored as ``scale·r + bias`` (the
+            offline buffer must hold data transformed the same way).
+        mc_sparse_fill: Cal-QL's never-solved fill for the online buffer, in transformed
+            units (``None``: the offline buffer's setting).
+        gamma: discount of the online buffer's n-step sums and MC returns (``None``: the
+            offline buffer's, else 0.99).
     """
 
     def __init__(
@@ -85,6 +107,10 @@ class Trainer:
         seed: int = 0,
         run_config: dict | None = None,
         title: str = "",
+        reward_scale: float = 1.0,
+        reward_bias: float = 0.0,
+        mc_sparse_fill: float | None = None,
+        gamma: float | None = None,
     ):
         self.agent, self.cfg = agent, config
         self.run_dir = Path(run_dir)
@@ -93,6 +119,8 @@ class Trainer:
         self.ref_scores, self.seed = ref_scores, seed
         self.run_config = run_config or {}
         self.title = title
+        self.reward_scale, self.reward_bias, self.mc_sparse_fill = float(reward_scale), float(reward_bias), mc_sparse_fill
+        self.gamma = gamma
         self.history: list[dict] = []
         self.step = 0  # offline updates done, then offline_steps + online env steps
         self.updates = 0
@@ -184,7 +212,8 @@ class Trainer:
     def _offline_phase(self, bar) -> None:
         cfg = self.cfg
         while self.step < cfg.offline_steps:
-            batch = self.offline.sample(cfg.batch_size, n_step=cfg.n_step)
+            sample = getattr(self.agent, "sample_batch", None)  # agents with their own sampling (sequences)
+            batch = sample(self.offline, cfg.batch_size) if sample else self.offline.sample(cfg.batch_size, n_step=cfg.n_step)
             metrics = self.agent.update(batch, self.step)
             self.step += 1
             self.updates += 1
@@ -194,9 +223,10 @@ class Trainer:
         ref = self.offline
         od, ad = (ref.obs_dim, ref.action_dim) if ref is not None else (
             int(np.prod(self.agent.policy.obs_dim)), int(self.agent.policy.action_dim))
+        gamma = self.gamma if self.gamma is not None else getattr(ref, "gamma", 0.99)
+        fill = self.mc_sparse_fill if self.mc_sparse_fill is not None else getattr(ref, "mc_sparse_fill", None)
         return ReplayBuffer(min(self.cfg.online_buffer_size, max(self.cfg.online_steps, 1) * self.cfg.num_envs),
-                            od, ad, gamma=getattr(ref, "gamma", 0.99), num_envs=self.cfg.num_envs,
-                            mc_sparse_fill=getattr(ref, "mc_sparse_fill", None),
+                            od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
                             seed=self.seed + 1, device=getattr(ref, "device", "cpu"))
 
     def _online_phase(self, bar) -> None:
@@ -214,21 +244,44 @@ class Trainer:
                 actions = self.agent.explore(obs)
                 next_obs, rew, term, trunc, _ = envs.step(actions)
                 live = np.flatnonzero(~resetting)  # next-step autoreset: skip envs that only reset
+                rew = self.reward_scale * np.asarray(rew, np.float32) + self.reward_bias
                 self.online.add(obs[live], actions[live], rew[live], next_obs[live], term[live], trunc[live], env_ids=live)
                 resetting = term | trunc
                 obs = next_obs
                 self.step += 1
                 metrics = {}
+                if self.step - cfg.offline_steps == cfg.online_warmup_steps + 1 and cfg.warmup_updates > 0 \
+                        and len(self.online) > 0:
+                    for _ in range(cfg.warmup_updates):  # pre-sample stage: fit on the warmup data once
+                        metrics = self.agent.update(self._online_batch(sampler), self.step)
+                        self.updates += 1
                 if self.step - cfg.offline_steps > cfg.online_warmup_steps and len(self.online) > 0:
                     for _ in range(cfg.utd):
-                        n = cfg.batch_size
-                        batch = sampler.sample(n, step=self.step, n_step=cfg.n_step) if sampler else \
-                            self.online.sample(min(n, len(self.online)), n_step=cfg.n_step)
-                        metrics = self.agent.update(batch, self.step)
+                        metrics = self.agent.update(self._online_batch(sampler), self.step)
                         self.updates += 1
                 self._periodic(metrics, "online", bar)
         finally:
             envs.close()
+
+    def _online_batch(self, sampler):
+        n = self.cfg.batch_size
+        return sampler.sample(n, step=self.step, n_step=self.cfg.n_step) if sampler else \
+            self.online.sample(min(n, len(self.online)), n_step=self.cfg.n_step)
+
+    def init_from(self, source: str, parts: list[str] | None = None) -> None:
+        """Load a pretrained agent's state (file or run directory) into this run's agent.
+
+        Raises:
+            CheckpointError: unreadable checkpoint, or its state does not fit the agent.
+        """
+        state = load_checkpoint(source, map_location=self.agent.policy.obs_normalizer.mean.device)
+        try:
+            if parts is None:
+                self.agent.load_state_dict(state["agent"])
+            else:
+                self.agent.load_parts(state["agent"], list(parts))
+        except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"init_from {source}: its agent state does not fit this agent ({exc})") from exc
 
     def _periodic(self, metrics: dict, phase: str, bar) -> None:
         cfg = self.cfg
@@ -256,6 +309,10 @@ class Trainer:
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resumed = self.try_resume()
+        if not resumed and self.cfg.init_from:
+            self.init_from(self.cfg.init_from, self.cfg.init_parts)
+            if self.cfg.offline_steps == 0 and self.cfg.online_steps > 0:
+                self._evaluate("offline")  # the warm-started policy: the reference of the onset dip
         total = self.cfg.offline_steps + self.cfg.online_steps
         self._t0 = time.time()
         with tqdm(total=total, initial=self.step, desc=self.title or "train", disable=not self.cfg.progress,

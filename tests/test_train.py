@@ -199,3 +199,21 @@ def test_cli_rejects_dataset_of_another_env(minari_root, tmp_path):
     assert res.returncode == 2
     assert "robotrl: error: dataset observation keys" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "y" / "checkpoints").exists()
+
+
+def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_root, tmp_path):
+    """`robotrl train agent=ppo agent.onpolicy.init_from=<bc run>` runs the on-policy loop from the BC weights."""
+    bc_dir = tmp_path / "bc"
+    build_trainer(_compose([*TINY, "trainer.offline_steps=100", "trainer.eval_every=100000",
+                            "trainer.checkpoint_every=100000", "device=cpu"]), bc_dir).fit()
+    res = _robotrl(["train", *TINY, "agent=ppo", f"agent.onpolicy.init_from={bc_dir}", "agent.onpolicy.iterations=2",
+                    "agent.onpolicy.steps_per_iter=20", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
+                    "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=20",
+                    "env.max_episode_steps=30", f"run_dir={tmp_path / 'ppo'}"], minari_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    ckpt = load_checkpoint(tmp_path / "ppo")
+    assert ckpt["policy"]["target"].startswith("robotrl.agents.ppo.")
+    # env steps: iterations x steps_per_iter x num_envs, less one reset-only step per env after its
+    # 30-step episode ends (gymnasium's next-step autoreset)
+    assert ckpt["step"] == 2 * 20 * 2 - 2
+    assert (tmp_path / "ppo" / "report.json").exists()

@@ -1,0 +1,357 @@
+"""The off-policy core shared by every warm-start Q-learning mode: SAC + ensemble critic,
+with CQL / Cal-QL conservatism and IQL as alternative update rules.
+
+``algo``:
+
+- ``"sac"``  — SAC (Haarnoja et al. 2018) with RLPD/WSRL's ensemble: ``N`` heads in one
+  batched pass, optional LayerNorm, target = min over ``target_subset`` random target
+  heads (github.com/ikostrikov/rlpd, github.com/zhouzypaul/wsrl). WSRL, RLPD and PORL
+  online fine-tuning are this mode with different configs.
+- ``"cql"``  — SAC + CQL(H) penalty (Kumar et al. 2020; JaxCQL's ``conservative_sac``).
+- ``"calql"`` — CQL whose policy-action values are floored at the MC return-to-go
+  ``V^μ(s)`` (Nakamoto et al. 2023, github.com/nakamotoo/Cal-QL).
+- ``"iql"``  — implicit Q-learning (Kostrikov et al. 2021): expectile ``V``, ``Q`` from
+  ``V(s')``, advantage-weighted policy extraction.
+
+UTD with WSRL/RLPD's batch split: one :meth:`QLAgent.update` call receives ``utd·B``
+transitions, splits them into ``critic_utd`` interleaved minibatches (so an exactly
+mixed offline/online batch stays exactly mixed in every minibatch), runs one critic
+update on each, then one actor + temperature update on the last minibatch.
+
+Rewards, discounts and MC returns are used as the batch gives them: the reward
+scale/bias is applied once, in the data layer (:mod:`robotrl.experiment`), to offline
+data, online data and hence MC returns alike.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from robotrl.agents.qlearning import loss as L
+from robotrl.agents.qlearning.networks import EnsembleCritic, ValueNet
+from robotrl.agents.qlearning.policy import QLPolicy
+from robotrl.data.batch import Batch
+from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+
+ALGOS = ("sac", "cql", "calql", "iql")
+PARTS = ("policy", "critic", "temperature", "value")
+
+
+class QLAgent:
+    """SAC / CQL / Cal-QL / IQL over one ensemble critic and one tanh-Gaussian actor.
+
+    Args:
+        obs_dim, action_dim: ``Do``, ``Da`` (derived by the trainer).
+        obs_normalizer, action_scaler: dataset statistics / env bounds (go in the policy).
+        algo: ``"sac" | "cql" | "calql" | "iql"``.
+        hidden, critic_hidden: actor / critic hidden widths.
+        num_critics: ``N`` heads; ``target_subset``: heads drawn for the target min
+            (``None`` = all ``N``).
+        critic_layer_norm, actor_layer_norm, final_init_scale, act, obs_clip: architecture.
+        actor_lr, critic_lr, alpha_lr, value_lr: Adam learning rates.
+        tau: Polyak rate of the target critic.
+        init_alpha: initial SAC temperature; ``fixed_alpha`` disables its tuning.
+        target_entropy_per_dim: target entropy is this times ``Da`` (SAC/WSRL -1, RLPD -0.5).
+        backup_entropy: subtract ``α log π(a'|s')`` in the TD target (RLPD yes, WSRL/CQL no).
+        actor_q: ``"mean"`` (RLPD/WSRL) or ``"min"`` (SAC/CQL) over heads in the actor loss.
+        critic_utd: critic minibatches per :meth:`update` (the batch is split into them).
+        critic_warmup_updates: the first this many updates train critics only (PORL).
+        cql_alpha, cql_n_actions, cql_temperature, cql_clip_diff: CQL(H) settings.
+        iql_expectile, iql_beta, iql_max_weight: IQL's ``τ``, ``β`` and weight clip.
+        grad_clip: max gradient norm per network (``None``: off).
+        matmul_dtype: ``"float32"`` or ``"bfloat16"``: the network passes of an update run
+            under a bfloat16 autocast (matmuls in bf16, weights, optimizer state, losses,
+            targets and the deployed policy stay float32; JAX's default TPU matmul
+            precision that RLPD/WSRL ran with is also bf16). About 2-4x faster matmuls on
+            CPUs with AVX512-BF16/AMX and on GPUs; Q-values carry ~3 significant digits.
+        device: torch device; seed: seed of action sampling and target-head draws.
+
+    Raises:
+        ValueError: unknown ``algo`` / ``actor_q``, or ``target_subset > num_critics``.
+    """
+
+    def __init__(
+        self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer, action_scaler: ActionScaler,
+        algo: str = "sac", hidden: Sequence[int] = (256, 256), critic_hidden: Sequence[int] = (256, 256),
+        num_critics: int = 2, target_subset: int | None = None, critic_layer_norm: bool = False,
+        actor_layer_norm: bool = False, final_init_scale: float | None = None, act: str = "relu",
+        obs_clip: float | None = 10.0, actor_lr: float = 3e-4, critic_lr: float = 3e-4, alpha_lr: float = 3e-4,
+        value_lr: float = 3e-4, tau: float = 5e-3, init_alpha: float = 1.0, fixed_alpha: float | None = None,
+        target_entropy_per_dim: float = -1.0, backup_entropy: bool = False, actor_q: str = "mean",
+        critic_utd: int = 1, critic_warmup_updates: int = 0, cql_alpha: float = 5.0, cql_n_actions: int = 10,
+        cql_temperature: float = 1.0, cql_clip_diff: Sequence[float] | None = None, iql_expectile: float = 0.7,
+        iql_beta: float = 3.0, iql_max_weight: float = 100.0, grad_clip: float | None = None,
+        matmul_dtype: str = "float32", device: str | torch.device = "cpu", seed: int = 0,
+    ):
+        if matmul_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {matmul_dtype!r}")
+        if algo not in ALGOS:
+            raise ValueError(f"unknown algo {algo!r}; choose one of {ALGOS}")
+        if actor_q not in ("mean", "min"):
+            raise ValueError(f"actor_q must be 'mean' or 'min', got {actor_q!r}")
+        if target_subset is not None and not 1 <= target_subset <= num_critics:
+            raise ValueError(f"target_subset={target_subset} must be in [1, num_critics={num_critics}]")
+        self.device = torch.device(device)
+        self.algo, self.action_dim = algo, int(action_dim)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        with torch.random.fork_rng(devices=[]):  # seeded network initialisation, global RNG untouched
+            torch.manual_seed(seed)
+            self.policy = QLPolicy(obs_dim, action_dim, hidden, act=act, layer_norm=actor_layer_norm,
+                                   final_init_scale=final_init_scale, obs_clip=obs_clip)
+            self.critic = EnsembleCritic(obs_dim, action_dim, num_critics, critic_hidden, act=act,
+                                         layer_norm=critic_layer_norm, final_init_scale=final_init_scale)
+            self.value = ValueNet(obs_dim, critic_hidden, act=act, layer_norm=critic_layer_norm) \
+                if algo == "iql" else None
+        self.policy.set_normalizers(obs_normalizer, action_scaler)
+        self.policy.to(self.device)
+        self.critic.to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(float(np.log(fixed_alpha or init_alpha)), device=self.device, requires_grad=True)
+        if self.value is not None:
+            self.value.to(self.device)
+        self.n_subset = num_critics if target_subset is None else int(target_subset)
+        self.tau, self.fixed_alpha = tau, fixed_alpha
+        self.target_entropy = float(target_entropy_per_dim) * action_dim
+        self.backup_entropy, self.actor_q = backup_entropy, actor_q
+        self.critic_utd, self.critic_warmup_updates = int(critic_utd), int(critic_warmup_updates)
+        self.cql = dict(alpha=cql_alpha, n=int(cql_n_actions), temperature=cql_temperature,
+                        clip=tuple(cql_clip_diff) if cql_clip_diff is not None else (-float("inf"), float("inf")))
+        self.iql = dict(expectile=iql_expectile, beta=iql_beta, max_weight=iql_max_weight)
+        self.grad_clip = grad_clip
+        self.bf16 = matmul_dtype == "bfloat16"
+        self.lrs = dict(actor=actor_lr, critic=critic_lr, alpha=alpha_lr, value=value_lr)
+        self._make_optimizers()
+        self.num_updates = 0
+
+    # ------------------------------------------------------------------ setup
+    def _make_optimizers(self) -> None:
+        def adam(params, lr):  # fused kernels: one pass over all tensors per step (CPU and CUDA)
+            return torch.optim.Adam(params, lr=lr, fused=True)
+
+        self.actor_opt = adam(self.policy.actor.parameters(), self.lrs["actor"])
+        self.critic_opt = adam(self.critic.parameters(), self.lrs["critic"])
+        self.alpha_opt = adam([self.log_alpha], self.lrs["alpha"])
+        self.value_opt = adam(self.value.parameters(), self.lrs["value"]) if self.value else None
+
+    @property
+    def actor(self):
+        return self.policy.actor
+
+    def _opt_step(self, opt, loss, module) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), self.grad_clip)
+        opt.step()
+
+    def _amp(self):
+        """bfloat16 autocast of the network passes (a no-op context for float32)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    @torch.no_grad()
+    def _soft_update(self) -> None:
+        src, dst = list(self.critic.parameters()), list(self.critic_target.parameters())
+        torch._foreach_lerp_(dst, src, self.tau)
+
+    def _heads(self) -> torch.Tensor:
+        n = self.critic.n
+        if self.n_subset == n:
+            return torch.arange(n, device=self.device)
+        return torch.randperm(n, generator=self.gen, device=self.device)[: self.n_subset]
+
+    def _normalize(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        obs = self.policy.obs_normalizer(b.observations)
+        nobs = self.policy.obs_normalizer(b.next_observations)
+        act = self.policy.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
+        return obs, act, nobs
+
+    # ------------------------------------------------------------------ updates
+    def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        """Critic updates on ``critic_utd`` minibatches of ``batch`` then one actor/temperature update.
+
+        Args:
+            batch: ``utd·B`` transitions (raw units; ``rewards`` already reward-transformed).
+            step: trainer step (unused; schedules live in the trainer).
+
+        Returns:
+            Detached scalar tensors: ``q_mean``, ``q_max``, ``td_error``, ``critic_loss``,
+            ``actor_loss``, ``entropy``, ``alpha``, ``offline_frac`` and algorithm extras
+            (``cql_penalty``, ``calql_bound_rate``, ``value_loss``, ``adv_mean``).
+        """
+        batch = batch.to(self.device)
+        B = len(batch)
+        k = self.critic_utd if B >= self.critic_utd else 1
+        metrics: dict[str, torch.Tensor] = {}
+        for i in range(k):
+            mb = batch if k == 1 else self._minibatch(batch, torch.arange(i, B, k, device=self.device))
+            with self._amp():
+                metrics = self._iql_critic(mb) if self.algo == "iql" else self._sac_critic(mb)
+            self._soft_update()
+        if self.num_updates >= self.critic_warmup_updates:
+            with self._amp():
+                metrics.update(self._iql_actor(mb) if self.algo == "iql" else self._sac_actor(mb))
+        if "offline" in batch.extras:
+            metrics["offline_frac"] = batch.extras["offline"].float().mean()
+        self.num_updates += 1
+        return metrics
+
+    @staticmethod
+    def _minibatch(b: Batch, idx: torch.Tensor) -> Batch:
+        pick = lambda t: None if t is None else t.index_select(0, idx)  # noqa: E731
+        return Batch(pick(b.observations), pick(b.actions), pick(b.rewards), pick(b.next_observations),
+                     pick(b.terminated), pick(b.truncated), pick(b.discounts), pick(b.mc_returns), None,
+                     {k: pick(v) for k, v in b.extras.items()})
+
+    def _sac_critic(self, b: Batch) -> dict[str, torch.Tensor]:
+        obs, act, nobs = self._normalize(b)
+        B, R = obs.shape[0], self.cql["n"]
+        conservative = self.algo in ("cql", "calql")
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            if conservative:  # one actor pass on [s'; s]: R samples each (target + CQL next / current actions)
+                a_n, lp_n = self.actor.sample_n(torch.cat([nobs, obs]), R, self.gen)  # (R, 2B, Da), (R, 2B)
+                a_all = a_n.view(R, 2, B, -1).transpose(0, 1).reshape(2 * R * B, -1)  # rows: s' blocks, then s
+                lp_all = lp_n.view(R, 2, B).transpose(0, 1).reshape(2 * R * B)
+                a_next, lp_next = a_all[:B], lp_all[:B]
+            else:
+                a_next, lp_next = self.actor.sample(nobs, self.gen)
+            v_next = L.subset_min(self.critic_target(nobs, a_next), self._heads())
+            if self.backup_entropy:
+                v_next = v_next - alpha * lp_next
+            target = L.td_target(b.rewards, b.discounts, b.terminated, v_next)
+        if not conservative:
+            q = self.critic(obs, act)
+            critic_loss = L.critic_td_loss(q, target)
+            extra = {}
+        else:
+            q, critic_loss, extra = self._cql_loss(b, obs, act, target, a_all, lp_all)
+        self._opt_step(self.critic_opt, critic_loss, self.critic)
+        q = q.detach()
+        return {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
+                "critic_loss": critic_loss.detach(), "target_mean": target.mean(), **extra}
+
+    def _cql_loss(self, b: Batch, obs, act, target, a_all, lp_all):
+        """Critic loss = TD + α·CQL(H) penalty, all ``3R+1`` actions per state in one ensemble pass."""
+        B, R, Da = obs.shape[0], self.cql["n"], self.action_dim
+        a_rand = torch.rand((R * B, Da), generator=self.gen, device=self.device) * 2 - 1
+        # rows: data (B) | uniform (R·B) | policy at s' (R·B) | policy at s (R·B); all scored at s
+        acts = torch.cat([act, a_rand, a_all])
+        q_all = self.critic(obs.repeat(1 + 3 * R, 1), acts)  # (N, (1+3R)·B)
+        q = q_all[:, :B]
+        rest = q_all[:, B:].reshape(q.shape[0], 3, R, B).permute(1, 0, 3, 2)  # (3, N, B, R)
+        lp = lp_all.reshape(2, R, B).transpose(1, 2)  # (2, B, R): s', s
+        mc = b.mc_returns if self.algo == "calql" else None
+        if self.algo == "calql" and mc is None:
+            raise ValueError("Cal-QL needs mc_returns in the batch (the replay buffer provides them)")
+        penalty, info = L.cql_penalty(q, rest[0], rest[2], rest[1], lp[1], lp[0], Da, mc_lower_bound=mc,
+                                      temperature=self.cql["temperature"], clip_diff=self.cql["clip"])
+        loss = L.critic_td_loss(q, target) + self.cql["alpha"] * penalty.sum()
+        return q, loss, {"cql_penalty": penalty.mean().detach(), **info}
+
+    def _sac_actor(self, b: Batch) -> dict[str, torch.Tensor]:
+        obs = self.policy.obs_normalizer(b.observations)
+        a, logp = self.actor.sample(obs, self.gen)
+        self.critic.requires_grad_(False)
+        q = self.critic(obs, a)
+        self.critic.requires_grad_(True)
+        q_pi = q.mean(0) if self.actor_q == "mean" else q.min(0).values
+        alpha = self.log_alpha.exp()
+        actor_loss = L.sac_actor_loss(q_pi, logp, alpha.detach())
+        self._opt_step(self.actor_opt, actor_loss, self.actor)
+        if self.fixed_alpha is None:
+            self.alpha_opt.zero_grad(set_to_none=True)
+            L.temperature_loss(self.log_alpha, logp, self.target_entropy).backward()
+            self.alpha_opt.step()
+        return {"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha.detach()}
+
+    def _iql_critic(self, b: Batch) -> dict[str, torch.Tensor]:
+        obs, act, nobs = self._normalize(b)
+        with torch.no_grad():
+            q_t = self.critic_target(obs, act).min(0).values
+            target = L.td_target(b.rewards, b.discounts, b.terminated, self.value(nobs))
+        v = self.value(obs)
+        value_loss = L.expectile_loss(q_t - v, self.iql["expectile"])
+        self._opt_step(self.value_opt, value_loss, self.value)
+        q = self.critic(obs, act)
+        critic_loss = L.critic_td_loss(q, target)
+        self._opt_step(self.critic_opt, critic_loss, self.critic)
+        q = q.detach()
+        self._iql_adv = (q_t - v.detach())
+        return {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
+                "critic_loss": critic_loss.detach(), "value_loss": value_loss.detach(), "v_mean": v.detach().mean()}
+
+    def _iql_actor(self, b: Batch) -> dict[str, torch.Tensor]:
+        obs, act, _ = self._normalize(b)
+        logp = self.actor.log_prob(obs, act)
+        actor_loss, w = L.awr_actor_loss(logp, self._iql_adv, self.iql["beta"], self.iql["max_weight"])
+        self._opt_step(self.actor_opt, actor_loss, self.actor)
+        with torch.no_grad():
+            _, ent_lp = self.actor.sample(obs, self.gen)
+        return {"actor_loss": actor_loss.detach(), "adv_mean": self._iql_adv.mean(), "awr_weight": w.mean(),
+                "entropy": -ent_lp.mean()}
+
+    # ------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Actions ``(N, Da)`` raw, sampled from the tanh-Gaussian policy, for observations ``(N, Do)``."""
+        x = self.policy.obs_normalizer(torch.as_tensor(np.asarray(obs, np.float32), device=self.device))
+        a, _ = self.actor.sample(x, self.gen)
+        return self.policy.action_scaler.unnormalize(a).cpu().numpy()
+
+    @torch.no_grad()
+    def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Ensemble ``Q(s, a)`` ``(N, B)`` for raw observations ``(B, Do)`` and raw actions ``(B, Da)``."""
+        o = self.policy.obs_normalizer(obs.to(self.device))
+        a = self.policy.action_scaler.normalize(actions.to(self.device)).clamp(-1, 1)
+        return self.critic(o, a)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Networks (policy with normalisers, critic, target, temperature, value), optimizers, RNG, counter."""
+        out = {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+               "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+               "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+               "alpha_opt": self.alpha_opt.state_dict(), "gen": self.gen.get_state(), "num_updates": self.num_updates}
+        if self.value is not None:
+            out.update(value=self.value.state_dict(), value_opt=self.value_opt.state_dict())
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of :meth:`state_dict` (resume)."""
+        self.load_parts(state, PARTS if self.value is not None else PARTS[:3])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        if self.value is not None:
+            self.value_opt.load_state_dict(state["value_opt"])
+        self.gen.set_state(state["gen"])
+        self.num_updates = int(state["num_updates"])
+
+    def load_parts(self, state: dict, parts: Sequence[str]) -> None:
+        """Warm start from a pretrained agent's state: only ``parts`` of ``PARTS``.
+
+        ``policy`` = actor + observation/action normalisers; ``critic`` = critic and target;
+        ``temperature`` = ``log α``; ``value`` = IQL's ``V``. Optimizers start fresh.
+
+        Raises:
+            ValueError: unknown part, or a part the checkpoint lacks.
+        """
+        for p in parts:
+            if p not in PARTS:
+                raise ValueError(f"unknown part {p!r}; choose from {PARTS}")
+            if p == "policy":
+                self.policy.load_state_dict(state["policy"])
+            elif p == "critic":
+                self.critic.load_state_dict(state["critic"])
+                self.critic_target.load_state_dict(state["critic_target"])
+            elif p == "temperature":
+                with torch.no_grad():
+                    self.log_alpha.copy_(state["log_alpha"])
+            elif p == "value":
+                if self.value is None or "value" not in state:
+                    raise ValueError("part 'value' needs an IQL agent and an IQL checkpoint")
+                self.value.load_state_dict(state["value"])

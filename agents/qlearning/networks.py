@@ -1,0 +1,202 @@
+"""Networks of the warm-start Q-learning agents (SAC core, CQL/Cal-QL, IQL).
+
+Symbols: ``B`` batch, ``Do`` observation size, ``Da`` action size, ``N`` critic ensemble
+size, ``H`` hidden width. Everything works in normalised spaces: normalised observations
+in, actions in ``[-1, 1]`` (tanh-squashed).
+
+The critic ensemble stores the weights of its ``N`` heads stacked, ``(N, Din, Dout)``,
+and evaluates all heads in ONE batched pass (``torch.baddbmm``), as RLPD/WSRL do with
+``jax.vmap`` (github.com/ikostrikov/rlpd, github.com/zhouzypaul/wsrl). Head ``i`` computes
+exactly what an independent :class:`robotrl.networks.MLP` with the same weights would
+(``EnsembleMLP.head`` exports it; the tests check the equality).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robotrl.networks import MLP, activation
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class EnsembleLinear(nn.Module):
+    """``N`` independent linear layers: ``(N, B, Din) -> (N, B, Dout)`` in one ``baddbmm``.
+
+    Weights are initialised like ``nn.Linear`` (Kaiming-uniform, fan-in bias), per head.
+    """
+
+    def __init__(self, n: int, in_dim: int, out_dim: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_dim)
+        self.weight = nn.Parameter(torch.empty(n, in_dim, out_dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(n, 1, out_dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, B, Din) -> (N, B, Dout)``."""
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm over the last dim with a separate affine per head: ``(N, B, H) -> (N, B, H)``."""
+
+    def __init__(self, n: int, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(torch.ones(n, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(n, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias, F.layer_norm(x, (self.dim,), eps=self.eps), self.weight)
+
+
+class EnsembleMLP(nn.Module):
+    """``N`` MLPs evaluated together: ``(B, Din)`` or ``(N, B, Din)`` -> ``(N, B, Dout)``.
+
+    Args:
+        n: ``N`` heads.
+        in_dim, out_dim: ``Din``, ``Dout``.
+        hidden: hidden widths.
+        act: activation name.
+        layer_norm: LayerNorm after each hidden linear layer (RLPD/WSRL).
+        final_init_scale: scale of the last layer's initial weights, bias zeroed (WSRL 1e-2).
+    """
+
+    def __init__(self, n: int, in_dim: int, out_dim: int, hidden: Sequence[int] = (256, 256), *, act: str = "relu",
+                 layer_norm: bool = False, final_init_scale: float | None = None):
+        super().__init__()
+        self.n, self.in_dim, self.out_dim = n, in_dim, out_dim
+        self.hidden, self.act_name, self.layer_norm = list(hidden), act, layer_norm
+        layers: list[nn.Module] = []
+        d = in_dim
+        for h in hidden:
+            layers.append(EnsembleLinear(n, d, h))
+            if layer_norm:
+                layers.append(EnsembleLayerNorm(n, h))
+            layers.append(nn.ReLU(inplace=True) if act == "relu" else activation(act))  # in place: no extra copy
+            d = h
+        last = EnsembleLinear(n, d, out_dim)
+        if final_init_scale is not None:
+            with torch.no_grad():
+                last.weight.mul_(final_init_scale)
+                last.bias.zero_()
+        layers.append(last)
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, Din)`` (shared by all heads) or ``(N, B, Din)`` -> ``(N, B, Dout)``."""
+        if x.ndim == 2:
+            x = x.unsqueeze(0).expand(self.n, -1, -1)
+        return self.net(x)
+
+    @torch.no_grad()
+    def head(self, i: int) -> MLP:
+        """Head ``i`` as an independent :class:`robotrl.networks.MLP` with copied weights."""
+        mlp = MLP(self.in_dim, self.out_dim, self.hidden, act=self.act_name, layer_norm=self.layer_norm)
+        src = [m for m in self.net if isinstance(m, (EnsembleLinear, EnsembleLayerNorm))]
+        dst = [m for m in mlp.net if isinstance(m, (nn.Linear, nn.LayerNorm))]
+        for s, d in zip(src, dst):
+            if isinstance(s, EnsembleLinear):
+                d.weight.copy_(s.weight[i].T)
+                d.bias.copy_(s.bias[i, 0])
+            else:
+                d.weight.copy_(s.weight[i, 0])
+                d.bias.copy_(s.bias[i, 0])
+        return mlp.to(self.net[0].weight.device)
+
+
+class EnsembleCritic(nn.Module):
+    """``Q_1..Q_N(s, a)``: ``obs (B, Do), action (B, Da) -> (N, B)`` in one batched pass.
+
+    Args:
+        obs_dim, action_dim: ``Do``, ``Da``.
+        n: ``N`` heads (WSRL/RLPD 10, SAC/CQL 2).
+        hidden, act, layer_norm, final_init_scale: see :class:`EnsembleMLP`.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, n: int = 2, hidden: Sequence[int] = (256, 256), *,
+                 act: str = "relu", layer_norm: bool = False, final_init_scale: float | None = None):
+        super().__init__()
+        self.n = n
+        self.net = EnsembleMLP(n, obs_dim + action_dim, 1, hidden, act=act, layer_norm=layer_norm,
+                               final_init_scale=final_init_scale)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``(B, Do), (B, Da) -> (N, B)`` (float32 also under a bfloat16 autocast)."""
+        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1).float()
+
+
+class TanhGaussianActor(nn.Module):
+    """SAC actor: ``obs (B, Do) -> tanh(N(mean, std))`` actions in ``[-1, 1]`` with log-probs.
+
+    Args:
+        obs_dim, action_dim: ``Do``, ``Da``.
+        hidden, act, layer_norm: trunk architecture.
+        final_init_scale: initial scale of the output layer (WSRL 1e-2).
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256), *, act: str = "relu",
+                 layer_norm: bool = False, final_init_scale: float | None = None):
+        super().__init__()
+        self.action_dim = action_dim
+        self.net = MLP(obs_dim, 2 * action_dim, hidden, act=act, layer_norm=layer_norm,
+                       final_init_scale=final_init_scale)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, Do) -> (mean (B, Da), log_std (B, Da))`` of the pre-tanh Gaussian (float32)."""
+        mean, log_std = self.net(obs).float().split(self.action_dim, dim=-1)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample: ``(B, Do) -> (action (B, Da) in [-1, 1], log_prob (B,))``.
+
+        The log-prob includes the tanh change of variables (numerically stable form
+        ``2(log 2 - u - softplus(-2u))``, as in SAC's reference code).
+        """
+        mean, log_std = self(obs)
+        eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        return _squashed(mean, log_std, eps)
+
+    def sample_n(self, obs: torch.Tensor, n: int,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` samples per state from ONE actor pass: ``(B, Do) -> ((n, B, Da), (n, B))`` (CQL's action sets)."""
+        mean, log_std = self(obs)
+        eps = torch.randn((n, *mean.shape), generator=generator, device=mean.device, dtype=mean.dtype)
+        return _squashed(mean, log_std, eps)
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """``log π(action | obs)`` for actions in ``(-1, 1)``: ``(B, Do), (B, Da) -> (B,)`` (IQL's AWR)."""
+        mean, log_std = self(obs)
+        a = action.clamp(-1 + eps, 1 - eps)
+        u = torch.atanh(a)
+        z = (u - mean) * torch.exp(-log_std)
+        lp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return lp - torch.log1p(-a.pow(2) + eps).sum(-1)
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic action ``tanh(mean)``: ``(B, Do) -> (B, Da)``."""
+        return torch.tanh(self(obs)[0])
+
+
+def _squashed(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tanh(mean + std·eps)`` and its log-prob (tanh change of variables); ``eps (..., B, Da)``."""
+    u = mean + log_std.exp() * eps
+    log_prob = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+    return torch.tanh(u), log_prob
+
+
+class ValueNet(nn.Module):
+    """IQL's state value ``V(s)``: ``(B, Do) -> (B,)``."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int] = (256, 256), *, act: str = "relu", layer_norm: bool = False):
+        super().__init__()
+        self.net = MLP(obs_dim, 1, hidden, act=act, layer_norm=layer_norm)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).squeeze(-1).float()

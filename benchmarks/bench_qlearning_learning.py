@@ -1,0 +1,206 @@
+"""Learning comparison: WSRL vs Cal-QL online (robotrl) vs d3rlpy Cal-QL fine-tuning vs SB3 SAC from scratch.
+
+Same task, same generated Minari dataset, several seeds; every contender is evaluated
+with robotrl's :func:`~robotrl.evaluation.evaluate` (same eval env, same episode seeds)
+at the same online env-step budgets. Run from the repository root, in the d3rlpy venv
+(see ``benchmarks/bench_qlearning.py`` for how to create it)::
+
+    /tmp/d3rlpy-venv/bin/python benchmarks/bench_qlearning_learning.py --smoke        # minutes: plumbing check
+    /tmp/d3rlpy-venv/bin/python benchmarks/bench_qlearning_learning.py --seeds 0 1 2 \\
+        --offline-steps 50000 --online-steps 50000 --eval-every 5000                  # hours on 2 CPU cores
+
+Contenders (the online phase starts at env step 0 for all):
+
+- ``robotrl-wsrl``: ``experiment=pointmaze-calql`` pretraining, then
+  ``experiment=pointmaze-wsrl`` (init from that checkpoint, empty online buffer).
+- ``robotrl-calql-online``: the same checkpoint, ``experiment=pointmaze-calql-online``.
+- ``d3rlpy-calql``: d3rlpy 2.8 ``CalQL`` ``fit`` on the same data, then ``fit_online``
+  on a buffer that holds the offline episodes (its documented fine-tuning recipe).
+- ``sb3-sac``: stable-baselines3 SAC from scratch (no data), default hyper-parameters.
+
+Writes ``benchmarks/results/qlearning_learning.json``: per contender and seed the curve
+``[(env_steps, return_mean, success_rate)]`` plus the mean over seeds at each budget, the
+onset dip (first online evaluation minus the offline one) and wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, set_threads, write_json  # noqa: E402
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def _curve(history: list[dict], offset: int) -> list[list[float]]:
+    return [[h["step"] - offset, h["return_mean"], h["success_rate"]] for h in history]
+
+
+def robotrl_runs(args, seed: int, work: Path) -> dict:
+    from robotrl.experiment import build_trainer
+
+    common = [f"seed={seed}", f"dataset.id={args.dataset_id}", "trainer.progress=false",
+              f"trainer.eval_episodes={args.eval_episodes}", f"torch_threads={args.threads}"]
+    if args.dataset_steps:
+        common.append(f"dataset.recipe_args.num_steps={args.dataset_steps}")
+    pre_dir = work / f"calql-s{seed}"
+    t = time.time()
+    pre = build_trainer(_compose(["experiment=pointmaze-calql", *common, f"trainer.offline_steps={args.offline_steps}",
+                                  f"trainer.eval_every={args.offline_steps}", f"run_dir={pre_dir}", *args.robotrl_extra]),
+                        pre_dir)
+    pre.fit()
+    out = {"offline": {"return_mean": pre.history[-1]["return_mean"], "seconds": time.time() - t}}
+    for mode in ("wsrl", "calql-online"):
+        d = work / f"{mode}-s{seed}"
+        t = time.time()
+        tr = build_trainer(_compose([f"experiment=pointmaze-{mode}", *common, f"trainer.init_from={pre_dir}",
+                                     f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
+                                     f"trainer.online_warmup_steps={args.warmup}", f"run_dir={d}",
+                                     *args.robotrl_extra]), d)
+        tr.fit()
+        out[f"robotrl-{mode}"] = {"curve": _curve(tr.history, 0), "seconds": time.time() - t}
+    return out
+
+
+def _eval_fn(make_eval_env, episodes: int, seed: int):
+    from robotrl.evaluation import evaluate
+
+    def run(policy) -> tuple[float, float]:
+        res = evaluate(policy, make_eval_env, episodes, seed=seed + 10_000, num_envs=min(episodes, 10))
+        return res["return_mean"], res["success_rate"]
+
+    return run
+
+
+def d3rlpy_run(args, seed: int, data, make_env, make_eval_env) -> dict:
+    import d3rlpy
+
+    d3rlpy.seed(seed)
+    terminals = data.terminated.astype(np.float32)
+    timeouts = (data.truncated | np.isin(np.arange(data.num_transitions), data.episode_ends - 1)) & ~data.terminated
+    dataset = d3rlpy.dataset.MDPDataset(data.observations, data.actions, data.rewards, terminals,
+                                        timeouts=timeouts.astype(np.float32))
+    algo = d3rlpy.algos.CalQLConfig(batch_size=256).create(device="cpu:0")
+    evaluate = _eval_fn(make_eval_env, args.eval_episodes, seed)
+    t = time.time()
+    algo.fit(dataset, n_steps=args.offline_steps, n_steps_per_epoch=args.offline_steps, show_progress=False,
+             save_interval=10**9, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    curve = [[0, *evaluate(algo.predict)]]
+    buffer = d3rlpy.dataset.ReplayBuffer(d3rlpy.dataset.InfiniteBuffer(), episodes=dataset.episodes)
+    env = make_env()
+    done = 0
+    while done < args.online_steps:  # fit_online in chunks so every contender is evaluated at the same budgets
+        n = min(args.eval_every, args.online_steps - done)
+        algo.fit_online(env, buffer, n_steps=n, n_steps_per_epoch=n, update_start_step=0, show_progress=False,
+                        save_interval=10**9, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+        done += n
+        curve.append([done, *evaluate(algo.predict)])
+    return {"curve": curve, "seconds": time.time() - t}
+
+
+def sb3_run(args, seed: int, make_env, make_eval_env) -> dict:
+    from stable_baselines3 import SAC
+
+    evaluate = _eval_fn(make_eval_env, args.eval_episodes, seed)
+    t = time.time()
+    model = SAC("MlpPolicy", make_env(), seed=seed, learning_starts=min(args.warmup, args.eval_every), verbose=0)
+    curve = [[0, *evaluate(lambda o: model.predict(o, deterministic=True)[0])]]
+    done = 0
+    while done < args.online_steps:
+        n = min(args.eval_every, args.online_steps - done)
+        model.learn(n, reset_num_timesteps=False)
+        done += n
+        curve.append([done, *evaluate(lambda o: model.predict(o, deterministic=True)[0])])
+    return {"curve": curve, "seconds": time.time() - t}
+
+
+def summarize(per_seed: dict[str, list[dict]]) -> dict:
+    out = {}
+    for name, runs in per_seed.items():
+        curves = [np.asarray(r["curve"], float) for r in runs if "curve" in r]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        stack = np.stack([c[:n] for c in curves])
+        out[name] = {"steps": stack[0, :, 0].tolist(), "return_mean_over_seeds": stack[:, :, 1].mean(0).tolist(),
+                     "success_mean_over_seeds": stack[:, :, 2].mean(0).tolist(),
+                     "seconds_mean": float(np.mean([r["seconds"] for r in runs]))}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--offline-steps", type=int, default=50_000)
+    ap.add_argument("--online-steps", type=int, default=50_000)
+    ap.add_argument("--eval-every", type=int, default=5_000)
+    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5_000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-v0")
+    ap.add_argument("--dataset-steps", type=int, default=0, help="regenerate size (0: the config's)")
+    ap.add_argument("--robotrl-extra", nargs="*", default=[], help="extra Hydra overrides for robotrl runs")
+    ap.add_argument("--skip", nargs="*", default=[], help="contenders to skip: robotrl d3rlpy sb3")
+    ap.add_argument("--smoke", action="store_true", help="tiny budgets and networks: checks the plumbing")
+    args = ap.parse_args()
+    if args.smoke:
+        args.seeds, args.offline_steps, args.online_steps, args.eval_every = [0], 200, 400, 200
+        args.eval_episodes, args.warmup, args.dataset_steps = 2, 200, 3000
+        args.dataset_id = "robotrl/pointmaze/umaze-smoke-v0"
+        args.robotrl_extra = [*args.robotrl_extra, "agent.model.num_critics=2", "agent.model.hidden=[64,64]",
+                              "agent.model.critic_hidden=[64,64]", "agent.model.cql_n_actions=4"]
+    set_threads(args.threads)
+    from robotrl.data import load_dataset
+    from robotrl.envs import make_env
+    from robotrl.experiment import ensure_dataset, eval_env_args
+
+    cfg = _compose([f"dataset.id={args.dataset_id}"] +
+                   ([f"dataset.recipe_args.num_steps={args.dataset_steps}"] if args.dataset_steps else []))
+    data = load_dataset(ensure_dataset(cfg.dataset))
+    env_name = cfg.env.name
+
+    ev = eval_env_args(cfg.env, data)  # the eval env robotrl's trainer uses (the dataset's eval spec)
+
+    def make_train_env():
+        return make_env(env_name)
+
+    def make_eval_env():
+        return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"])
+
+    per_seed: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            if "robotrl" not in args.skip:
+                res = robotrl_runs(args, seed, Path(tmp))
+                per_seed.setdefault("robotrl-offline-calql", []).append(res.pop("offline"))
+                for k, v in res.items():
+                    per_seed.setdefault(k, []).append(v)
+            if "d3rlpy" not in args.skip:
+                per_seed.setdefault("d3rlpy-calql", []).append(d3rlpy_run(args, seed, data, make_train_env, make_eval_env))
+            if "sb3" not in args.skip:
+                per_seed.setdefault("sb3-sac", []).append(sb3_run(args, seed, make_train_env, make_eval_env))
+            print(f"seed {seed} done", flush=True)
+    summary = summarize(per_seed)
+    for name, s in summary.items():
+        print(f"{name:24s} final return {s['return_mean_over_seeds'][-1]:8.2f}  success {s['success_mean_over_seeds'][-1]:.2f}"
+              f"  ({s['seconds_mean']:.0f} s/seed)")
+    path = write_json("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json", {"environment": environment(), "args": vars(args),
+                                                   "per_seed": per_seed, "summary": summary})
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Unit tests of the warm-start Q-learning core: ensemble critic, pure losses, agent parts.
+
+No mocks: real networks and real update steps on small tensors; the end-to-end mode runs
+on a generated PointMaze dataset are in ``tests/test_qlearning_modes.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from robotrl.agents.qlearning import QLAgent
+from robotrl.agents.qlearning import loss as L
+from robotrl.agents.qlearning.networks import EnsembleCritic, TanhGaussianActor
+from robotrl.data import ActionScaler, Batch, ObservationNormalizer
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_batched_ensemble_equals_n_separate_critics(layer_norm):
+    """One batched pass over N stacked heads == N independent MLPs, in values and in gradients."""
+    torch.manual_seed(0)
+    N, B, Do, Da = 5, 33, 7, 3
+    critic = EnsembleCritic(Do, Da, n=N, hidden=(32, 16), layer_norm=layer_norm, final_init_scale=0.5)
+    with torch.no_grad():  # non-trivial LayerNorm affine parameters
+        for p in critic.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    obs, act = torch.randn(B, Do), torch.rand(B, Da) * 2 - 1
+    heads = [critic.net.head(i) for i in range(N)]
+    q = critic(obs, act)
+    assert q.shape == (N, B)
+    x = torch.cat([obs, act], -1)
+    sep = torch.stack([h(x).squeeze(-1) for h in heads])
+    torch.testing.assert_close(q, sep, rtol=1e-5, atol=1e-5)
+    # gradients: d(sum Q)/d(weights of head i) equal those of the separate MLP i
+    (q * torch.arange(1, N + 1).view(N, 1)).sum().backward()
+    for i, h in enumerate(heads):
+        ((i + 1) * h(x)).sum().backward()
+        first = critic.net.net[0]
+        torch.testing.assert_close(first.weight.grad[i].T, h.net[0].weight.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(first.bias.grad[i, 0], h.net[0].bias.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_heads_are_independent_initialisations():
+    critic = EnsembleCritic(4, 2, n=3)
+    w = critic.net.net[0].weight
+    assert not torch.allclose(w[0], w[1]) and not torch.allclose(w[1], w[2])
+
+
+def _cql_inputs(N=2, B=4, R=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return dict(q_data=torch.randn(N, B, generator=g), q_rand=torch.randn(N, B, R, generator=g),
+                q_pi=torch.randn(N, B, R, generator=g), q_next_pi=torch.randn(N, B, R, generator=g),
+                logp_pi=torch.randn(B, R, generator=g), logp_next_pi=torch.randn(B, R, generator=g))
+
+
+def _cql_reference(x, Da, lb=None):
+    """Plain-loop CQL(H)/Cal-QL penalty per head (JaxCQL's formula, written out)."""
+    N, B, R = x["q_rand"].shape
+    out = torch.zeros(N)
+    for i in range(N):
+        for b in range(B):
+            vals = []
+            for r in range(R):
+                vals.append(x["q_rand"][i, b, r] - Da * math.log(0.5))
+            for r in range(R):
+                qn = x["q_next_pi"][i, b, r] if lb is None else max(x["q_next_pi"][i, b, r], lb[b])
+                vals.append(qn - x["logp_next_pi"][b, r])
+            for r in range(R):
+                qp = x["q_pi"][i, b, r] if lb is None else max(x["q_pi"][i, b, r], lb[b])
+                vals.append(qp - x["logp_pi"][b, r])
+            out[i] += torch.logsumexp(torch.stack(vals), 0) - x["q_data"][i, b]
+    return out / B
+
+
+def test_cql_penalty_matches_reference_formula():
+    x = _cql_inputs()
+    pen, _ = L.cql_penalty(**x, action_dim=2)
+    torch.testing.assert_close(pen, _cql_reference(x, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_calql_bound_applies_only_to_policy_action_values():
+    x = _cql_inputs()
+    lb = torch.tensor([0.5, -10.0, 2.0, -math.inf])  # -inf: no known return (open online episode)
+    pen, info = L.cql_penalty(**x, action_dim=2, mc_lower_bound=lb)
+    torch.testing.assert_close(pen, _cql_reference(x, 2, lb), rtol=1e-5, atol=1e-5)
+    assert 0 < float(info["calql_bound_rate"]) < 1
+    # uniform-action and data values are never bounded: raising the bound far above them while
+    # the policy values are huge changes nothing through the uniform/data terms
+    y = {**x, "q_pi": x["q_pi"] + 100.0, "q_next_pi": x["q_next_pi"] + 100.0}
+    pen_hi, info_hi = L.cql_penalty(**y, action_dim=2, mc_lower_bound=torch.full((4,), 50.0))
+    pen_none, _ = L.cql_penalty(**y, action_dim=2)
+    torch.testing.assert_close(pen_hi, pen_none)
+    assert float(info_hi["calql_bound_rate"]) == 0.0
+    # rows with an unknown return are exactly CQL
+    pen_inf, _ = L.cql_penalty(**x, action_dim=2, mc_lower_bound=torch.full((4,), -math.inf))
+    torch.testing.assert_close(pen_inf, L.cql_penalty(**x, action_dim=2)[0])
+
+
+def test_td_target_bootstraps_through_truncation_not_termination():
+    r, d, v = torch.tensor([1.0, 1.0]), torch.tensor([0.9, 0.81]), torch.tensor([10.0, 10.0])
+    y = L.td_target(r, d, torch.tensor([0.0, 1.0]), v)
+    torch.testing.assert_close(y, torch.tensor([1.0 + 9.0, 1.0]))
+
+
+def test_subset_min_and_losses():
+    q = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 9.0]])
+    torch.testing.assert_close(L.subset_min(q, torch.tensor([0, 1])), torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(L.subset_min(q, torch.tensor([2])), torch.tensor([0.0, 9.0]))
+    diff = torch.tensor([1.0, -1.0])
+    assert float(L.expectile_loss(diff, 0.9)) == pytest.approx((0.9 + 0.1) / 2)
+    assert float(L.critic_td_loss(q, torch.zeros(2))) == pytest.approx(13 + 6.5 + 40.5)
+
+
+def test_tanh_gaussian_log_prob_matches_sample():
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(5, 3, hidden=(16,))
+    obs = torch.randn(64, 5)
+    a, lp = actor.sample(obs, torch.Generator().manual_seed(1))
+    assert a.abs().max() < 1
+    torch.testing.assert_close(actor.log_prob(obs, a), lp, rtol=1e-3, atol=2e-3)
+
+
+def _agent(algo="sac", **kw):
+    return QLAgent(4, 2, obs_normalizer=ObservationNormalizer.identity(4), action_scaler=ActionScaler(-np.ones(2), np.ones(2)),
+                   algo=algo, hidden=(32, 32), critic_hidden=(32, 32), num_critics=4, target_subset=2, **kw)
+
+
+def _batch(B=32, seed=0, mc=None):
+    g = torch.Generator().manual_seed(seed)
+    return Batch(torch.randn(B, 4, generator=g), torch.rand(B, 2, generator=g) * 2 - 1, torch.randn(B, generator=g),
+                 torch.randn(B, 4, generator=g), torch.zeros(B), torch.zeros(B), torch.full((B,), 0.99),
+                 torch.full((B,), -100.0) if mc is None else mc)
+
+
+def test_calql_agent_uses_mc_returns_and_cql_agent_ignores_them():
+    losses = {}
+    for algo in ("cql", "calql"):
+        for name, mc in (("low", torch.full((32,), -1e6)), ("high", torch.full((32,), 50.0))):
+            torch.manual_seed(0)
+            a = _agent(algo, seed=0, cql_n_actions=3)
+            losses[algo, name] = float(a.update(_batch(mc=mc), 0)["critic_loss"])
+    assert losses["cql", "low"] == losses["cql", "high"]
+    assert losses["calql", "high"] > losses["calql", "low"] + 1.0
+
+
+def test_critic_warmup_updates_leave_the_actor_untouched():
+    a = _agent(critic_warmup_updates=2)
+    before = [p.clone() for p in a.actor.parameters()]
+    for s in range(2):
+        m = a.update(_batch(seed=s), s)
+        assert "actor_loss" not in m
+    assert all(torch.equal(p, q) for p, q in zip(before, a.actor.parameters()))
+    assert "actor_loss" in a.update(_batch(seed=3), 3)
+    assert not all(torch.equal(p, q) for p, q in zip(before, a.actor.parameters()))
+
+
+def test_load_parts_policy_only_keeps_a_fresh_critic():
+    src = _agent(seed=1)
+    for s in range(3):
+        src.update(_batch(seed=s), s)
+    dst = _agent(seed=2)
+    critic0 = {k: v.clone() for k, v in dst.critic.state_dict().items()}
+    dst.load_parts(src.state_dict(), ["policy"])
+    for k, v in src.policy.state_dict().items():
+        assert torch.equal(dst.policy.state_dict()[k], v)
+    for k, v in dst.critic.state_dict().items():
+        assert torch.equal(v, critic0[k])
+    with pytest.raises(ValueError, match="unknown part"):
+        dst.load_parts(src.state_dict(), ["optimizer"])
+
+
+def test_state_dict_round_trip_resumes_identically():
+    a, b = _agent(seed=3), _agent(seed=4)
+    a.update(_batch(seed=0), 0)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))  # as from disk: optimizer tensors not shared
+    ma, mb = a.update(_batch(seed=1), 1), b.update(_batch(seed=1), 1)
+    assert float(ma["critic_loss"]) == float(mb["critic_loss"])
+    for p, q in zip(a.critic.parameters(), b.critic.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_batch_split_keeps_an_exact_mix_in_every_minibatch():
+    a = _agent(critic_utd=4)
+    b = _batch(B=64)
+    b.extras["offline"] = torch.cat([torch.ones(32), torch.zeros(32)])  # MixedSampler layout: offline first
+    for i in range(4):
+        mb = a._minibatch(b, torch.arange(i, 64, 4))
+        assert len(mb) == 16 and float(mb.extras["offline"].sum()) == 8
+    assert float(a.update(b, 0)["offline_frac"]) == 0.5
+
+
+@pytest.mark.parametrize("algo", ["sac", "calql", "iql"])
+def test_bfloat16_matmuls_track_float32(algo):
+    """The bf16 autocast changes arithmetic precision only: same losses within a few percent, float32 state."""
+    out = {}
+    for dt in ("float32", "bfloat16"):
+        a = _agent(algo, seed=5, cql_n_actions=3, matmul_dtype=dt)
+        m = a.update(_batch(seed=7, mc=torch.full((32,), -1.0)), 0)
+        out[dt] = {k: float(v) for k, v in m.items()}
+        assert all(p.dtype == torch.float32 for p in a.critic.parameters())
+        assert a.policy(torch.zeros(2, 4)).dtype == torch.float32
+    for k in ("q_mean", "critic_loss", "actor_loss"):
+        assert out["bfloat16"][k] == pytest.approx(out["float32"][k], rel=0.05, abs=0.02), k
