@@ -90,3 +90,19 @@ def test_schedule_leaving_unit_interval_raises_at_that_step(buffers):
     sampler.sample(8, step=4)  # 0.9: fine
     with pytest.raises(ValueError, match=r"offline ratio must be in \[0, 1\], got 1\.1"):
         sampler.sample(8, step=6)
+
+
+def test_online_share_larger_than_a_filling_online_buffer_is_sampled_with_repeats():
+    import numpy as np
+
+    from robotrl.data import MixedSampler, ReplayBuffer
+
+    off = ReplayBuffer(100, 2, 1, seed=0)
+    for t in range(50):
+        off.add(np.zeros(2), np.zeros(1), 0.0, np.zeros(2), False, t == 49)
+    on = ReplayBuffer(100, 2, 1, seed=1)
+    for t in range(3):
+        on.add(np.ones(2), np.ones(1), 1.0, np.ones(2), False, False)
+    batch = MixedSampler(off, on, 0.5).sample(64)
+    assert int(batch.extras["offline"].sum()) == 32
+    assert (batch.observations[32:] == 1).all()  # 32 rows from the 3 online transitions

@@ -67,8 +67,8 @@ class MixedSampler:
         parts = []
         if n_off:
             parts.append(self.offline.sample(n_off, n_step=n_step))
-        if n_on:
-            parts.append(self.online.sample(n_on, n_step=n_step))
+        if n_on:  # the online buffer may still hold fewer rows than its share: repeats are fine there
+            parts.append(self.online.sample(n_on, n_step=n_step, allow_small=True))
         out = Batch.cat(parts) if len(parts) > 1 else parts[0]
         device = out.rewards.device
         flag = torch.cat([torch.ones(n_off, device=device), torch.zeros(n_on, device=device)])

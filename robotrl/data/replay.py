@@ -244,8 +244,12 @@ class ReplayBuffer:
             done = done | self.terminated[last] | self.truncated[last] | (self.next_idx[last] < 0)
         return ret, disc, last
 
-    def sample(self, batch_size: int, *, n_step: int = 1, indices: np.ndarray | None = None) -> Batch:
+    def sample(self, batch_size: int, *, n_step: int = 1, indices: np.ndarray | None = None,
+               allow_small: bool = False) -> Batch:
         """Uniformly sample transitions (``n_step > 1``: n-step returns along the episode).
+
+        Sampling is with replacement; ``batch_size`` larger than the data is refused unless
+        ``allow_small`` (e.g. the online share of a mixed batch while the buffer fills).
 
         Returns:
             :class:`Batch` with ``(B, ·)`` fields; ``rewards`` the n-step sum,
@@ -255,7 +259,8 @@ class ReplayBuffer:
         Raises:
             BatchSizeError: empty buffer or ``batch_size`` larger than the data.
         """
-        self._check_batch(batch_size)
+        if not allow_small:
+            self._check_batch(batch_size)
         idx = self._indices(batch_size) if indices is None else np.asarray(indices)
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
