@@ -77,3 +77,34 @@ def test_bad_inputs_are_explained(tmp_path):
     dp = load_deploy_policy(export_policy(_bc(), tmp_path / "e")["meta"].parent)
     with pytest.raises(ValueError, match="Do=5"):
         dp(np.zeros(4))
+
+
+@pytest.mark.parametrize("sampler", ["ddim", "ddpm"])
+def test_diffusion_policy_exports_its_fixed_noise_chain(tmp_path, sampler):
+    """A diffusion policy (DDIM with a fixed number of steps, or DDPM) exports with its normalisers;
+    the export equals the policy's own sampler run with the same seeded noise."""
+    from robotrl.agents.diffusion.policy import DiffusionPolicy
+    from robotrl.agents.diffusion.sampling import sample_chain
+
+    torch.manual_seed(0)
+    policy = DiffusionPolicy(5, 3, action_horizon=4, act_steps=2, denoising_steps=10, sampler=sampler, ddim_steps=4,
+                             denoiser_kwargs={"hidden": [32, 32]})
+    rng = np.random.default_rng(0)
+    policy.set_normalizers(ObservationNormalizer(rng.normal(size=5), rng.uniform(0.5, 2, 5)),
+                           ActionScaler(-rng.uniform(1, 3, 3), rng.uniform(1, 3, 3)))
+    policy.eval()
+    paths = export_policy(policy, tmp_path / sampler)
+    obs = rng.normal(scale=2, size=(1, 5)).astype(np.float32)
+    with torch.no_grad():
+        cond = policy.condition(torch.as_tensor(obs)[:, None])
+        x, _ = sample_chain(policy.schedule, policy.net_for_step, cond, (4, 3), sampler=sampler, ddim_steps=4,
+                            eta=policy.ddim_eta, min_std=policy.eval_min_std if sampler == "ddpm" else 0.0,
+                            eps_clip=policy.eps_clip, generator=torch.Generator().manual_seed(0))
+        want = policy.action_scaler.unnormalize(x).numpy()
+    for backend in ("onnx", "torchscript"):
+        dp = load_deploy_policy(paths["meta"].parent, backend)
+        assert (dp.chunk_len, dp.act_steps) == (4, 2)
+        np.testing.assert_allclose(dp.batch_fn(obs), want, rtol=1e-4, atol=1e-4)
+    batch = np.repeat(obs, 3, axis=0)  # fixed noise: identical rows give identical chunks, batch size is dynamic
+    out = load_deploy_policy(paths["meta"].parent, "onnx").batch_fn(batch)
+    assert out.shape == (3, 4, 3) and np.allclose(out, want, atol=1e-4)

@@ -82,6 +82,25 @@ class DiffusionPolicy(nn.Module):
         """Constructor kwargs (JSON-able)."""
         return {**self._spec, "denoiser_kwargs": dict(self._spec["denoiser_kwargs"])}
 
+    def export_module(self, seed: int = 0) -> nn.Module:
+        """Traceable ``obs (B, Do) -> chunk (B, Ta, Da)`` with fixed noise, for TorchScript/ONNX export.
+
+        See :class:`~robotrl.agents.diffusion.export.DiffusionChunkExport`.
+        """
+        from robotrl.agents.diffusion.export import DiffusionChunkExport
+
+        return DiffusionChunkExport(self, seed=seed)
+
+    @property
+    def chunk_len(self) -> int:
+        """``Ta`` (export metadata)."""
+        return self.Ta
+
+    @property
+    def act_steps(self) -> int:
+        """``Te`` (export metadata)."""
+        return self.Te
+
     def net_for_step(self, i: int) -> nn.Module:
         """The noise network of chain step ``i`` (the pretrained one; DPPO overrides)."""
         return self.denoiser

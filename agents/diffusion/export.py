@@ -1,0 +1,68 @@
+"""A deterministic, traceable chunk sampler of a diffusion policy, for TorchScript/ONNX export.
+
+Symbols: ``B`` batch, ``Do`` observation size, ``To`` observation history (1 here),
+``Ta`` chunk length, ``Da`` action size, ``n`` chain length (``K`` DDPM steps or the
+DDIM steps). The module runs the policy's own inference chain (DDPM, or DDIM with the
+policy's fixed number of steps and η) with every random draw replaced by noise fixed at
+export time: ``x_n`` ``(1, Ta, Da)`` and one ``(1, Ta, Da)`` noise per step. It is
+therefore a plain function ``obs (B, Do) -> chunk (B, Ta, Da)`` (raw units, normalisers
+inside) that :func:`robotrl.real_robot.export.export_policy` traces. For a batch of one
+it equals :func:`~robotrl.agents.diffusion.sampling.sample_chain` with a generator
+seeded like the export (the tests check this); DPPO policies export their fine-tuned
+steps because the chain asks ``policy.net_for_step(i)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from robotrl.agents.diffusion.sampling import chain_timesteps, step_mean_std
+
+
+class DiffusionChunkExport(nn.Module):
+    """``obs (B, Do) -> chunk (B, Ta, Da)`` with fixed noise (see module doc).
+
+    Args:
+        policy: a :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy` (or DPPO's).
+        seed: seed of the fixed noise.
+
+    Raises:
+        ValueError: ``To > 1`` (the export takes the latest observation only).
+    """
+
+    def __init__(self, policy: nn.Module, seed: int = 0):
+        super().__init__()
+        if policy.To != 1:
+            raise ValueError(f"export takes one observation per row; this policy conditions on To={policy.To} "
+                             "observations: keep To=1 for exported policies or deploy the checkpoint with backend=torch")
+        self.policy = policy
+        self.sampler = policy.sampler
+        ks, ks_prev = chain_timesteps(policy.K, policy.sampler, policy.ddim_steps)
+        self.ks, self.ks_prev = [int(k) for k in ks], [int(k) for k in ks_prev]
+        self.nets = nn.ModuleList([policy.net_for_step(i) for i in range(len(self.ks))])
+        gen = torch.Generator().manual_seed(seed)
+        shape = (1, policy.Ta, policy.action_dim)
+        x_n = torch.randn(shape, generator=gen)
+        noise = []
+        for _ in self.ks:  # same draw order as sample_chain: x_n, then one noise per step
+            noise.append(torch.randn(shape, generator=gen).clamp(-policy.eps_clip, policy.eps_clip))
+        self.register_buffer("x_n", x_n)
+        self.register_buffer("noise", torch.stack(noise))
+        self.min_std = policy.eval_min_std if policy.sampler == "ddpm" else 0.0
+        self.eta = policy.ddim_eta
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(B, Do)`` raw → ``(B, Ta, Da)`` raw actions."""
+        cond = self.policy.condition(obs[:, None])
+        x = self.x_n.expand(obs.shape[0], -1, -1)
+        n = len(self.ks)
+        for i in range(n):
+            k = torch.full_like(obs[:, 0], self.ks[i]).long()
+            kp = torch.full_like(obs[:, 0], self.ks_prev[i]).long()
+            mean, std = step_mean_std(self.policy.schedule, self.nets[i], x, k, kp, cond, self.sampler, self.eta)
+            if i == n - 1:
+                x = mean
+            else:
+                x = mean + std.clamp(min=self.min_std) * self.noise[i]
+        return self.policy.action_scaler.unnormalize(x.clamp(-1.0, 1.0))
