@@ -23,7 +23,8 @@ CQL/Cal-QL with 10 sampled actions per kind and a fixed conservative weight 5
 update (critic + actor + temperature/value + target update): ``QLAgent.update(batch)``
 vs d3rlpy's ``algo.impl.update(torch_batch, step)`` on a prebuilt ``TorchMiniBatch``
 (neither pays for sampling or host→tensor conversion). robotrl is timed twice: float32
-(same arithmetic as d3rlpy) and ``matmul_dtype="bfloat16"`` (bf16 autocast of the network
+(same arithmetic as d3rlpy; the critic's fused one-node forward/backward, ``--unfused`` adds
+the previous module-by-module pass for before/after ratios) and ``matmul_dtype="bfloat16"`` (bf16 autocast of the network
 passes; weights, optimizer state and losses float32). Also timed, for information:
 robotrl's WSRL network (N = 10 heads with LayerNorm, min over 2 random target heads).
 
@@ -64,7 +65,7 @@ def hopper_batch(n: int = 256, seed: int = 0) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, np.float32) for k, v in rows.items()}
 
 
-def ours(algo: str, data: dict, **overrides):
+def ours(algo: str, data: dict, fused: bool = True, **overrides):
     import torch
 
     from robotrl.agents.qlearning import QLAgent
@@ -81,6 +82,8 @@ def ours(algo: str, data: dict, **overrides):
     batch = Batch.from_numpy("cpu", observations=data["obs"], actions=data["act"], rewards=data["rew"],
                              next_observations=data["next"], terminated=data["term"],
                              truncated=np.zeros(n, bool), discounts=np.full(n, 0.99, np.float32), mc_returns=rtg)
+    if not fused:  # the previous implementation: module-by-module critic pass (plain autograd)
+        agent.critic.net.fused = agent.critic_target.net.fused = False
     step = [0]
 
     def fn() -> int:
@@ -134,6 +137,8 @@ def main() -> None:
     ap.add_argument("--block", type=float, default=3.0, help="seconds per timed block")
     ap.add_argument("--quick", action="store_true", help="3 repeats of 1.5 s blocks")
     ap.add_argument("--algos", default="sac,cql,calql,iql")
+    ap.add_argument("--unfused", action="store_true",
+                    help="also time the previous float32 critic pass (module by module), for before/after ratios")
     ap.add_argument("--out", default="qlearning_throughput.json", help="file name under benchmarks/results/")
     args = ap.parse_args()
     if args.quick:
@@ -146,15 +151,23 @@ def main() -> None:
                  Case(f"robotrl {algo} bf16", ours(algo, data, matmul_dtype="bfloat16")),
                  Case(f"robotrl {algo} N=10 LN (WSRL net) fp32",
                       ours(algo, data, num_critics=10, target_subset=2, critic_layer_norm=True, actor_q="mean"))]
+        if args.unfused:
+            cases.append(Case(f"robotrl {algo} fp32 unfused critic (previous)", ours(algo, data, fused=False)))
         run_interleaved(cases, repeats=args.repeats, warmup=3, block_s=args.block)
         r32, r16 = paired_ratio(cases[0], cases[1]), paired_ratio(cases[2], cases[1])
         results[algo] = {"ratio_fp32_over_d3rlpy": r32, "ratio_bf16_over_d3rlpy": r16, "target": TARGETS[algo],
                          **{c.name: c.summary() for c in cases}}
+        if args.unfused:
+            results[algo]["ratio_fp32_unfused_over_d3rlpy"] = paired_ratio(cases[4], cases[1])
+            results[algo]["ratio_fp32_fused_over_unfused"] = paired_ratio(cases[0], cases[4])
         rows.append([algo, f"{cases[1].median_rate:.1f}", f"{cases[0].median_rate:.1f}", f"{r32:.2f}x",
                      f"{cases[2].median_rate:.1f}", f"{r16:.2f}x", f"{TARGETS[algo]:.0f}x", f"{cases[3].median_rate:.1f}"])
+        if args.unfused:
+            rows[-1].append(f"{results[algo]['ratio_fp32_unfused_over_d3rlpy']:.2f}x")
         print(rows[-1], flush=True)
     print(format_table(["algo", "d3rlpy upd/s", "robotrl fp32 upd/s", "fp32 ratio", "robotrl bf16 upd/s",
-                        "bf16 ratio", "target", "robotrl N=10 LN fp32 upd/s"], rows))
+                        "bf16 ratio", "target", "robotrl N=10 LN fp32 upd/s"]
+                       + (["fp32 unfused (previous) ratio"] if args.unfused else []), rows))
     import d3rlpy
 
     env = environment()

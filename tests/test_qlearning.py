@@ -205,3 +205,80 @@ def test_bfloat16_matmuls_track_float32(algo):
         assert a.policy(torch.zeros(2, 4)).dtype == torch.float32
     for k in ("q_mean", "critic_loss", "actor_loss"):
         assert out["bfloat16"][k] == pytest.approx(out["float32"][k], rel=0.05, abs=0.02), k
+
+
+# ---------------------------------------------------------------- fused float32 critic pass
+def _plain_copy(critic: EnsembleCritic) -> EnsembleCritic:
+    ref = copy.deepcopy(critic)
+    ref.net.fused = False  # the module-by-module pass (baddbmm + ReLU modules, autograd backward)
+    return ref
+
+
+@pytest.mark.parametrize("hidden,out_dim,shared,input_grad", [
+    ((64, 64), 1, True, False), ((64, 64), 1, True, True), ((48,), 1, False, True),
+    ((32, 32, 32), 3, False, True), ((64, 64), 2, True, False)])
+def test_fused_ensemble_mlp_matches_plain_pass(hidden, out_dim, shared, input_grad):
+    """The fused one-node forward/backward == the module-by-module pass: values, weight and input grads.
+
+    Repeated three times so that the recycled (pooled) buffers of earlier passes are exercised.
+    """
+    from robotrl.agents.qlearning.networks import EnsembleMLP
+
+    torch.manual_seed(0)
+    N, M, Din = 3, 700, 9  # N·M·H >= 2^16: the big buffers go through the pool
+    net = EnsembleMLP(N, Din, out_dim, hidden)
+    ref = copy.deepcopy(net)
+    ref.fused = False
+    for rep in range(3):
+        x = torch.randn(M, Din) if shared else torch.randn(N, M, Din)
+        w = torch.randn(N, M, out_dim)
+        outs, grads = [], []
+        for m in (net, ref):
+            xi = x.clone().requires_grad_(input_grad)
+            m.zero_grad(set_to_none=True)
+            y = m(xi)
+            (y * w).sum().backward()
+            outs.append(y.detach())
+            grads.append([p.grad for p in m.parameters()] + ([xi.grad] if input_grad else []))
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_ensemble_backward_runs_once():
+    critic = EnsembleCritic(4, 2, n=2, hidden=(16, 16))
+    q = critic(torch.randn(8, 4), torch.rand(8, 2))
+    q.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="once per forward"):
+        q.sum().backward()
+
+
+def test_fused_critic_is_used_only_for_float32_relu_without_layer_norm():
+    x = torch.randn(2, 5, 6)
+    assert EnsembleCritic(4, 2, n=2).net._fast_ok(x)
+    assert not EnsembleCritic(4, 2, n=2, layer_norm=True).net._fast_ok(x)
+    assert not EnsembleCritic(4, 2, n=2, act="tanh").net._fast_ok(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not EnsembleCritic(4, 2, n=2).net._fast_ok(x)
+
+
+@pytest.mark.parametrize("algo", ["sac", "cql", "calql", "iql"])
+def test_fused_updates_match_the_plain_critic_pass(algo):
+    """Whole agent updates (losses, metrics, every parameter) with the fused critic == the plain pass.
+
+    Same seed, same batches, same sampled actions (CQL: 3 uniform + 3 policy + 3 next-policy per
+    state); only the critic's kernels differ, so everything agrees to float rounding (1e-5).
+    """
+    torch.manual_seed(0)
+    fused, plain = (_agent(algo, seed=11, cql_n_actions=3) for _ in range(2))
+    for c in (plain.critic, plain.critic_target):
+        c.net.fused = False
+    for s in range(4):
+        b = _batch(B=64, seed=s, mc=torch.randn(64))
+        mf, mp = fused.update(b, s), plain.update(b, s)
+        assert mf.keys() == mp.keys()
+        for k in mf:
+            torch.testing.assert_close(mf[k], mp[k], rtol=1e-5, atol=1e-5, msg=k)
+    for part in ("critic", "critic_target", "actor") + (("value",) if algo == "iql" else ()):
+        for (n, p), q in zip(getattr(fused, part).named_parameters(), getattr(plain, part).parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5, msg=f"{part}.{n}")
