@@ -19,7 +19,9 @@ stops the bootstrap.
 An on-policy agent provides ``policy`` (deployable, with ``To``/``Te``), ``gamma``,
 ``reward_scaling`` (bool), ``rollout_act(obs_hist (N, To, Do)) -> (actions (N, Te, Da)
 or (N, Da) raw, extras {name: tensor (N, ...)})``, ``update_rollout(rollout, iteration)
--> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``.
+-> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``
+and ``reset_rollout(env_ids)`` (called when those envs start a new episode: per-env state
+such as a base policy's chunk queue).
 """
 
 from __future__ import annotations
@@ -193,6 +195,8 @@ class RolloutCollector:
             # envs that only reset this step restart their history from the reset observation
             fresh = np.repeat(next_obs[:, None], To, axis=1)
             self.hist = np.where(self.resetting[:, None, None], fresh, nhist)
+            if self.resetting.any() and hasattr(agent, "reset_rollout"):  # per-env state (chunk queues)
+                agent.reset_rollout(np.flatnonzero(self.resetting))
             self.resetting = done
         stacked = {k: torch.stack(v, 0) for k, v in extras.items()}
         return Rollout(obs_b, nobs_b, rew, srew, term_b, trunc_b, valid_b, stacked, env_steps, rets, succs)

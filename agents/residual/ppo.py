@@ -1,0 +1,247 @@
+"""Residual PPO (ResiP): on-policy RL of a per-step Gaussian correction on a frozen base.
+
+Ankile et al. 2024, "From Imitation to Refinement — Residual RL for Precise Visual
+Assembly" (ankile/robust-rearrangement). Runs on :class:`robotrl.onpolicy.OnPolicyTrainer`
+(vector envs with next-step autoreset, :func:`~robotrl.onpolicy.compute_gae`, running
+reward scaling) and reuses the PPO losses of :mod:`robotrl.agents.ppo.loss`.
+
+Symbols: ``T`` rollout steps, ``N`` envs, ``M`` minibatch, ``Do``/``Da`` observation /
+action size. Per step the base gives ``a_base``; the residual samples
+``r ~ N(μ(x), σ²)`` with ``x = [normalised obs, normalised a_base]``; the env gets
+``clip(a_base + α r)`` (normalised units). The PPO ratio is over ``r`` (the base is
+frozen and part of the environment from the residual's point of view); the value
+function ``V(x)`` sees the same input ``x``. ``log_std`` is fixed (ResiP: −1) or learned.
+
+Defaults follow ResiP: ``α = 0.1``, obs clamp ±3, clip 0.2, γ 0.999, λ 0.95, target KL
+0.1, grad clip 1 (ResiP runs 50 epochs on large batches; the defaults here are smaller
+for CPU budgets).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
+from robotrl.agents.ppo.networks import ValueNet
+from robotrl.agents.residual.base import load_base
+from robotrl.agents.residual.policy import ResidualPolicy
+from robotrl.checkpoint import load_checkpoint
+from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.onpolicy import Rollout, compute_gae
+
+
+class ResidualPPOAgent:
+    """ResiP: PPO on a zero-initialised Gaussian residual over a frozen base policy.
+
+    Args:
+        obs_dim, action_dim, obs_normalizer, action_scaler: as for every agent (the
+            normaliser's statistics are copied, its clip replaced by ``obs_clip``; an
+            identity normaliser means "no dataset statistics": the base's are used).
+        base: the frozen base — a robotrl checkpoint / run dir, an SB3 ``.zip``, a
+            policy-state dict or a module (:func:`~robotrl.agents.residual.base.load_base`);
+            ``None``: set later by :meth:`load_pretrained` (the on-policy ``init_from``).
+        base_overrides: constructor kwargs replaced in the base's spec (e.g. ``act_steps``).
+        hidden, act, residual_scale, obs_clip, init_log_std, learn_log_std: see
+            :class:`~robotrl.agents.residual.policy.ResidualPolicy`.
+        critic_hidden, critic_act: value MLP on ``(Do + Da)``.
+        actor_lr, critic_lr: Adam learning rates.
+        gamma, gae_lambda: discount per env step and GAE λ.
+        clip, vf_coef, n_epochs, batch_size, target_kl, max_grad_norm: PPO settings
+            (minibatch ``M = batch_size``; early stop when approx KL > ``target_kl``).
+        critic_warmup_iters: iterations that train only the value function.
+        reward_scaling: running-std reward scaling in the collector.
+        device, seed: torch device; seed of sampling and minibatch order.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
+                 action_scaler: ActionScaler, base=None, base_overrides: dict | None = None,
+                 hidden: Sequence[int] = (256, 256), act: str = "relu", residual_scale: float = 0.1,
+                 obs_clip: float | None = 3.0, init_log_std: float = -1.0, learn_log_std: bool = False,
+                 critic_hidden: Sequence[int] = (256, 256), critic_act: str = "mish",
+                 actor_lr: float = 3e-4, critic_lr: float = 1e-3, gamma: float = 0.999, gae_lambda: float = 0.95,
+                 clip: float = 0.2, vf_coef: float = 0.5, n_epochs: int = 10, batch_size: int = 1024,
+                 target_kl: float | None = 0.1, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
+                 reward_scaling: bool = True, device: str | torch.device = "cpu", seed: int = 0):
+        self.device = torch.device(device)
+        self.base_overrides = dict(base_overrides or {})
+        self.policy = ResidualPolicy(obs_dim, action_dim, None, hidden, act=act, head="gaussian",
+                                     residual_scale=residual_scale, obs_clip=obs_clip, init_log_std=init_log_std,
+                                     learn_log_std=learn_log_std)
+        obs_norm = ObservationNormalizer(obs_normalizer.mean.cpu().numpy(), obs_normalizer.std.cpu().numpy(), clip=obs_clip)
+        self._identity_obs_norm = bool((obs_normalizer.mean == 0).all() and (obs_normalizer.std == 1).all())
+        self.policy.set_normalizers(obs_norm, action_scaler)
+        self.policy.to(self.device).eval()
+        self.rollout_base: nn.Module | None = None
+        if base is not None:
+            self.set_base(load_base(base, self.base_overrides, self.device))
+        self.critic = ValueNet(obs_dim + action_dim, critic_hidden, critic_act).to(self.device)
+        self.actor_opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr)
+        self.gamma, self.gae_lambda, self.clip, self.vf_coef = float(gamma), float(gae_lambda), float(clip), float(vf_coef)
+        self.n_epochs, self.batch_size, self.target_kl = int(n_epochs), int(batch_size), target_kl
+        self.max_grad_norm, self.critic_warmup_iters = max_grad_norm, int(critic_warmup_iters)
+        self.reward_scaling = bool(reward_scaling)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    # ------------------------------------------------------------------ base
+    def set_base(self, base: nn.Module) -> None:
+        """Install a frozen base in the policy; rollouts use their own copy (own chunk queues)."""
+        self.policy.set_base(base)
+        self.rollout_base = copy.deepcopy(self.policy.base)
+        if self._identity_obs_norm:  # no dataset statistics given: use the base's own
+            self.policy.use_base_obs_statistics()
+
+    def load_pretrained(self, path: str) -> None:
+        """``init_from`` of the on-policy loop: a residual checkpoint (whole agent) or a base.
+
+        A checkpoint whose policy is a :class:`ResidualPolicy` restores this agent; any
+        other robotrl checkpoint or an SB3 ``.zip`` becomes the frozen base.
+
+        Raises:
+            CheckpointError: unreadable checkpoint or weights that do not fit.
+        """
+        if not str(path).endswith(".zip"):
+            state = load_checkpoint(path, map_location=self.device)
+            if state.get("policy", {}).get("target", "").endswith("ResidualPolicy"):
+                self.load_state_dict(state["agent"])
+                return
+        self.set_base(load_base(path, self.base_overrides, self.device))
+
+    # ------------------------------------------------------------------ acting
+    def _base_and_features(self, obs_hist: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hist = torch.as_tensor(np.asarray(obs_hist, np.float32), device=self.device)
+        if hist.ndim == 2:
+            hist = hist[:, None]
+        obs = hist[:, -1]
+        if hist.shape[1] >= 2:  # identical history rows: the collector restarted this env's episode
+            fresh = np.flatnonzero((hist[:, 0] == hist[:, 1]).all(-1).cpu().numpy())
+            if fresh.size:
+                self.rollout_base.reset(fresh)
+        base_raw = self.policy.base_action(obs, self.rollout_base)
+        return obs, base_raw, self.policy.features(obs, base_raw)
+
+    @torch.no_grad()
+    def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """Sample for ``(N, To, Do)`` histories: raw combined actions ``(N, Da)`` and extras.
+
+        Extras: ``features (N, Do + Da)`` (residual/critic input), ``base (N, Da)`` raw base
+        action, ``residual (N, Da)`` the sampled ``r``.
+        """
+        obs, base_raw, x = self._base_and_features(obs_hist)
+        mean, log_std = self.policy.residual_params(x)
+        r = mean + log_std.exp() * torch.randn(mean.shape, generator=self.gen, device=self.device)
+        a = self.policy.combine(base_raw, r)
+        return a.cpu().numpy(), {"features": x, "base": base_raw, "residual": r}
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Sampled raw actions ``(N, Da)`` (Agent protocol; no episode-start detection)."""
+        return self.rollout_act(np.asarray(obs, np.float32)[:, None])[0]
+
+    def reset_rollout(self, env_ids: np.ndarray | None = None) -> None:
+        """Clear the rollout base's chunk queues of ``env_ids`` (for loops that know episode starts)."""
+        if self.rollout_base is not None:
+            self.rollout_base.reset(env_ids)
+
+    def _log_prob(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self.policy.residual_params(x)
+        return gaussian_log_prob(r, mean, log_std.exp()).sum(-1)
+
+    # ------------------------------------------------------------------ update
+    def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
+        dev = self.device
+        T, N = ro.rewards.shape
+        x = ro.extras["features"].flatten(0, 1)
+        with torch.no_grad():
+            nobs = torch.as_tensor(ro.next_obs[:, :, -1], device=dev).flatten(0, 1)
+            # V(s') needs the base action at s': the stateless base call is exact for per-step
+            # bases; for chunked bases it approximates the queued action by a fresh chunk's first
+            nx = self.policy.features(nobs, self._stateless_base(nobs)).view(T, N, -1)
+            # within an episode the next step's recorded features are exactly those of s'
+            cont = torch.as_tensor(~(ro.terminated | ro.truncated)[:-1] & ro.valid[1:], device=dev)
+            nx[:-1] = torch.where(cont[..., None], x.view(T, N, -1)[1:], nx[:-1])
+            nx = nx.flatten(0, 1)
+            v = self.critic(x).view(T, N).cpu().numpy()
+            nv = self.critic(nx).view(T, N).cpu().numpy()
+        adv, ret = compute_gae(ro.scaled_rewards, v, nv, ro.terminated, ro.truncated, ro.valid, gamma=self.gamma,
+                               lam=self.gae_lambda)
+        keep = torch.as_tensor(ro.valid.reshape(-1), device=dev)
+        r = ro.extras["residual"].flatten(0, 1)
+        with torch.no_grad():
+            logp = self._log_prob(x, r)
+        data = {"x": x, "r": r, "logp": logp, "adv": torch.as_tensor(adv, device=dev).flatten(),
+                "ret": torch.as_tensor(ret, device=dev).flatten()}
+        return {k: v[keep] for k, v in data.items()}
+
+    @torch.no_grad()
+    def _stateless_base(self, obs: torch.Tensor) -> torch.Tensor:
+        base = self.policy.base
+        if hasattr(base, "predict_chunk"):
+            To = getattr(base, "To", 1)
+            return base.predict_chunk(obs[:, None].expand(-1, To, -1))[:, 0]
+        return self.policy.base_action(obs)
+
+    def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
+        """PPO epochs over the valid env steps of ``ro``; returns mean metrics."""
+        d = self._prepare(ro)
+        M = d["x"].shape[0]
+        train_actor = iteration >= self.critic_warmup_iters
+        stats: dict[str, list] = {}
+        self.policy.train()
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        stop = False
+        for _ in range(self.n_epochs):
+            perm = torch.randperm(M, generator=self.gen, device=self.device)
+            for s in range(0, M, self.batch_size):
+                i = perm[s: s + self.batch_size]
+                vl = value_loss(self.critic(d["x"][i]), d["ret"][i])
+                self.critic_opt.zero_grad(set_to_none=True)
+                (self.vf_coef * vl).backward()
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm or float("inf"))
+                self.critic_opt.step()
+                stats.setdefault("value_loss", []).append(float(vl.detach()))
+                if not train_actor:
+                    continue
+                pl, info = ppo_policy_loss(self._log_prob(d["x"][i], d["r"][i]), d["logp"][i],
+                                           normalize_advantages(d["adv"][i]), self.clip)
+                self.actor_opt.zero_grad(set_to_none=True)
+                pl.backward()
+                torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or float("inf"))
+                self.actor_opt.step()
+                stats.setdefault("policy_loss", []).append(float(pl.detach()))
+                for k, v in info.items():
+                    stats.setdefault(k, []).append(float(v))
+                if self.target_kl is not None and float(info["approx_kl"]) > self.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        self.policy.eval()
+        out = {k: float(np.mean(v)) for k, v in stats.items()}
+        out["std"] = float(self.policy.log_std.exp().mean())
+        with torch.no_grad():
+            out["residual_abs"] = float(self.policy.deterministic_residual(d["x"]).abs().mean()) if M else 0.0
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Residual policy (with the base's descriptor and weights), value net, optimizers, RNG."""
+        return {"policy_spec": self.policy.spec(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of :meth:`state_dict` (rebuilds the base from the stored descriptor when needed)."""
+        base_desc = state["policy_spec"]["base"]
+        if base_desc is not None and (self.policy.base is None or self.policy.spec()["base"] != base_desc):
+            self.policy.set_base(base_desc)
+        self.policy.load_state_dict(state["policy"])
+        self.rollout_base = copy.deepcopy(self.policy.base)
+        self.critic.load_state_dict(state["critic"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.gen.set_state(state["gen"])
