@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
+from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.networks import ValueNet
+from robotrl.agents.ppo.update import ppo_epochs
 from robotrl.agents.residual.base import load_base
 from robotrl.agents.residual.policy import ResidualPolicy
 from robotrl.checkpoint import load_checkpoint
@@ -189,39 +190,16 @@ class ResidualPPOAgent:
         """PPO epochs over the valid env steps of ``ro``; returns mean metrics."""
         d = self._prepare(ro)
         M = d["x"].shape[0]
-        train_actor = iteration >= self.critic_warmup_iters
-        stats: dict[str, list] = {}
         self.policy.train()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        stop = False
-        for _ in range(self.n_epochs):
-            perm = torch.randperm(M, generator=self.gen, device=self.device)
-            for s in range(0, M, self.batch_size):
-                i = perm[s: s + self.batch_size]
-                vl = value_loss(self.critic(d["x"][i]), d["ret"][i])
-                self.critic_opt.zero_grad(set_to_none=True)
-                (self.vf_coef * vl).backward()
-                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm or float("inf"))
-                self.critic_opt.step()
-                stats.setdefault("value_loss", []).append(float(vl.detach()))
-                if not train_actor:
-                    continue
-                pl, info = ppo_policy_loss(self._log_prob(d["x"][i], d["r"][i]), d["logp"][i],
-                                           normalize_advantages(d["adv"][i]), self.clip)
-                self.actor_opt.zero_grad(set_to_none=True)
-                pl.backward()
-                torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or float("inf"))
-                self.actor_opt.step()
-                stats.setdefault("policy_loss", []).append(float(pl.detach()))
-                for k, v in info.items():
-                    stats.setdefault(k, []).append(float(v))
-                if self.target_kl is not None and float(info["approx_kl"]) > self.target_kl:
-                    stop = True
-                    break
-            if stop:
-                break
+        out = ppo_epochs(d, critic=self.critic, critic_input="x",
+                         log_prob=lambda data, i: self._log_prob(data["x"][i], data["r"][i]),
+                         critic_opt=self.critic_opt, critic_params=list(self.critic.parameters()),
+                         actor_opt=self.actor_opt,
+                         actor_params=[p for p in self.policy.parameters() if p.requires_grad],
+                         n_epochs=self.n_epochs, batch_size=self.batch_size, clip=self.clip, vf_coef=self.vf_coef,
+                         max_grad_norm=self.max_grad_norm, target_kl=self.target_kl,
+                         train_actor=iteration >= self.critic_warmup_iters, generator=self.gen)
         self.policy.eval()
-        out = {k: float(np.mean(v)) for k, v in stats.items()}
         out["std"] = float(self.policy.log_std.exp().mean())
         with torch.no_grad():
             out["residual_abs"] = float(self.policy.deterministic_residual(d["x"]).abs().mean()) if M else 0.0
