@@ -155,11 +155,11 @@ def test_rollout_collector_resets_the_base_queue_at_episode_starts():
 
 
 def _sb3_models(tmp_path):
-    from stable_baselines3 import PPO, SAC
+    from stable_baselines3 import PPO, SAC, TD3
 
     env = make_env("pointmaze-umaze")
     paths = {}
-    for cls in (PPO, SAC):
+    for cls in (PPO, SAC, TD3):
         model = cls("MlpPolicy", env, seed=0, device="cpu", policy_kwargs={"net_arch": [32, 32]})
         paths[cls.__name__] = tmp_path / f"{cls.__name__}.zip"
         model.save(paths[cls.__name__])
@@ -168,11 +168,11 @@ def _sb3_models(tmp_path):
 
 
 def test_sb3_model_base_matches_predict_and_rebuilds_without_sb3_file(tmp_path):
-    from stable_baselines3 import PPO, SAC
+    from stable_baselines3 import PPO, SAC, TD3
 
     obs = _obs(5)
     for name, path in _sb3_models(tmp_path).items():
-        model = {"PPO": PPO, "SAC": SAC}[name].load(path, device="cpu")
+        model = {"PPO": PPO, "SAC": SAC, "TD3": TD3}[name].load(path, device="cpu")  # SB3's loader: the reference
         ref, _ = model.predict(obs.numpy(), deterministic=True)
         base = load_base(path)
         np.testing.assert_allclose(base(obs).numpy(), ref, atol=1e-6)
@@ -182,3 +182,25 @@ def test_sb3_model_base_matches_predict_and_rebuilds_without_sb3_file(tmp_path):
         save_checkpoint(tmp_path / f"res_{name}.pt", {"policy": policy_state(pol)})
         path.unlink()
         np.testing.assert_allclose(load_policy(tmp_path / f"res_{name}.pt")(obs).numpy(), ref, atol=1e-6)
+
+
+def test_sb3_base_reads_vecnormalize_npz_and_needs_act_for_custom_activations(tmp_path):
+    import torch.nn as tnn
+    from stable_baselines3 import PPO
+
+    from robotrl.agents.residual.base import load_sb3_base
+    from robotrl.errors import CheckpointError
+
+    env = make_env("pointmaze-umaze")
+    model = PPO("MlpPolicy", env, seed=0, device="cpu", policy_kwargs={"net_arch": [16], "activation_fn": tnn.ReLU})
+    model.save(tmp_path / "relu.zip")
+    env.close()
+    with pytest.raises(CheckpointError, match="custom activation_fn; pass act="):
+        load_sb3_base(tmp_path / "relu.zip")
+    mean, var = np.arange(8, dtype=np.float32), np.full(8, 4.0, np.float32)
+    np.savez(tmp_path / "vn.npz", mean=mean, var=var, clip_obs=5.0)
+    base = load_sb3_base(tmp_path / "relu.zip", vecnormalize=tmp_path / "vn.npz", act="relu")
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32))
+    norm = ((obs.numpy() - mean) / np.sqrt(var + 1e-8)).clip(-5, 5)
+    ref, _ = model.predict(norm, deterministic=True)
+    np.testing.assert_allclose(base(obs).numpy(), ref, atol=1e-6)

@@ -92,78 +92,105 @@ def _linears(module: nn.Module) -> list[nn.Linear]:
     return [m for m in module.modules() if isinstance(m, nn.Linear)]
 
 
-def load_sb3_base(path: str | os.PathLike, vecnormalize: str | os.PathLike | None = None) -> SB3BasePolicy:
-    """Copy the actor of a stable-baselines3 model ``.zip`` into an :class:`SB3BasePolicy`.
+_ON_POLICY_PREFIX, _OFF_POLICY_PREFIXES = "mlp_extractor.policy_net.", ("actor.latent_pi.", "actor.mu.")
+_DEFAULT_ACT = {"on_policy": "tanh", "off_policy": "relu"}  # SB3's defaults: PPO/A2C Tanh, SAC/TD3/DDPG ReLU
 
-    Supported: ``PPO``/``A2C`` (``mlp_extractor.policy_net`` + ``action_net``; separate
-    actor/critic networks), ``SAC`` (``actor.latent_pi`` + ``actor.mu``), ``TD3``/``DDPG``
-    (``actor.mu``), all with MLP policies on flat ``Box`` observations. The file is
-    opened with SB3's own loader (it unpickles; only load files you trust); the result
-    holds plain tensors only.
+
+def _layer_stack(sd: dict[str, torch.Tensor], prefixes: Sequence[str]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(weight, bias)`` of the linear layers under ``prefixes``, in order (Sequential indices)."""
+    out = []
+    for prefix in prefixes:
+        idx = sorted({int(k[len(prefix):].split(".")[0]) for k in sd if k.startswith(prefix) and k.endswith(".weight")
+                      and k[len(prefix):].split(".")[0].isdigit()})
+        if idx:
+            out += [(sd[f"{prefix}{i}.weight"], sd[f"{prefix}{i}.bias"]) for i in idx]
+        elif f"{prefix.rstrip('.')}.weight" in sd:  # a bare Linear (action_net, actor.mu of SAC)
+            out.append((sd[f"{prefix.rstrip('.')}.weight"], sd[f"{prefix.rstrip('.')}.bias"]))
+    return out
+
+
+def _space_bounds(space: dict, path) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of a Box from SB3's JSON ``data`` (its readable ``low``/``high`` strings)."""
+    try:
+        low = np.array(space["low"].replace("[", " ").replace("]", " ").split(), dtype=np.float32)
+        high = np.array(space["high"].replace("[", " ").replace("]", " ").split(), dtype=np.float32)
+    except (KeyError, AttributeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot read the action bounds from the model's data ({exc})") from exc
+    return low, high
+
+
+def load_sb3_base(path: str | os.PathLike, vecnormalize: str | os.PathLike | None = None,
+                  act: str | None = None) -> SB3BasePolicy:
+    """Copy the actor of a stable-baselines3 model ``.zip`` into an :class:`SB3BasePolicy`, unpickling nothing.
+
+    The ``.zip`` is read directly: the weights from ``policy.pth`` with
+    ``torch.load(weights_only=True)`` and the action bounds from the readable fields of
+    its JSON ``data`` (SB3's own loader would unpickle the ``:serialized:`` entries).
+    Supported: ``PPO``/``A2C`` (``mlp_extractor.policy_net`` + ``action_net``: raw Gaussian
+    mean, clipped), ``SAC`` (``actor.latent_pi`` + ``actor.mu``) and ``TD3``/``DDPG``
+    (``actor.mu``), both tanh-squashed, all MLP policies on flat ``Box`` observations.
 
     Args:
         path: the model ``.zip``.
-        vecnormalize: optional ``VecNormalize`` pickle whose observation statistics the
-            model was trained with.
+        vecnormalize: optional ``.npz`` with the ``VecNormalize`` observation statistics
+            the model was trained with: arrays ``mean``, ``var`` and scalar ``clip_obs``
+            (write it with ``np.savez(p, mean=vn.obs_rms.mean, var=vn.obs_rms.var,
+            clip_obs=vn.clip_obs)``; robotrl does not unpickle SB3's ``VecNormalize`` files).
+        act: the actor's activation when the model was built with a custom
+            ``policy_kwargs["activation_fn"]`` (default: SB3's, tanh for PPO/A2C, relu else).
 
     Raises:
-        CheckpointError: the file is not a loadable SB3 model or the policy is not a
-            supported MLP actor.
+        CheckpointError: not a readable SB3 model, an unsupported policy, or a custom
+            activation without ``act``.
     """
-    import stable_baselines3 as sb3
+    import json
+    import zipfile
 
-    errors = []
-    model = None
-    for name in ("PPO", "SAC", "TD3", "A2C", "DDPG"):
-        try:
-            model = getattr(sb3, name).load(str(path), device="cpu")
-            break
-        except Exception as exc:  # wrong algorithm class: try the next
-            errors.append(f"{name}: {type(exc).__name__}")
-    if model is None:
-        raise CheckpointError(f"{path} is not a loadable stable-baselines3 model ({'; '.join(errors)})")
-    pol = model.policy
-    space = model.action_space
-    low, high = np.asarray(space.low, np.float32).reshape(-1), np.asarray(space.high, np.float32).reshape(-1)
-    if hasattr(pol, "mlp_extractor") and hasattr(pol, "action_net"):
-        layers, squash = _linears(pol.mlp_extractor.policy_net) + _linears(pol.action_net), False
-        act_fn = pol.activation_fn
-    elif hasattr(pol, "actor") and hasattr(pol.actor, "mu"):
-        actor = pol.actor
-        trunk = _linears(actor.latent_pi) if hasattr(actor, "latent_pi") else []
-        layers, squash = trunk + _linears(actor.mu), True
-        act_fn = getattr(actor, "activation_fn", nn.ReLU)
+    try:
+        with zipfile.ZipFile(path) as z:
+            data = json.loads(z.read("data"))
+            with z.open("policy.pth") as f:
+                sd = torch.load(f, map_location="cpu", weights_only=True)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError) as exc:
+        raise CheckpointError(f"{path} is not a readable stable-baselines3 model .zip ({type(exc).__name__}: {exc})") from exc
+    if any(k.startswith(_ON_POLICY_PREFIX) for k in sd):
+        kind, layers, squash = "on_policy", _layer_stack(sd, (_ON_POLICY_PREFIX, "action_net.")), False
+    elif any(k.startswith(_OFF_POLICY_PREFIXES[1]) for k in sd):
+        kind, layers, squash = "off_policy", _layer_stack(sd, _OFF_POLICY_PREFIXES), True
     else:
-        raise CheckpointError(f"{path}: unsupported stable-baselines3 policy {type(pol).__name__}")
-    act = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.GELU: "gelu", nn.ELU: "elu", nn.SiLU: "silu", nn.Mish: "mish"}.get(act_fn)
-    if act is None:
-        raise CheckpointError(f"{path}: unsupported activation {act_fn}")
-    obs_dim = int(np.prod(model.observation_space.shape))
-    hidden = [lin.out_features for lin in layers[:-1]]
+        raise CheckpointError(f"{path}: unsupported stable-baselines3 policy (no MLP actor weights found)")
+    if "activation_fn" in (data.get("policy_kwargs") or {}) and act is None:
+        raise CheckpointError(f"{path}: the model uses a custom activation_fn; pass act=<relu|tanh|...> to load_sb3_base")
+    act = act or _DEFAULT_ACT[kind]
+    low, high = _space_bounds(data.get("action_space") or {}, path)
+    obs_dim = int(layers[0][0].shape[1])
+    hidden = [int(w.shape[0]) for w, _ in layers[:-1]]
     base = SB3BasePolicy(obs_dim, len(low), hidden, act=act, squash=squash, low=low.tolist(), high=high.tolist())
     dst = _linears(base.net)
-    if len(dst) != len(layers) or layers[0].in_features != obs_dim:
+    if len(dst) != len(layers) or int(layers[-1][0].shape[0]) != len(low):
         raise CheckpointError(f"{path}: the actor is not a plain MLP on flat observations")
     with torch.no_grad():
-        for s, d in zip(layers, dst):
-            d.weight.copy_(s.weight)
-            d.bias.copy_(s.bias)
+        for (w, b), d in zip(layers, dst):
+            d.weight.copy_(w)
+            d.bias.copy_(b)
         if vecnormalize is not None:
-            vn = _read_vecnormalize(vecnormalize)
-            base.obs_mean.copy_(torch.as_tensor(vn[0], dtype=torch.float32))
-            base.obs_var.copy_(torch.as_tensor(vn[1], dtype=torch.float32))
-            base.obs_clip = base._spec["obs_clip"] = float(vn[2])
+            mean, var, clip = _read_vecnormalize(vecnormalize)
+            base.obs_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+            base.obs_var.copy_(torch.as_tensor(var, dtype=torch.float32))
+            base.obs_clip = base._spec["obs_clip"] = clip
         else:
             base.obs_clip = base._spec["obs_clip"] = 1e6  # no standardisation: identity statistics, no clip
     return base.eval()
 
 
 def _read_vecnormalize(path) -> tuple[np.ndarray, np.ndarray, float]:
-    import pickle
+    from robotrl.checkpoint import load_arrays  # allow_pickle=False
 
-    with open(path, "rb") as f:
-        vn = pickle.load(f)  # noqa: S301 - a user-supplied SB3 file, as SB3 itself does
-    return np.asarray(vn.obs_rms.mean), np.asarray(vn.obs_rms.var), float(vn.clip_obs)
+    z = load_arrays(path)
+    try:
+        return np.asarray(z["mean"]), np.asarray(z["var"]), float(z["clip_obs"])
+    except KeyError as exc:
+        raise CheckpointError(f"{path}: VecNormalize statistics need arrays mean, var and clip_obs ({exc})") from exc
 
 
 def build_base(target: str, kwargs: dict) -> nn.Module:
