@@ -1,4 +1,4 @@
-"""Shared fixtures of the data-layer tests (tests/test_data_*.py): real Minari roots, real spaces."""
+"""Shared fixtures: real Minari dataset roots (per test or per module) and real env spaces."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ def minari_root(tmp_path, monkeypatch):
     root.mkdir()
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
     return root
+
+
+@pytest.fixture(scope="module")
+def minari_module_root(tmp_path_factory):
+    """One Minari dataset root per test module (datasets generated once, shared by its tests);
+    ``$MINARI_DATASETS_PATH`` points at it while the module runs."""
+    root = tmp_path_factory.mktemp("minari")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MINARI_DATASETS_PATH", str(root))
+    yield root
+    mp.undo()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -23,16 +22,6 @@ TINY = [f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=3000", "+data
         "agent.model.ema_start=50", "agent.model.lr=1e-3"]
 
 
-@pytest.fixture(scope="module")
-def minari_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("minari")
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    yield root
-    if old is None:
-        os.environ.pop("MINARI_DATASETS_PATH", None)
-    else:
-        os.environ["MINARI_DATASETS_PATH"] = old
 
 
 def _compose(overrides):
@@ -112,7 +101,7 @@ def test_ddim5_and_ddpm_chunks_stay_in_action_bounds():
         assert c.shape == (16, 4, 2) and (c >= low).all() and (c <= high).all()
 
 
-def test_pretraining_through_sequence_sampling_learns_the_demonstrations(minari_root, tmp_path):
+def test_pretraining_through_sequence_sampling_learns_the_demonstrations(minari_module_root, tmp_path):
     run = tmp_path / "diff"
     cfg = _compose([*TINY, "trainer.offline_steps=1500", "trainer.eval_every=1500", "trainer.checkpoint_every=1500",
                     "agent.model.obs_horizon=2", f"run_dir={run}"])

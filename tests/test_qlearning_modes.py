@@ -37,16 +37,6 @@ SMALL = [
 ONLINE = ["trainer.online_steps=400", "trainer.online_warmup_steps=100"]
 
 
-@pytest.fixture(scope="module")
-def minari_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("minari")
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    yield root
-    if old is None:
-        os.environ.pop("MINARI_DATASETS_PATH", None)
-    else:
-        os.environ["MINARI_DATASETS_PATH"] = old
 
 
 def _compose(overrides: list[str]):
@@ -79,7 +69,7 @@ def _offline_run(experiment: str, run_dir, steps=300):
 
 
 @pytest.fixture(scope="module")
-def pretrained(minari_root, tmp_path_factory):
+def pretrained(minari_module_root, tmp_path_factory):
     """Short Cal-QL and IQL pretraining (the checkpoints the online modes start from)."""
     out = {}
     for algo in ("calql", "iql"):
@@ -98,7 +88,7 @@ def test_offline_pretraining_fits_the_mc_returns(pretrained, algo):
     assert after < 0.8 * before, (before, after)
 
 
-def test_offline_cql_prefers_data_actions_to_uniform_ones(minari_root, tmp_path):
+def test_offline_cql_prefers_data_actions_to_uniform_ones(minari_module_root, tmp_path):
     cfg = _compose(["experiment=pointmaze-calql", *SMALL, "agent=cql", "trainer.offline_steps=300", f"run_dir={tmp_path}"])
     trainer = build_trainer(cfg, tmp_path)
     b = trainer.offline.sample(512)
@@ -171,7 +161,7 @@ def test_wsrl_warm_starts_keeps_no_offline_data_and_improves_its_critic(pretrain
     assert np.isfinite(summary["final_normalized_score"])  # evaluated on the dataset's eval spec, with its ref scores
 
 
-def test_rlpd_mixes_exactly_half_offline_in_every_minibatch(minari_root, tmp_path):
+def test_rlpd_mixes_exactly_half_offline_in_every_minibatch(minari_module_root, tmp_path):
     trainer, summary, batches, before, after = _online_run(
         "rlpd", tmp_path, ["trainer.batch_size=256", "agent.model.critic_utd=4", "trainer.online_warmup_steps=200",
                            "agent.model.init_alpha=0.01"])  # RLPD backs up entropy: small α keeps soft Q ≈ MC return
@@ -213,7 +203,7 @@ def test_porl_starts_from_the_pretrained_policy_and_a_fresh_critic(pretrained, t
     assert not torch.equal(trainer.agent.critic.net.net[0].weight, pre.critic.net.net[0].weight)
 
 
-def test_iql_online_continues_and_checkpoint_evaluates_and_resumes(pretrained, minari_root, tmp_path):
+def test_iql_online_continues_and_checkpoint_evaluates_and_resumes(pretrained, minari_module_root, tmp_path):
     pre_dir = pretrained["iql"][0]
     extra = [f"trainer.init_from={pre_dir}", "trainer.batch_size=64", "trainer.checkpoint_every=200"]
     trainer, summary, batches, before, after = _online_run("iql-online", tmp_path, [*extra, "trainer.online_steps=200"])
@@ -231,7 +221,7 @@ def test_iql_online_continues_and_checkpoint_evaluates_and_resumes(pretrained, m
     assert type(policy).__name__ == "QLPolicy"
     out = policy(torch.zeros(3, 8))
     assert out.shape == (3, 2) and torch.isfinite(out).all()
-    env = {**os.environ, "MINARI_DATASETS_PATH": str(minari_root)}
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(minari_module_root)}
     ev = subprocess.run([sys.executable, "-m", "robotrl.cli", "eval", f"checkpoint={tmp_path}", "episodes=2",
                          "num_envs=2"], env=env, capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, ev.stderr[-3000:]

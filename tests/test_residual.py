@@ -4,7 +4,6 @@ that rebuild without the base file, and chunk queues across episode resets in re
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import numpy as np
@@ -27,16 +26,6 @@ TINY = [f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=2000", "+data
         "trainer.offline_steps=50", "trainer.eval_every=50", "trainer.checkpoint_every=50"]
 
 
-@pytest.fixture(scope="module")
-def minari_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("minari")
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    yield root
-    if old is None:
-        os.environ.pop("MINARI_DATASETS_PATH", None)
-    else:
-        os.environ["MINARI_DATASETS_PATH"] = old
 
 
 def _obs(n: int, seed: int = 0) -> torch.Tensor:
@@ -52,7 +41,7 @@ def _diffusion_base(te: int = 3) -> DiffusionPolicy:
                            sampler="ddim", ddim_steps=3).eval()
 
 
-def test_bc_run_base_residual_equals_base_and_checkpoint_rebuilds_without_base_file(minari_root, tmp_path):
+def test_bc_run_base_residual_equals_base_and_checkpoint_rebuilds_without_base_file(minari_module_root, tmp_path):
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
         cfg = compose(config_name="train", overrides=TINY)
     bc_dir = tmp_path / "bc"

@@ -34,24 +34,14 @@ TINY = [
 ]
 
 
-@pytest.fixture(scope="module")
-def minari_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("minari")
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    yield root
-    if old is None:
-        os.environ.pop("MINARI_DATASETS_PATH", None)
-    else:
-        os.environ["MINARI_DATASETS_PATH"] = old
 
 
-def _env(minari_root: Path) -> dict:
-    return {**os.environ, "MINARI_DATASETS_PATH": str(minari_root), "PYTHONUNBUFFERED": "1"}
+def _env(minari_module_root: Path) -> dict:
+    return {**os.environ, "MINARI_DATASETS_PATH": str(minari_module_root), "PYTHONUNBUFFERED": "1"}
 
 
-def _robotrl(args: list[str], minari_root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "robotrl.cli", *args], env=_env(minari_root), capture_output=True,
+def _robotrl(args: list[str], minari_module_root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "robotrl.cli", *args], env=_env(minari_module_root), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -60,13 +50,13 @@ def _compose(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
 
 
-def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_root, tmp_path):
+def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_module_root, tmp_path):
     run_dir = tmp_path / "run"
     res = _robotrl(["train", *TINY, "trainer.offline_steps=300", "trainer.eval_every=150",
-                    "trainer.checkpoint_every=150", f"run_dir={run_dir}"], minari_root)
+                    "trainer.checkpoint_every=150", f"run_dir={run_dir}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     # the dataset was generated on first use and cached under the Minari root
-    assert (minari_root / DATASET_ID / "data" / "metadata.json").is_file()
+    assert (minari_module_root / DATASET_ID / "data" / "metadata.json").is_file()
     assert "generating it with recipe pointmaze-umaze" in res.stdout
     report = json.loads((run_dir / "report.json").read_text())
     assert [h["step"] for h in report["history"]] == [150, 300]
@@ -87,7 +77,7 @@ def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_root, tmp
     from robotrl.envs import osmesa_available
 
     video = ["video_dir=" + str(tmp_path / "videos")] if osmesa_available() else []
-    ev = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2", *video], minari_root)
+    ev = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2", *video], minari_module_root)
     assert ev.returncode == 0, ev.stderr[-3000:]
     metrics = json.loads((run_dir / "eval.json").read_text())
     assert metrics["episodes"] == 2 and metrics["step"] == 300
@@ -97,11 +87,11 @@ def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_root, tmp
         assert gifs and gifs[0].read_bytes()[:3] == b"GIF"
 
 
-def test_killed_run_resumes_from_its_checkpoint(minari_root, tmp_path):
+def test_killed_run_resumes_from_its_checkpoint(minari_module_root, tmp_path):
     run_dir = tmp_path / "killed"
     args = [sys.executable, "-m", "robotrl.cli", "train", *TINY, "trainer.offline_steps=1000000",
             "trainer.eval_every=1000000", "trainer.checkpoint_every=100", f"run_dir={run_dir}"]
-    proc = subprocess.Popen(args, env=_env(minari_root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, env=_env(minari_module_root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = run_dir / "checkpoints" / "latest.pt"
     deadline = time.time() + 240
     try:
@@ -116,14 +106,14 @@ def test_killed_run_resumes_from_its_checkpoint(minari_root, tmp_path):
     killed_at = load_checkpoint(ckpt)["step"]  # atomic writes: the file is whole after a kill
     assert killed_at >= 200 and killed_at % 100 == 0
     res = _robotrl(["train", *TINY, f"trainer.offline_steps={killed_at + 100}", "trainer.eval_every=1000000",
-                    "trainer.checkpoint_every=100", f"run_dir={run_dir}"], minari_root)
+                    "trainer.checkpoint_every=100", f"run_dir={run_dir}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "report.json").read_text())["summary"]
     assert summary["resumed"] is True
     assert summary["gradient_updates"] == killed_at + 100
 
 
-def test_resumed_run_equals_uninterrupted_run(minari_root, tmp_path):
+def test_resumed_run_equals_uninterrupted_run(minari_module_root, tmp_path):
     """Checkpoints hold weights, optimizer, RNG and sampler state: 100+100 steps == 200 steps."""
     base = [*TINY, "trainer.eval_every=100000", "trainer.checkpoint_every=100", "device=cpu"]
     straight = build_trainer(_compose([*base, "trainer.offline_steps=200"]), tmp_path / "a")
@@ -137,7 +127,7 @@ def test_resumed_run_equals_uninterrupted_run(minari_root, tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
-def test_online_phase_collects_into_online_buffer_and_updates_at_utd(minari_root, tmp_path):
+def test_online_phase_collects_into_online_buffer_and_updates_at_utd(minari_module_root, tmp_path):
     cfg = _compose([*TINY, "trainer.offline_steps=50", "trainer.online_steps=120", "trainer.online_warmup_steps=20",
                     "trainer.utd=2", "trainer.num_envs=2", "trainer.eval_every=100000",
                     "trainer.checkpoint_every=100000", "trainer.offline_ratio=0.5", "trainer.batch_size=32",
@@ -157,7 +147,7 @@ def test_online_phase_collects_into_online_buffer_and_updates_at_utd(minari_root
     assert json.loads((tmp_path / "online" / "report.json").read_text())["history"][-1]["phase"] == "online"
 
 
-def test_bc_learns_the_planner_actions(minari_root, tmp_path):
+def test_bc_learns_the_planner_actions(minari_module_root, tmp_path):
     """A short BC run lowers the action MSE on held data well below the untrained policy's."""
     cfg = _compose([*TINY, "trainer.offline_steps=400", "trainer.eval_every=100000",
                     "trainer.checkpoint_every=100000", "device=cpu"])
@@ -175,9 +165,9 @@ def test_bc_learns_the_planner_actions(minari_root, tmp_path):
     assert mse() < 0.6 * before
 
 
-def test_cli_reports_missing_dataset_clearly(minari_root, tmp_path):
+def test_cli_reports_missing_dataset_clearly(minari_module_root, tmp_path):
     res = _robotrl(["train", "dataset.id=robotrl/nothing/here-v0", "dataset.generate=false",
-                    f"run_dir={tmp_path / 'x'}"], minari_root)
+                    f"run_dir={tmp_path / 'x'}"], minari_module_root)
     assert res.returncode == 2
     assert "robotrl: error: dataset 'robotrl/nothing/here-v0' is not present" in res.stderr
     assert "robotrl collect" in res.stderr
@@ -185,23 +175,23 @@ def test_cli_reports_missing_dataset_clearly(minari_root, tmp_path):
     assert not (tmp_path / "x" / "checkpoints").exists()
 
 
-def test_cli_rejects_corrupt_checkpoint(minari_root, tmp_path):
+def test_cli_rejects_corrupt_checkpoint(minari_module_root, tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
-    res = _robotrl(["eval", f"checkpoint={bad}"], minari_root)
+    res = _robotrl(["eval", f"checkpoint={bad}"], minari_module_root)
     assert res.returncode == 2
     assert "cannot be read safely" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_cli_rejects_dataset_of_another_env(minari_root, tmp_path):
+def test_cli_rejects_dataset_of_another_env(minari_module_root, tmp_path):
     res = _robotrl(["train", *TINY, "env=hopper", "dataset=pointmaze-umaze", f"run_dir={tmp_path / 'y'}"],
-                   minari_root)
+                   minari_module_root)
     assert res.returncode == 2
     assert "robotrl: error: dataset observation keys" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "y" / "checkpoints").exists()
 
 
-def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_root, tmp_path):
+def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_module_root, tmp_path):
     """`robotrl train agent=ppo agent.onpolicy.init_from=<bc run>` runs the on-policy loop from the BC weights."""
     bc_dir = tmp_path / "bc"
     build_trainer(_compose([*TINY, "trainer.offline_steps=100", "trainer.eval_every=100000",
@@ -209,7 +199,7 @@ def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_root, tmp_p
     res = _robotrl(["train", *TINY, "agent=ppo", f"agent.onpolicy.init_from={bc_dir}", "agent.onpolicy.iterations=2",
                     "agent.onpolicy.steps_per_iter=20", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
                     "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=20",
-                    "env.max_episode_steps=30", f"run_dir={tmp_path / 'ppo'}"], minari_root)
+                    "env.max_episode_steps=30", f"run_dir={tmp_path / 'ppo'}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     ckpt = load_checkpoint(tmp_path / "ppo")
     assert ckpt["policy"]["target"].startswith("robotrl.agents.ppo.")
