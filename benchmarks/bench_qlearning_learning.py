@@ -93,7 +93,12 @@ def d3rlpy_run(args, seed: int, data, make_env, make_eval_env) -> dict:
     timeouts = (data.truncated | np.isin(np.arange(data.num_transitions), data.episode_ends - 1)) & ~data.terminated
     dataset = d3rlpy.dataset.MDPDataset(data.observations, data.actions, data.rewards, terminals,
                                         timeouts=timeouts.astype(np.float32))
-    algo = d3rlpy.algos.CalQLConfig(batch_size=256).create(device="cpu:0")
+    nets = {}
+    if args.d3rlpy_hidden:  # same widths as the robotrl runs' agent.model.hidden / critic_hidden
+        enc = d3rlpy.models.encoders.VectorEncoderFactory(hidden_units=list(args.d3rlpy_hidden))
+        nets = {"actor_encoder_factory": enc, "critic_encoder_factory": enc}
+    algo = d3rlpy.algos.CalQLConfig(batch_size=256, n_action_samples=args.d3rlpy_n_action_samples,
+                                    **nets).create(device="cpu:0")
     evaluate = _eval_fn(make_eval_env, args.eval_episodes, seed)
     t = time.time()
     algo.fit(dataset, n_steps=args.offline_steps, n_steps_per_epoch=args.offline_steps, show_progress=False,
@@ -127,8 +132,13 @@ def sb3_run(args, seed: int, make_env, make_eval_env) -> dict:
     return {"curve": curve, "seconds": time.time() - t}
 
 
-def summarize(per_seed: dict[str, list[dict]]) -> dict:
+def summarize(per_seed: dict[str, list[dict]], first_update: dict[str, int] | None = None) -> dict:
+    """Means over seeds. ``first_update``: per contender, the online env step after which updates start
+    (robotrl's ``--warmup``, SB3's ``learning_starts``, 0 for d3rlpy); with it, the dip is also measured at
+    the first evaluation after updates started (the plain onset dip is 0 by construction when the first
+    evaluation falls inside a no-update warmup)."""
     out = {}
+    first_update = first_update or {}
     for name, runs in per_seed.items():
         curves = [np.asarray(r["curve"], float) for r in runs if "curve" in r]
         if not curves:
@@ -138,6 +148,22 @@ def summarize(per_seed: dict[str, list[dict]]) -> dict:
         out[name] = {"steps": stack[0, :, 0].tolist(), "return_mean_over_seeds": stack[:, :, 1].mean(0).tolist(),
                      "success_mean_over_seeds": stack[:, :, 2].mean(0).tolist(),
                      "seconds_mean": float(np.mean([r["seconds"] for r in runs]))}
+        if n >= 2:  # curve[0]: the policy before any online step (offline-trained, or untrained for sb3-sac)
+            out[name]["start_return_mean"] = float(stack[:, 0, 1].mean())
+            out[name]["onset_dip_return_mean"] = float((stack[:, 1, 1] - stack[:, 0, 1]).mean())
+            out[name]["onset_dip_success_mean"] = float((stack[:, 1, 2] - stack[:, 0, 2]).mean())
+            out[name]["max_drop_return_mean"] = float((stack[:, 1:, 1].min(1) - stack[:, 0, 1]).mean())
+            after = np.flatnonzero(stack[0, :, 0] > first_update.get(name, 0))
+            if name in first_update and len(after):
+                i = int(after[0])
+                out[name]["first_update_step"] = int(first_update[name])
+                out[name]["dip_after_updates_start_step"] = float(stack[0, i, 0])
+                out[name]["dip_after_updates_start_return_mean"] = float((stack[:, i, 1] - stack[:, 0, 1]).mean())
+                out[name]["dip_after_updates_start_success_mean"] = float((stack[:, i, 2] - stack[:, 0, 2]).mean())
+    offline = per_seed.get("robotrl-offline-calql", [])
+    if offline:
+        out["robotrl-offline-calql"] = {"return_mean_over_seeds": float(np.mean([r["return_mean"] for r in offline])),
+                                        "seconds_mean": float(np.mean([r["seconds"] for r in offline]))}
     return out
 
 
@@ -152,8 +178,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-v0")
     ap.add_argument("--dataset-steps", type=int, default=0, help="regenerate size (0: the config's)")
+    ap.add_argument("--d3rlpy-hidden", type=int, nargs="*", default=[],
+                    help="d3rlpy actor/critic hidden widths (empty: d3rlpy's default, 256 256)")
+    ap.add_argument("--d3rlpy-n-action-samples", type=int, default=10, help="d3rlpy CalQL n_action_samples")
     ap.add_argument("--robotrl-extra", nargs="*", default=[], help="extra Hydra overrides for robotrl runs")
     ap.add_argument("--skip", nargs="*", default=[], help="contenders to skip: robotrl d3rlpy sb3")
+    ap.add_argument("--out", default="", help="results file (relative: under benchmarks/results; default "
+                    "qlearning_learning.json, or qlearning_learning_smoke.json with --smoke)")
     ap.add_argument("--smoke", action="store_true", help="tiny budgets and networks: checks the plumbing")
     args = ap.parse_args()
     if args.smoke:
@@ -193,11 +224,16 @@ def main() -> None:
             if "sb3" not in args.skip:
                 per_seed.setdefault("sb3-sac", []).append(sb3_run(args, seed, make_train_env, make_eval_env))
             print(f"seed {seed} done", flush=True)
-    summary = summarize(per_seed)
+    summary = summarize(per_seed, {"robotrl-wsrl": args.warmup, "robotrl-calql-online": args.warmup,
+                                   "d3rlpy-calql": 0, "sb3-sac": min(args.warmup, args.eval_every)})
     for name, s in summary.items():
+        if "steps" not in s:
+            print(f"{name:24s} offline return {s['return_mean_over_seeds']:8.2f}  ({s['seconds_mean']:.0f} s/seed)")
+            continue
         print(f"{name:24s} final return {s['return_mean_over_seeds'][-1]:8.2f}  success {s['success_mean_over_seeds'][-1]:.2f}"
               f"  ({s['seconds_mean']:.0f} s/seed)")
-    path = write_json("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json", {"environment": environment(), "args": vars(args),
+    out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json")
+    path = write_json(out_name, {"environment": environment(), "args": vars(args),
                                                    "per_seed": per_seed, "summary": summary})
     print(f"results: {path}")
 
