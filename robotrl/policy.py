@@ -60,6 +60,22 @@ def policy_state(policy: nn.Module) -> dict:
     return {"target": f"{cls.__module__}.{cls.__qualname__}", "kwargs": policy.spec(), "state_dict": policy.state_dict()}
 
 
+def policy_class(target: str) -> type:
+    """The policy class named ``target`` (``"robotrl.agents.<module>.<Class>"``).
+
+    Raises:
+        CheckpointError: ``target`` is not under ``robotrl.agents.`` (a checkpoint may not
+            make robotrl import arbitrary code) or does not exist in this version.
+    """
+    if not target.startswith(_ALLOWED_PREFIX):
+        raise CheckpointError(f"refusing to build policy class {target!r}: only classes under {_ALLOWED_PREFIX} are allowed")
+    module, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise CheckpointError(f"policy class {target!r} named by the checkpoint does not exist in this robotrl version") from exc
+
+
 def build_policy(state: dict, device: str | torch.device = "cpu") -> nn.Module:
     """Rebuild a policy saved by :func:`policy_state`.
 
@@ -68,14 +84,7 @@ def build_policy(state: dict, device: str | torch.device = "cpu") -> nn.Module:
             the weights do not fit it.
     """
     target = state.get("target", "")
-    if not target.startswith(_ALLOWED_PREFIX):
-        raise CheckpointError(f"refusing to build policy class {target!r}: only classes under {_ALLOWED_PREFIX} are allowed")
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise CheckpointError(f"policy class {target!r} named by the checkpoint does not exist in this robotrl version") from exc
-    policy = cls(**state["kwargs"])
+    policy = policy_class(target)(**state["kwargs"])
     try:
         policy.load_state_dict(state["state_dict"])
     except RuntimeError as exc:

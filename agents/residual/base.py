@@ -21,7 +21,6 @@ Symbols: ``B`` batch, ``Do`` observation size, ``Da`` action size.
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 from collections.abc import Sequence
 
@@ -31,8 +30,7 @@ from torch import nn
 
 from robotrl.errors import CheckpointError
 from robotrl.networks import MLP
-
-_ALLOWED_PREFIX = "robotrl.agents."
+from robotrl.policy import policy_class
 
 
 class SB3BasePolicy(nn.Module):
@@ -199,13 +197,7 @@ def build_base(target: str, kwargs: dict) -> nn.Module:
     Raises:
         CheckpointError: ``target`` is not a class under ``robotrl.agents.`` or does not exist.
     """
-    if not target.startswith(_ALLOWED_PREFIX):
-        raise CheckpointError(f"refusing to build base policy class {target!r}: only classes under {_ALLOWED_PREFIX}")
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise CheckpointError(f"base policy class {target!r} does not exist in this robotrl version") from exc
+    cls = policy_class(target)
     return cls(**copy.deepcopy(kwargs))
 
 
