@@ -66,10 +66,11 @@ def robotrl_runs(args, seed: int, work: Path) -> dict:
     for mode in ("wsrl", "calql-online"):
         d = work / f"{mode}-s{seed}"
         t = time.time()
+        # --warmup is WSRL's no-update warmup only; Cal-QL online keeps its config's (0: updates from step 0)
+        warm = [f"trainer.online_warmup_steps={args.warmup}"] if mode == "wsrl" else []
         tr = build_trainer(_compose([f"experiment=pointmaze-{mode}", *common, f"trainer.init_from={pre_dir}",
                                      f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
-                                     f"trainer.online_warmup_steps={args.warmup}", f"run_dir={d}",
-                                     *args.robotrl_extra]), d)
+                                     *warm, f"run_dir={d}", *args.robotrl_extra]), d)
         tr.fit()
         out[f"robotrl-{mode}"] = {"curve": _curve(tr.history, 0), "seconds": time.time() - t}
     return out
@@ -167,15 +168,83 @@ def summarize(per_seed: dict[str, list[dict]], first_update: dict[str, int] | No
     return out
 
 
+FIRST_UPDATE = {"robotrl-wsrl": "warmup", "robotrl-calql-online": 0, "d3rlpy-calql": 0, "sb3-sac": "warmup"}
+PEERS = {"d3rlpy-calql", "sb3-sac"}
+
+
+def _setup(args):
+    """The dataset (generated on first use), and the train / eval env builders of every contender."""
+    from robotrl.data import load_dataset
+    from robotrl.envs import make_env
+    from robotrl.experiment import ensure_dataset, eval_env_args
+
+    cfg = _compose([f"dataset.id={args.dataset_id}"] +
+                   ([f"dataset.recipe_args.num_steps={args.dataset_steps}"] if args.dataset_steps else []))
+    data = load_dataset(ensure_dataset(cfg.dataset))
+    env_name = cfg.env.name
+    ev = eval_env_args(cfg.env, data)  # the eval env robotrl's trainer uses (the dataset's eval spec)
+
+    def make_train_env():
+        return make_env(env_name)
+
+    def make_eval_env():
+        return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"])
+
+    return data, make_train_env, make_eval_env
+
+
+def run_seed(args, seed: int) -> dict[str, dict]:
+    """Every contender on one seed: ``{contender: {"curve": [[env_steps, return, success]], "seconds": s}}``
+    (plus ``robotrl-offline-calql``). Runs in its own process (``--workers``), one torch thread each."""
+    set_threads(args.threads)
+    data, make_train_env, make_eval_env = _setup(args)
+    out: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if "robotrl" not in args.skip:
+            res = robotrl_runs(args, seed, Path(tmp))
+            out["robotrl-offline-calql"] = res.pop("offline")
+            out.update(res)
+    if "d3rlpy" not in args.skip:
+        out["d3rlpy-calql"] = d3rlpy_run(args, seed, data, make_train_env, make_eval_env)
+    if "sb3" not in args.skip:
+        out["sb3-sac"] = sb3_run(args, seed, make_train_env, make_eval_env)
+    print(f"seed {seed} done", flush=True)
+    return out
+
+
+def to_runs(per_seed: dict[str, list[dict]], seeds: list[int], args) -> list[dict]:
+    """The suite's normalised learning form (``robotrl.bench``): one row per contender and seed; the
+    primary metric is the success rate, returns ride along; ``offline_score`` is the score before any
+    online step (None for SB3 SAC, which starts untrained); robotrl runs carry the shared Cal-QL
+    pretraining time in ``pretrain_wall_s``."""
+    runs = []
+    offline = per_seed.get("robotrl-offline-calql", [])
+    for name, rows in per_seed.items():
+        if name == "robotrl-offline-calql":
+            continue
+        for i, (seed, r) in enumerate(zip(seeds, rows)):
+            c = np.asarray(r["curve"], float)
+            row = {"method": name, "family": "qlearning", "peer": name in PEERS, "seed": seed,
+                   "offline_score": None if name == "sb3-sac" else float(c[0, 2]),
+                   "curve": c[:, [0, 2]].tolist(), "return_curve": c[:, [0, 1]].tolist(), "wall_s": r["seconds"],
+                   "first_update_step": args.warmup if FIRST_UPDATE[name] == "warmup" else 0}
+            if name.startswith("robotrl") and i < len(offline):
+                row["pretrain_wall_s"] = offline[i]["seconds"]
+            runs.append(row)
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--workers", type=int, default=1, help="seeds run in this many processes side by side")
     ap.add_argument("--offline-steps", type=int, default=50_000)
     ap.add_argument("--online-steps", type=int, default=50_000)
     ap.add_argument("--eval-every", type=int, default=5_000)
     ap.add_argument("--eval-episodes", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5_000)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=5_000,
+                    help="WSRL's no-update warmup and SB3's learning_starts (Cal-QL online and d3rlpy update from step 0)")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-v0")
     ap.add_argument("--dataset-steps", type=int, default=0, help="regenerate size (0: the config's)")
     ap.add_argument("--d3rlpy-hidden", type=int, nargs="*", default=[],
@@ -194,48 +263,62 @@ def main() -> None:
         args.robotrl_extra = [*args.robotrl_extra, "agent.model.num_critics=2", "agent.model.hidden=[64,64]",
                               "agent.model.critic_hidden=[64,64]", "agent.model.cql_n_actions=4"]
     set_threads(args.threads)
-    from robotrl.data import load_dataset
-    from robotrl.envs import make_env
-    from robotrl.experiment import ensure_dataset, eval_env_args
-
-    cfg = _compose([f"dataset.id={args.dataset_id}"] +
-                   ([f"dataset.recipe_args.num_steps={args.dataset_steps}"] if args.dataset_steps else []))
-    data = load_dataset(ensure_dataset(cfg.dataset))
-    env_name = cfg.env.name
-
-    ev = eval_env_args(cfg.env, data)  # the eval env robotrl's trainer uses (the dataset's eval spec)
-
-    def make_train_env():
-        return make_env(env_name)
-
-    def make_eval_env():
-        return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"])
-
+    _setup(args)  # generate the dataset once, before the seed processes start
+    out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json")
+    t0 = time.time()
     per_seed: dict[str, list[dict]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in args.seeds:
-            if "robotrl" not in args.skip:
-                res = robotrl_runs(args, seed, Path(tmp))
-                per_seed.setdefault("robotrl-offline-calql", []).append(res.pop("offline"))
-                for k, v in res.items():
-                    per_seed.setdefault(k, []).append(v)
-            if "d3rlpy" not in args.skip:
-                per_seed.setdefault("d3rlpy-calql", []).append(d3rlpy_run(args, seed, data, make_train_env, make_eval_env))
-            if "sb3" not in args.skip:
-                per_seed.setdefault("sb3-sac", []).append(sb3_run(args, seed, make_train_env, make_eval_env))
-            print(f"seed {seed} done", flush=True)
-    summary = summarize(per_seed, {"robotrl-wsrl": args.warmup, "robotrl-calql-online": args.warmup,
-                                   "d3rlpy-calql": 0, "sb3-sac": min(args.warmup, args.eval_every)})
+    for res in seed_results(args, out_name):
+        for k, v in res.items():
+            per_seed.setdefault(k, []).append(v)
+    warm = {k: (args.warmup if v == "warmup" else v) for k, v in FIRST_UPDATE.items()}
+    warm["sb3-sac"] = min(args.warmup, args.eval_every)
+    summary = summarize(per_seed, warm)
     for name, s in summary.items():
         if "steps" not in s:
             print(f"{name:24s} offline return {s['return_mean_over_seeds']:8.2f}  ({s['seconds_mean']:.0f} s/seed)")
             continue
         print(f"{name:24s} final return {s['return_mean_over_seeds'][-1]:8.2f}  success {s['success_mean_over_seeds'][-1]:.2f}"
               f"  ({s['seconds_mean']:.0f} s/seed)")
-    out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json")
-    path = write_json(out_name, {"environment": environment(), "args": vars(args),
-                                                   "per_seed": per_seed, "summary": summary})
+    env = environment()
+    path = write_json(out_name, {
+        "environment": env, "args": vars(args), "command": "python " + " ".join(env["argv"]),
+        "benchmark": "qlearning-offline-to-online", "task": f"PointMaze UMaze, sparse reward ({args.dataset_id})",
+        "metric": "success", "budgets": list(range(0, args.online_steps + 1, args.eval_every)),
+        "runs": to_runs(per_seed, args.seeds, args), "total_wall_s": time.time() - t0,
+        "per_seed": per_seed, "summary": summary})
     print(f"results: {path}")
+
+
+def seed_results(args, out_name: str):
+    """Per-seed results in seed order; each seed's result is cached beside the output
+    (``results/.partial/<out>-<args hash>/seed<N>.json``) so a killed run resumes with the seeds done."""
+    import hashlib
+    import json
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    key = {k: v for k, v in vars(args).items() if k not in ("seeds", "workers", "out")}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    cache = Path(__file__).resolve().parent / "results" / ".partial" / f"{Path(out_name).stem}-{digest}"
+    cache.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in args.seeds if not (cache / f"seed{s}.json").exists()]
+    if len(todo) < len(args.seeds):
+        print(f"resuming: seeds {sorted(set(args.seeds) - set(todo))} done in {cache}", flush=True)
+
+    def save(seed, res):
+        tmp = cache / f".seed{seed}.json.tmp"
+        tmp.write_text(json.dumps(res))
+        os.replace(tmp, cache / f"seed{seed}.json")
+
+    if args.workers > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
+            for seed, res in zip(todo, pool.map(run_seed, [args] * len(todo), todo)):
+                save(seed, res)
+    else:
+        for seed in todo:
+            save(seed, run_seed(args, seed))
+    for seed in args.seeds:
+        yield json.loads((cache / f"seed{seed}.json").read_text())
 
 
 if __name__ == "__main__":

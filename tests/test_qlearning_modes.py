@@ -13,14 +13,17 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
 
+from robotrl.checkpoint import load_checkpoint
 from robotrl.data import load_dataset
 from robotrl.experiment import build_trainer
 from robotrl.policy import load_policy
@@ -226,3 +229,51 @@ def test_iql_online_continues_and_checkpoint_evaluates_and_resumes(pretrained, m
                          "num_envs=2"], env=env, capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert json.loads((tmp_path / "eval.json").read_text())["episodes"] == 2
+
+
+# every mode's own init: online modes warm-start from the Cal-QL / IQL checkpoint (RLPD from scratch)
+MODES = {"calql": [], "wsrl": ["calql"], "rlpd": [], "calql-online": ["calql"], "porl": ["calql"],
+         "iql-online": ["iql"]}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_mode_resumes_after_a_kill_and_its_checkpoint_runs_in_robotrl_eval(mode, pretrained, minari_module_root,
+                                                                                   tmp_path):
+    """A real ``robotrl train`` process of each mode, SIGKILLed after its second checkpoint, started
+    again with the same run dir: it resumes (no second warm start), finishes the budget, and the
+    checkpoint evaluates in a real ``robotrl eval`` process."""
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(minari_module_root), "PYTHONUNBUFFERED": "1"}
+    run_dir = tmp_path / mode
+    offline = mode == "calql"
+    budget = "trainer.offline_steps" if offline else "trainer.online_steps"
+    init = [f"trainer.init_from={pretrained[MODES[mode][0]][0]}"] if MODES[mode] else []
+    args = [sys.executable, "-m", "robotrl.cli", "train", f"experiment=pointmaze-{mode}", *SMALL, *init,
+            "trainer.online_warmup_steps=50", "trainer.batch_size=64", "trainer.checkpoint_every=100",
+            f"run_dir={run_dir}"] + ([] if offline else ["trainer.offline_steps=0"])
+    proc = subprocess.Popen([*args, f"{budget}=1000000"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ckpt = run_dir / "checkpoints" / "latest.pt"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if ckpt.exists() and load_checkpoint(ckpt)["step"] >= 200:
+                break
+            time.sleep(0.3)
+        assert proc.poll() is None, f"training exited before it could be killed: {proc.stderr.read()[-3000:]!r}"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+    killed_at = load_checkpoint(ckpt)["step"]  # atomic writes: whole after a kill
+    assert killed_at >= 200 and killed_at % 100 == 0
+    res = subprocess.run([*args, f"{budget}={killed_at + 100}"], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((run_dir / "report.json").read_text())["summary"]
+    assert summary["resumed"] is True
+    assert load_checkpoint(ckpt)["step"] == killed_at + 100
+    if not offline and mode != "wsrl":  # online data survived the kill: the buffer holds the steps before it
+        assert (run_dir / "checkpoints" / "online_buffer.npz").exists()
+    ev = subprocess.run([sys.executable, "-m", "robotrl.cli", "eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"],
+                        env=env, capture_output=True, text=True, timeout=300)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    metrics = json.loads((run_dir / "eval.json").read_text())
+    assert metrics["episodes"] == 2 and metrics["step"] == killed_at + 100
