@@ -161,3 +161,20 @@ def write_json(name: str, payload: dict) -> Path:
     path = RESULTS_DIR / name
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     return path
+
+
+def command_line() -> str:
+    """The command that started this benchmark, as typed from the repository root."""
+    return "python " + " ".join(sys.argv)
+
+
+def learning_result(benchmark: str, task: str, metric: str, budgets: list[int], runs: list[dict], **extra) -> dict:
+    """A learning result in the normalised form of ``robotrl.bench.schema`` (plus the script's ``extra`` keys).
+
+    ``runs``: one dict per (method, seed) with ``method``, ``family``, ``peer``, ``seed``,
+    ``offline_score`` (before any online step; None from scratch), ``curve``
+    (``[[online env steps, score], ...]``), optional ``success_curve`` and ``wall_s``.
+    ``metric``: ``"return"``, ``"success"`` or ``"normalized_score"``.
+    """
+    return {"benchmark": benchmark, "task": task, "metric": metric, "budgets": [int(b) for b in budgets],
+            "runs": runs, **extra, "command": command_line(), "argv": list(sys.argv), "environment": environment()}

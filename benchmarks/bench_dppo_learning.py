@@ -18,6 +18,10 @@ Setting (the one of ``tests/test_dppo_finetune.py``; real MuJoCo, real generated
 * Score: mean return over 3 eval seed sets x 50 episodes (150 episodes; torch noise seeded),
   before (pretrained) and after fine-tuning; interquartile mean (IQM) over seeds.
 
+Output: ``--out`` (JSON) in the normalised learning form of ``robotrl.bench.schema`` (keys
+``benchmark``, ``task``, ``metric``, ``budgets``, ``runs``, ``command``, ``environment``) plus
+``setting``, ``per_run`` (every figure of every run) and ``summary``.
+
 Usage (single torch thread, shared 2-core machine)::
 
     python benchmarks/bench_dppo_learning.py --seeds 0 1 2 3 4 --env-steps 100000 \
@@ -30,6 +34,7 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +52,9 @@ from robotrl.envs import make_env
 from robotrl.evaluation import evaluate
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.policy import act, policy_state
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import learning_result  # noqa: E402
 
 G, R = "g", "r"
 MAZE = [[1, 1, 1, 1, 1], [1, G, 0, R, 1], [1, 1, 1, 0, 1], [1, 0, 0, 0, 1], [1, 1, 1, 1, 1]]
@@ -81,10 +89,22 @@ def score(policy) -> dict:
 
 
 def iqm(x) -> float:
-    """Interquartile mean (mean of the values between the 25th and 75th percentiles, inclusive)."""
-    x = np.sort(np.asarray(x, np.float64))
-    lo, hi = np.percentile(x, [25, 75])
-    return float(x[(x >= lo) & (x <= hi)].mean())
+    """Interquartile mean over seeds (``robotrl.bench.stats.iqm``: the mean of the middle 50 %)."""
+    from robotrl.bench.stats import iqm as _iqm
+
+    return _iqm(x)
+
+
+LABELS = {"dppo": "DPPO", "ppo": "Gaussian PPO"}
+
+
+def normalised_runs(rows: list[dict], env_steps: int) -> list[dict]:
+    """The rows in the suite's learning form: curve = score before fine-tuning (0) and after (``env_steps``)."""
+    return [{"method": LABELS[r["method"]], "family": r["method"], "peer": False, "seed": r["seed"],
+             "offline_score": r["pretrained"]["return"],
+             "curve": [[0, r["pretrained"]["return"]], [env_steps, r["finetuned"]["return"]]],
+             "success_curve": [[0, r["pretrained"]["success_rate"]], [env_steps, r["finetuned"]["success_rate"]]],
+             "wall_s": r["finetune_wall_s"]} for r in rows]
 
 
 def normalizers(data):
@@ -185,11 +205,14 @@ def main() -> None:
                          "finetuned_iqm": iqm([r["finetuned"]["return"] for r in rs]),
                          "finetuned_success_iqm": iqm([r["finetuned"]["success_rate"] for r in rs]),
                          "finetune_wall_s_iqm": iqm([r["finetune_wall_s"] for r in rs])}
-    res = {"setting": {"env": "PointMaze_UMaze-v3 fixed reset (1,3) / goal (1,1), dense reward, 50-step episodes",
-                       "data": f"collect_pointmaze umaze {a.data_steps} steps seed 0, action bias +{a.bias}",
-                       "env_steps": a.env_steps, "seeds": a.seeds, "bc_updates": a.bc_updates, "threads": a.threads,
-                       "eval": f"{len(EVAL_SEEDS)} seed sets x {EVAL_EPISODES} episodes"},
-           "runs": rows, "summary": summary, "total_wall_s": round(time.time() - t_all, 1)}
+    setting = {"env": "PointMaze_UMaze-v3 fixed reset (1,3) / goal (1,1), dense reward, 50-step episodes",
+               "data": f"collect_pointmaze umaze {a.data_steps} steps seed 0, action bias +{a.bias}",
+               "env_steps": a.env_steps, "seeds": a.seeds, "bc_updates": a.bc_updates, "threads": a.threads,
+               "eval": f"{len(EVAL_SEEDS)} seed sets x {EVAL_EPISODES} episodes"}
+    # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_run": every figure of every run
+    res = learning_result(Path(a.out).stem, f"{setting['env']}; pretrained on {setting['data']}", "return",
+                          [a.env_steps], normalised_runs(rows, a.env_steps), setting=setting, per_run=rows,
+                          summary=summary, total_wall_s=round(time.time() - t_all, 1))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=2))
 

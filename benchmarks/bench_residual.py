@@ -12,6 +12,10 @@ For each seed, at the same env-step budget:
 
 It records final success rate (``evaluate``, ``--eval-episodes`` episodes, seeds 10 000+),
 env steps actually used and wall time of each run, and writes JSON plus a markdown table.
+The JSON (under ``benchmarks/results/``, rewritten after every run with ``"partial": true``
+until the end) is in the normalised learning form of ``robotrl.bench.schema`` (``runs``,
+``budgets``, ``metric`` "success", ``command``, ``environment``) plus ``args``, ``summary``,
+``per_method`` (the raw figures per method and seed) and ``table``.
 
 Usage (one torch thread, as on the shared 2-core machine)::
 
@@ -35,7 +39,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS_DIR, environment, set_threads  # noqa: E402
+from _common import RESULTS_DIR, learning_result, set_threads  # noqa: E402
+
+LABELS = {"base": "base (frozen BC)", "residual_ppo": "residual PPO", "residual_offpolicy": "off-policy residual",
+          "full_ppo": "full fine-tuning (Gaussian PPO)"}
 
 
 def _compose(overrides: list[str]):
@@ -163,6 +170,23 @@ def main() -> None:
     _write(args, results, partial=False)
 
 
+def normalised_runs(results: dict[str, list[dict]], budget: int) -> list[dict]:
+    """Per method and seed, the suite's learning form: success before fine-tuning (the base's) and after ``budget``."""
+    base = {r["seed"]: r["success"] for r in results.get("base", [])}
+    runs = []
+    for m, rs in results.items():
+        for r in rs:
+            if m == "base":
+                runs.append({"method": LABELS[m], "family": "bc", "peer": False, "seed": r["seed"],
+                             "offline_score": r["success"], "curve": [], "wall_s": r["wall_s"]})
+                continue
+            start = r.get("start_success", base.get(r["seed"]))
+            runs.append({"method": LABELS.get(m, m), "family": m, "peer": False, "seed": r["seed"], "offline_score": start,
+                         "curve": ([[0, start]] if start is not None else []) + [[budget, r["success"]]],
+                         "wall_s": r["wall_s"]})
+    return runs
+
+
 def _write(args, results: dict, partial: bool) -> None:
     """Markdown table to stdout (final) and JSON under ``benchmarks/results/`` (also after every run)."""
     table = ["| method | success (mean ± std over seeds) | per seed | wall time s (mean) |", "|---|---|---|---|"]
@@ -180,8 +204,13 @@ def _write(args, results: dict, partial: bool) -> None:
         print("\n".join(table))
     out = RESULTS_DIR / (args.out or f"residual_fetch_{args.task}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "partial": partial, "summary": summary, "runs": results, "table": table,
-                               "environment": environment()}, indent=2))
+    # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_method": the raw figures
+    doc = learning_result(out.stem, f"fetch-{args.task} ({args.demos} noisy demos, BC base)",
+                          "success", [args.budget], normalised_runs(results, args.budget), args=vars(args),
+                          partial=partial, summary=summary, per_method=results, table=table)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2))
+    os.replace(tmp, out)
     if not partial:
         print(f"wrote {out}")
 

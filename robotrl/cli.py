@@ -1,4 +1,4 @@
-"""The ``robotrl`` command line: ``train``, ``collect``, ``eval``, each taking Hydra overrides.
+"""The ``robotrl`` command line: ``train``, ``collect``, ``eval``, each taking Hydra overrides; ``bench``.
 
 ::
 
@@ -7,6 +7,7 @@
     robotrl train -m seed=0,1,2                     # Hydra multirun sweep
     robotrl collect recipe=fetch-push-expert num_episodes=200
     robotrl eval checkpoint=runs/bc_pointmaze-umaze/<time>
+    robotrl bench quick                             # benchmark suite (plain options, not Hydra)
 
 Errors in the input (missing dataset, mismatched spaces, bad checkpoint, ...) print one
 line ``robotrl: error: ...`` and exit with status 2; nothing is overwritten.
@@ -25,14 +26,17 @@ from robotrl.errors import RobotRLError
 
 CONFIG_PATH = "pkg://robotrl.configs"
 USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy} [hydra overrides ...]
+       robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-readme] [--record]
 
   train     pretrain (and optionally fine-tune online) an agent; no overrides = default experiment
   collect   generate a Minari dataset with a recipe (robotrl collect list=true lists them)
   eval      evaluate a checkpoint in simulation: robotrl eval checkpoint=<run dir or .pt>
   robot-server  serve a robot over ZeroMQ: robotrl robot-server robot=sim key_file=robot.key key_create=true
   deploy        run a policy on a robot server: robotrl deploy checkpoint=<run|.pt|export dir> robot=sim key_file=robot.key
+  bench     benchmark suite: quick (< 30 min) or full tier, tables, plots, README block, regression check
 
-Each subcommand accepts Hydra overrides and Hydra flags (--cfg job, -m, --help)."""
+Each subcommand but bench accepts Hydra overrides and Hydra flags (--cfg job, -m, --help);
+robotrl bench --help lists its options."""
 
 
 def _fail(exc: RobotRLError) -> None:
@@ -131,8 +135,20 @@ def _deploy() -> None:
     deploy_main()
 
 
+def _bench() -> None:
+    """``robotrl bench``: plain argparse options (not a training config); exit 1 on a regression."""
+    from robotrl.bench.cli import main as bench_main  # lazy: the other commands never import the suite
+
+    try:
+        code = bench_main(sys.argv[1:])
+    except RobotRLError as exc:
+        _fail(exc)
+        return
+    sys.exit(code)
+
+
 _COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main,
-             "robot-server": _robot_server, "deploy": _deploy}
+             "robot-server": _robot_server, "deploy": _deploy, "bench": _bench}
 
 
 def main(argv: list[str] | None = None) -> None:

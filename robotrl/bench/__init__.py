@@ -1,0 +1,11 @@
+"""robotrl's benchmark suite behind ``robotrl bench`` (quick and full tiers).
+
+Modules: :mod:`~robotrl.bench.stats` (IQM, bootstrap CI, regret, onset dip),
+:mod:`~robotrl.bench.schema` (the normalised result forms and adapters of older files),
+:mod:`~robotrl.bench.suite` (tasks and tiers), :mod:`~robotrl.bench.runner` (subprocesses,
+resume), :mod:`~robotrl.bench.sweep` (Hydra multirun sweeps of ``robotrl train``),
+:mod:`~robotrl.bench.peers` (d3rlpy's side venv), :mod:`~robotrl.bench.tables`,
+:mod:`~robotrl.bench.plots`, :mod:`~robotrl.bench.report`, :mod:`~robotrl.bench.readme`,
+:mod:`~robotrl.bench.regression` and :mod:`~robotrl.bench.cli`. The scripts themselves live
+in the source checkout's ``benchmarks/`` folder.
+"""

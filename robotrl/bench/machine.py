@@ -1,0 +1,53 @@
+"""Machine facts and library versions recorded with every benchmark run."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import time
+from pathlib import Path
+
+#: Distributions whose versions the README block states (missing ones are left out).
+VERSIONED = ("torch", "numpy", "gymnasium", "mujoco", "minari", "stable-baselines3", "pyzmq", "hydra-core")
+
+
+def cpu_model() -> str:
+    """The CPU model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Installed versions of the benchmark-relevant distributions (``python`` included)."""
+    out = {"python": platform.python_version()}
+    for name in (*VERSIONED, *extra):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        out["robotrl"] = importlib.metadata.version("robotrl")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def environment(extra: tuple[str, ...] = ()) -> dict:
+    """Machine (CPU count and model, load average, platform), versions and the UTC time."""
+    return {"cpu_count": os.cpu_count(), "cpu_model": cpu_model(), "load_average": load_average(),
+            "platform": platform.platform(), "versions": versions(extra),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

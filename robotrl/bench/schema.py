@@ -1,0 +1,287 @@
+"""One normalised form for benchmark results, and adapters from every format the scripts wrote.
+
+Learning results (one benchmark = one table and one plot)::
+
+    {"benchmark": str, "task": str, "metric": "return" | "success" | "normalized_score",
+     "budgets": [online env steps at which the table reports scores],
+     "runs": [{"method": str, "family": str, "peer": bool, "seed": int,
+               "offline_score": float | None,        # before any online step (None: from scratch)
+               "curve": [[env_steps, score], ...],   # online evaluations (env_steps 0 = before updates)
+               "success_curve": [[env_steps, success], ...],   # optional
+               "wall_s": float | None}],
+     "command": str, "argv": [...], "environment": {...}}
+
+Throughput results::
+
+    {"benchmark": str, "rows": [{"what", "ours", "peer_name", "peer", "unit", "ratio",
+                                 "target" (optional), "target_on": "ratio" | "ours",
+                                 "higher_is_better": bool, "regression_check": bool}],
+     "command": str, "environment": {...}}
+
+``ratio`` is ours / peer of the quantity in ``unit`` (for latencies, lower is better, so
+``higher_is_better`` is False); ``regression_check`` False leaves a row out of the
+regression check (tail latencies, which the OS scheduler sets on a shared machine).
+
+:func:`load_results` reads a JSON file in any format found in ``benchmarks/results/`` (the
+normalised one, or the older per-script ones) and returns the normalised documents it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from robotrl.errors import RobotRLError
+
+METRICS = ("return", "success", "normalized_score")
+
+
+class BenchFormatError(RobotRLError, ValueError):
+    """A benchmark result file that is not in any known format."""
+
+
+def is_learning(doc: dict) -> bool:
+    """True for a document in the normalised learning form."""
+    return isinstance(doc.get("runs"), list) and "budgets" in doc and "metric" in doc
+
+
+def is_throughput(doc: dict) -> bool:
+    """True for a document in the normalised throughput form."""
+    return isinstance(doc.get("rows"), list) and "benchmark" in doc
+
+
+def validate_learning(doc: dict) -> dict:
+    """Check the keys and types of a learning document; returns it. Raises :class:`BenchFormatError`."""
+    for key in ("benchmark", "task", "metric", "budgets", "runs"):
+        if key not in doc:
+            raise BenchFormatError(f"learning result {doc.get('benchmark', '?')!r} lacks {key!r}")
+    if doc["metric"] not in METRICS:
+        raise BenchFormatError(f"learning result {doc['benchmark']!r}: metric {doc['metric']!r} not in {METRICS}")
+    for r in doc["runs"]:
+        missing = {"method", "seed", "offline_score", "curve"} - set(r)
+        if missing:
+            raise BenchFormatError(f"learning result {doc['benchmark']!r}: a run lacks {sorted(missing)}")
+        r.setdefault("family", r["method"])
+        r.setdefault("peer", False)
+        r.setdefault("wall_s", None)
+    return doc
+
+
+def validate_throughput(doc: dict) -> dict:
+    """Check the rows of a throughput document; returns it. Raises :class:`BenchFormatError`."""
+    for r in doc["rows"]:
+        if "what" not in r or "ours" not in r:
+            raise BenchFormatError(f"throughput result {doc.get('benchmark')!r}: a row lacks 'what' or 'ours'")
+        r.setdefault("peer_name", None)
+        r.setdefault("peer", None)
+        r.setdefault("unit", "")
+        r.setdefault("ratio", None)
+        r.setdefault("higher_is_better", True)
+        r.setdefault("target_on", "ratio")
+        r.setdefault("regression_check", True)
+    return doc
+
+
+def command_of(doc: dict) -> str | None:
+    """The command line a result file records (``command``, or ``environment.argv``), if any."""
+    if doc.get("command"):
+        return str(doc["command"])
+    argv = doc.get("argv") or (doc.get("environment") or {}).get("argv")
+    if argv:
+        return "python " + " ".join(str(a) for a in argv)
+    return None
+
+
+def _meta(doc: dict, benchmark: str) -> dict:
+    return {"benchmark": benchmark, "command": command_of(doc), "environment": doc.get("environment", {})}
+
+
+def _num(x) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+# --------------------------------------------------------------------------- throughput adapters
+def _row(what, ours, peer_name, peer, unit, ratio, target=None, higher=True, target_on="ratio", check=True) -> dict:
+    return {"what": what, "ours": _num(ours), "peer_name": peer_name, "peer": _num(peer), "unit": unit,
+            "ratio": _num(ratio), "target": target, "target_on": target_on, "higher_is_better": higher,
+            "regression_check": check}
+
+
+def _replay(doc: dict, name: str) -> list[dict]:
+    s = doc["sampling"]
+    mh = next((v for k, v in s.items() if k.startswith("minari sample_episodes") and "[hdf5]" in k
+               and f"({doc['config']['minari_n_matched']})" in k), None)
+    sb3 = s.get("sb3 ReplayBuffer.sample(256)")
+    rows = []
+    for k, v in s.items():
+        if not k.startswith("robotrl"):
+            continue
+        unit = "windows/s" if "sequences" in k else "transitions/s"
+        target = doc.get("target", {}).get("x_minari_required") if k == "robotrl sample(256)" else None
+        rows.append(_row(f"{k[len('robotrl '):]} vs Minari sample_episodes (hdf5)", v["items_per_s_median"],
+                         "minari", mh and mh["items_per_s_median"], unit, v.get("x_minari_hdf5_matched"), target))
+        rows.append(_row(f"{k[len('robotrl '):]} vs SB3 ReplayBuffer.sample", v["items_per_s_median"],
+                         "stable-baselines3", sb3 and sb3["items_per_s_median"], unit, v.get("x_sb3")))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
+def _bridge(doc: dict, name: str) -> list[dict]:
+    b, z = doc["bridge_step"], doc["bare_zmq_req_rep"]
+    rows = [_row("bridge round trip p50", b["p50_ms"], "pyzmq", z["p50_ms"], "ms", b["p50_ms"] / z["p50_ms"], higher=False),
+            _row("bridge round trip p99", b["p99_ms"], "pyzmq", z["p99_ms"], "ms", b["p99_ms"] / z["p99_ms"],
+                 target=2.0, higher=False, target_on="ours", check=False)]  # tails: set by the OS scheduler
+    for hz in (50, 100):
+        loop = doc.get(f"loop_{hz}hz")
+        if loop:
+            rows.append(_row(f"control-loop jitter p99 at {hz} Hz", loop["jitter"]["p99_ms"], None, None, "ms", None,
+                             target=1.0, higher=False, target_on="ours"))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
+def _dppo_throughput(doc: dict, name: str) -> list[dict]:
+    d, s = doc["dppo"], doc["sb3_ppo"]
+    rows = [_row(f"DPPO iteration env steps/s ({doc.get('envs')} envs) vs SB3 PPO", d["env_steps_per_s"],
+                 "stable-baselines3", s["env_steps_per_s"], "env steps/s", doc.get("dppo_over_sb3_env_steps_per_s")),
+            _row("chunk inference, batch 1, DDIM 5 steps", doc["latency"]["ddim_ms"], None, None, "ms", None,
+                 target=5.0, higher=False, target_on="ours")]
+    return [{**_meta(doc, name), "rows": rows}]
+
+
+def _qlearning_throughput(doc: dict, name: str) -> list[dict]:
+    rows = []
+    for label, res in (("", doc["results"]), (" (run 2)", (doc.get("repeat_threads_1") or {}).get("results", {}))):
+        for algo, r in res.items():
+            ours32, peer = r.get(f"robotrl {algo} fp32"), r.get(f"d3rlpy {algo}")
+            pr = peer and peer["items_per_s_median"]
+            rows.append(_row(f"{algo.upper()} updates/s fp32{label}", ours32 and ours32["items_per_s_median"], "d3rlpy",
+                             pr, "updates/s", r.get("ratio_fp32_over_d3rlpy"), r.get("target")))
+            bf = r.get(f"robotrl {algo} bf16")
+            rows.append(_row(f"{algo.upper()} updates/s bf16 matmuls{label}", bf and bf["items_per_s_median"], "d3rlpy",
+                             pr, "updates/s", r.get("ratio_bf16_over_d3rlpy"), r.get("target")))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
+# --------------------------------------------------------------------------- learning adapters
+def _dppo_learning(doc: dict, name: str) -> list[dict]:
+    budget = int(doc["setting"]["env_steps"])
+    labels = {"dppo": ("DPPO", "dppo"), "ppo": ("Gaussian PPO", "ppo")}
+    runs = []
+    for r in doc["runs"]:
+        method, family = labels.get(r["method"], (r["method"], r["method"]))
+        pre, fin = r["pretrained"], r["finetuned"]
+        runs.append({"method": method, "family": family, "peer": False, "seed": r["seed"],
+                     "offline_score": pre["return"], "curve": [[0, pre["return"]], [budget, fin["return"]]],
+                     "success_curve": [[0, pre["success_rate"]], [budget, fin["success_rate"]]],
+                     "wall_s": r.get("finetune_wall_s")})
+    return [{**_meta(doc, name), "task": doc["setting"]["env"], "metric": "return", "budgets": [budget], "runs": runs}]
+
+
+def _residual(doc: dict, name: str) -> list[dict]:
+    a = doc["args"]
+    budget = int(a["budget"])
+    per = doc["runs"]
+    base = {r["seed"]: r["success"] for r in per.get("base", [])}
+    labels = {"base": "base (frozen BC)", "residual_ppo": "residual PPO", "residual_offpolicy": "off-policy residual",
+              "full_ppo": "full fine-tuning (Gaussian PPO)"}
+    runs = []
+    for m, rs in per.items():
+        for r in rs:
+            if m == "base":
+                runs.append({"method": labels[m], "family": "bc", "peer": False, "seed": r["seed"],
+                             "offline_score": r["success"], "curve": [], "wall_s": r.get("wall_s")})
+                continue
+            start = r.get("start_success", base.get(r["seed"]))
+            runs.append({"method": labels.get(m, m), "family": m, "peer": False, "seed": r["seed"],
+                         "offline_score": start, "curve": ([[0, start]] if start is not None else []) +
+                         [[budget, r["success"]]], "wall_s": r.get("wall_s")})
+    return [{**_meta(doc, name), "task": f"fetch-{a['task']} ({a['demos']} noisy demos, BC base)", "metric": "success",
+             "budgets": [budget], "runs": runs}]
+
+
+QL_LABELS = {"robotrl-wsrl": ("robotrl WSRL", "wsrl", False),
+             "robotrl-calql-online": ("robotrl Cal-QL online", "calql", False),
+             "d3rlpy-calql": ("d3rlpy Cal-QL", "calql", True), "sb3-sac": ("SB3 SAC (from scratch)", "sac", True),
+             "robotrl-offline-calql": ("robotrl Cal-QL (offline only)", "calql", False)}
+
+
+def _qlearning_learning(doc: dict, name: str) -> list[dict]:
+    a = doc.get("args", {})
+    seeds = a.get("seeds") or []
+    per = doc["per_seed"]
+    runs, steps = [], set()
+    for m, rs in per.items():
+        label, family, peer = QL_LABELS.get(m, (m, m, m.split("-")[0] in ("d3rlpy", "sb3")))
+        for i, r in enumerate(rs):
+            seed = seeds[i] if i < len(seeds) else i
+            if "curve" not in r:  # offline-only score
+                runs.append({"method": label, "family": family, "peer": peer, "seed": seed,
+                             "offline_score": r.get("return_mean"), "curve": [], "wall_s": r.get("seconds")})
+                continue
+            curve = [[p[0], p[1]] for p in r["curve"]]
+            steps.update(p[0] for p in curve if p[0] > 0)
+            runs.append({"method": label, "family": family, "peer": peer, "seed": seed,
+                         "offline_score": None if m.startswith("sb3") else curve[0][1], "curve": curve,
+                         "success_curve": [[p[0], p[2]] for p in r["curve"] if len(p) > 2], "wall_s": r.get("seconds")})
+    task = f"{a.get('dataset_id', 'pointmaze')} ({a.get('offline_steps', '?')} offline updates)"
+    return [{**_meta(doc, name), "task": task, "metric": "return", "budgets": sorted(int(s) for s in steps), "runs": runs}]
+
+
+def _detect(doc: dict):
+    if is_learning(doc) and doc["runs"] and isinstance(doc["runs"][0], dict) and "curve" in doc["runs"][0]:
+        return "learning"
+    if is_learning(doc) and not doc["runs"]:
+        return "learning"
+    if is_throughput(doc):
+        return "throughput"
+    if doc.get("benchmark") == "replay" and "sampling" in doc:
+        return _replay
+    if "bridge_step" in doc and "bare_zmq_req_rep" in doc:
+        return _bridge
+    if "dppo" in doc and "sb3_ppo" in doc:
+        return _dppo_throughput
+    if isinstance(doc.get("results"), dict) and any("ratio_fp32_over_d3rlpy" in v for v in doc["results"].values()):
+        return _qlearning_throughput
+    if "setting" in doc and isinstance(doc.get("runs"), list):
+        return _dppo_learning
+    if "args" in doc and isinstance(doc.get("runs"), dict) and "base" in doc["runs"]:
+        return _residual
+    if "per_seed" in doc:
+        return _qlearning_learning
+    return None
+
+
+def normalize(doc: dict, name: str) -> list[dict]:
+    """The normalised documents (learning and/or throughput) in one result document.
+
+    ``name`` (the file's stem) becomes the benchmark name when the document has none.
+    Raises :class:`BenchFormatError` for an unknown format.
+    """
+    kind = _detect(doc)
+    if kind is None:
+        raise BenchFormatError(f"benchmark result {name!r} is in no known format (keys: {sorted(doc)[:8]})")
+    if kind == "learning":
+        out = {**doc, "benchmark": doc.get("benchmark") or name}
+        out.setdefault("command", command_of(doc))
+        return [validate_learning(out)]
+    if kind == "throughput":
+        out = {**doc}
+        out.setdefault("command", command_of(doc))
+        return [validate_throughput(out)]
+    docs = kind(doc, name)
+    return [validate_learning(d) if "runs" in d else validate_throughput(d) for d in docs]
+
+
+def load_results(path: str | Path) -> list[dict]:
+    """Read one result JSON (any known format) and return its normalised documents.
+
+    Raises:
+        BenchFormatError: the file is not valid JSON or in no known format.
+        FileNotFoundError: the file does not exist.
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BenchFormatError(f"{path}: not valid JSON ({exc}); rerun the benchmark that writes it") from exc
+    return normalize(doc, path.stem)

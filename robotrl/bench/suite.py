@@ -1,0 +1,185 @@
+"""The benchmark tasks of ``robotrl bench`` and its two tiers.
+
+A :class:`Task` is one command run from the repository root: a script under
+``benchmarks/`` (``kind`` ``"throughput"`` or ``"learning"``) or a Hydra multirun of
+``robotrl train`` (``"train-sweep"``), with the JSON file it writes. ``quick`` (under 30
+minutes on 2 cores, catches regressions; results in ``benchmarks/results/quick/``) and
+``full`` (the published numbers, same commands as recorded in ``benchmarks/results/*.json``)
+are lists of tasks. Edit the constants below to change what a tier runs; the runner reruns a
+task whose command changed and skips one whose result records the same command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from robotrl.errors import RobotRLError
+
+TIERS = ("quick", "full")
+
+
+class BenchError(RobotRLError, ValueError):
+    """Bad use of the benchmark suite (unknown task or tier, no benchmarks folder, ...)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark command.
+
+    Attributes:
+        name: short id (``--only`` selects by it).
+        kind: ``"throughput"`` (timed alone, never beside another task), ``"learning"`` or
+            ``"train-sweep"`` (``robotrl train -m ...``, converted to the learning form).
+        argv: for scripts ``["benchmarks/bench_x.py", *args]`` (run with python from the
+            repository root); for sweeps ``["robotrl", "train", "-m", *overrides]``.
+        output: the result JSON, relative to the repository root.
+        peer: ``"d3rlpy"`` when the task needs the d3rlpy interpreter (:mod:`robotrl.bench.peers`).
+        without_peer: extra args that let the task run without its peer (e.g. ``--skip d3rlpy``);
+            empty: the task is skipped when the peer is missing.
+        recorded_as: other argv forms that produced the same result before the suite existed
+            (e.g. one process per seed, merged); a result recording one of them counts as done.
+        legacy: the existing result file records no command and the README names ``argv`` as its
+            source, so it counts as done until rerun with ``--force``.
+        note: one line shown with the task in the README block.
+    """
+
+    name: str
+    kind: str
+    argv: tuple[str, ...]
+    output: str
+    peer: str | None = None
+    without_peer: tuple[str, ...] = ()
+    recorded_as: tuple[tuple[str, ...], ...] = ()
+    legacy: bool = False
+    note: str = ""
+
+    @property
+    def exclusive(self) -> bool:
+        """Timing benchmarks run with no other task beside them."""
+        return self.kind == "throughput"
+
+    def display(self, argv: tuple[str, ...] | list[str] | None = None) -> str:
+        """The command as a user types it (``python benchmarks/...`` or ``robotrl train -m ...``)."""
+        argv = list(self.argv if argv is None else argv)
+        prefix = "" if argv and argv[0] == "robotrl" else ("<d3rlpy python> " if self.peer == "d3rlpy" else "python ")
+        return prefix + " ".join(_quote(a) for a in argv)
+
+
+def _quote(a: str) -> str:
+    return f"'{a}'" if any(c in a for c in " []*?$") else a
+
+
+Q = "benchmarks/results/quick"
+
+#: The Q-learning learning comparison of the quick tier (edit here; one constant).
+QUICK_QLEARNING_LEARNING_ARGS = (
+    "--seeds", "0", "1", "2", "--dataset-id", "robotrl/pointmaze/umaze-50k-v0", "--dataset-steps", "50000",
+    "--offline-steps", "1000", "--online-steps", "3000", "--eval-every", "1000", "--eval-episodes", "10",
+    "--threads", "1", "--robotrl-extra", "agent.model.num_critics=4", "agent.model.hidden=[128,128]",
+    "agent.model.critic_hidden=[128,128]", "--d3rlpy-hidden", "128", "128")
+
+#: The BC main-job seed sweep of the quick tier (Hydra multirun overrides).
+QUICK_BC_SWEEP = ("seed=0,1,2", "trainer.offline_steps=5000")
+
+QUICK = [
+    Task("replay", "throughput", ("benchmarks/bench_replay.py", "--quick", "--out", "quick/replay.json"),
+         f"{Q}/replay.json", note="replay sampling vs Minari and SB3 (3k Hopper steps)"),
+    Task("qlearning_throughput", "throughput",
+         ("benchmarks/bench_qlearning.py", "--quick", "--threads", "1", "--out", "quick/qlearning_throughput.json"),
+         f"{Q}/qlearning_throughput.json", peer="d3rlpy", note="updates/s vs d3rlpy 2.8.1"),
+    Task("dppo_throughput", "throughput",
+         ("benchmarks/bench_dppo.py", "--envs", "8", "--steps", "32", "--reps", "10", "--threads", "1",
+          "--out", f"{Q}/dppo_throughput.json"), f"{Q}/dppo_throughput.json", note="DPPO env steps/s vs SB3 PPO"),
+    Task("bridge", "throughput", ("benchmarks/bench_bridge.py", "--n", "1000", "--seconds", "2", "--out", f"{Q}/bridge.json"),
+         f"{Q}/bridge.json", note="bridge latency vs bare pyzmq"),
+    # learning tasks, longest first (up to --jobs of them run side by side)
+    Task("qlearning_learning", "learning",
+         ("benchmarks/bench_qlearning_learning.py", *QUICK_QLEARNING_LEARNING_ARGS, "--out", "quick/qlearning_learning.json"),
+         f"{Q}/qlearning_learning.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
+         note="WSRL / Cal-QL online vs d3rlpy Cal-QL vs SB3 SAC"),
+    Task("bc_sweep", "train-sweep", ("robotrl", "train", "-m", *QUICK_BC_SWEEP), f"{Q}/bc_pointmaze.json",
+         note="the main job (BC, PointMaze UMaze), 3 seeds through Hydra's multirun"),
+    Task("dppo_learning", "learning",
+         ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "--env-steps", "20000", "--bc-updates", "1500",
+          "--threads", "1", "--out", f"{Q}/dppo_learning.json"), f"{Q}/dppo_learning.json",
+         note="DPPO vs Gaussian PPO fine-tuning of a weakened policy"),
+    Task("residual", "learning", ("benchmarks/bench_residual.py", "--quick", "--out", "quick/residual.json"),
+         f"{Q}/residual.json", note="residual RL vs full fine-tuning on FetchPush (1 seed)"),
+]
+
+R = "benchmarks/results"
+_QL_FULL = ("--threads", "1", "--dataset-id", "robotrl/pointmaze/umaze-50k-v0", "--dataset-steps", "50000",
+            "--offline-steps", "2000", "--online-steps", "5000", "--eval-every", "1000", "--warmup", "1000",
+            "--eval-episodes", "20", "--d3rlpy-hidden", "128", "128")
+_QL_EXTRA = ("--robotrl-extra", "agent.model.num_critics=4", "agent.model.hidden=[128,128]",
+             "agent.model.critic_hidden=[128,128]")
+
+FULL = [
+    Task("replay", "throughput", ("benchmarks/bench_replay.py",), f"{R}/replay.json"),
+    Task("qlearning_throughput", "throughput", ("benchmarks/bench_qlearning.py", "--threads", "1", "--unfused"),
+         f"{R}/qlearning_throughput.json", peer="d3rlpy"),
+    Task("dppo_throughput", "throughput",
+         ("benchmarks/bench_dppo.py", "--envs", "8", "--steps", "32", "--threads", "1", "--reps", "30",
+          "--out", f"{R}/dppo_throughput.json"), f"{R}/dppo_throughput.json", legacy=True),
+    Task("bridge", "throughput", ("benchmarks/bench_bridge.py", "--n", "3000", "--seconds", "5", "--out", f"{R}/bridge.json"),
+         f"{R}/bridge.json", legacy=True),
+    Task("bc_main", "train-sweep", ("robotrl", "train", "-m", "seed=0,1,2"), f"{R}/bc_pointmaze.json",
+         note="the main job with its defaults, 3 seeds"),
+    Task("dppo_learning", "learning",
+         ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "3", "4", "--env-steps", "100000", "--threads", "1"),
+         f"{R}/dppo_learning.json", legacy=True),
+    Task("qlearning_learning", "learning",
+         ("benchmarks/bench_qlearning_learning.py", *_QL_FULL[:2], "--seeds", "0", "1", *_QL_FULL[2:], *_QL_EXTRA),
+         f"{R}/qlearning_learning.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
+         recorded_as=tuple(("benchmarks/bench_qlearning_learning.py", *_QL_FULL[:2], "--seeds", s, *_QL_FULL[2:], *_QL_EXTRA)
+                           for s in ("0", "1")),
+         note="recorded as two processes (one per seed) merged; 2 seeds"),
+    Task("residual_push", "learning",
+         ("benchmarks/bench_residual.py", "--task", "push", "--seeds", "0", "1", "2", "--budget", "20000"),
+         f"{R}/residual_fetch_push.json"),
+    Task("residual_push_100k", "learning",
+         ("benchmarks/bench_residual.py", "--task", "push", "--seeds", "0", "1", "2", "--budget", "100000",
+          "--methods", "residual_ppo", "full_ppo", "--out", "residual_fetch_push_onpolicy_100k.json"),
+         f"{R}/residual_fetch_push_onpolicy_100k.json"),
+]
+
+_TIERS = {"quick": QUICK, "full": FULL}
+
+
+def tier_tasks(tier: str, only: list[str] | None = None) -> list[Task]:
+    """The tasks of ``tier`` (all, or those named in ``only``, in the tier's order).
+
+    Raises:
+        BenchError: unknown tier or task name (the message lists the known ones).
+    """
+    if tier not in _TIERS:
+        raise BenchError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
+    tasks = _TIERS[tier]
+    if only:
+        known = {t.name for t in tasks}
+        bad = [n for n in only if n not in known]
+        if bad:
+            raise BenchError(f"unknown task(s) {bad} in tier {tier!r}; tasks: {', '.join(t.name for t in tasks)}")
+        tasks = [t for t in tasks if t.name in only]
+    return list(tasks)
+
+
+def repo_root() -> Path:
+    """The source checkout that holds ``benchmarks/`` (the suite runs its scripts from there).
+
+    Raises:
+        BenchError: robotrl was installed from a wheel, without the ``benchmarks/`` folder.
+    """
+    import robotrl
+
+    root = Path(robotrl.__file__).resolve().parents[1]
+    if not (root / "benchmarks").is_dir():
+        raise BenchError(f"no benchmarks/ folder next to the installed robotrl ({root}); the benchmark suite runs "
+                         "from a source clone: git clone the repository, then `pip install -e .` in it")
+    return root
+
+
+def tier_dir(root: Path, tier: str) -> Path:
+    """Where a tier's manifest, logs, tables and plots go: ``benchmarks/results/<tier>/``."""
+    return Path(root) / "benchmarks" / "results" / tier

@@ -1,0 +1,92 @@
+"""Hydra multirun sweeps of ``robotrl train`` as learning results.
+
+``robotrl train -m seed=0,1,2 agent.model.lr=1e-3,3e-4 hydra.sweep.dir=D`` writes one run
+per combination under ``D/<n>/`` with ``report.json`` (summary, evaluation history,
+resolved config) and ``.hydra/overrides.yaml``. :func:`sweep_to_learning` turns them into
+the normalised learning form of :mod:`robotrl.bench.schema`: one method per agent and
+combination of swept non-seed overrides, one run per seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from robotrl.bench.machine import environment
+from robotrl.bench.schema import validate_learning
+from robotrl.bench.suite import BenchError
+
+_KEYS = {"normalized_score": "normalized_score", "success": "success_rate", "return": "return_mean"}
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _overrides(run_dir: Path) -> dict[str, str]:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return {}
+    from omegaconf import OmegaConf
+
+    out = {}
+    for item in OmegaConf.to_container(OmegaConf.load(path)) or []:
+        key, _, value = str(item).partition("=")
+        out[key.lstrip("+~")] = value
+    return out
+
+
+def _metric(histories: list[list[dict]]) -> str:
+    for metric in ("normalized_score", "success"):
+        if all(h and all(_finite(e.get(_KEYS[metric])) for e in h) for h in histories):
+            return metric
+    return "return"
+
+
+def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str], command: str) -> dict:
+    """The learning document of every run in a ``robotrl train -m`` sweep directory.
+
+    Per run: ``offline_score`` = the last offline evaluation (None without offline phase),
+    ``curve`` = the online evaluations at online env steps (the offline score at step 0
+    first), ``wall_s`` = the run's training wall time. The metric is the normalised score
+    when every evaluation has one, else the success rate when every evaluation has one,
+    else the return.
+
+    Raises:
+        BenchError: no ``*/report.json`` under ``sweep_dir`` (the sweep failed).
+    """
+    sweep_dir = Path(sweep_dir)
+    reports = sorted(sweep_dir.glob("*/report.json"), key=lambda p: (len(p.parent.name), p.parent.name))
+    if not reports:
+        raise BenchError(f"no */report.json under {sweep_dir}: the sweep wrote no finished run (see its log)")
+    docs = [json.loads(p.read_text()) for p in reports]
+    overrides = [_overrides(p.parent) for p in reports]
+    varying = sorted(k for k in set().union(*overrides) if k != "seed" and len({o.get(k) for o in overrides}) > 1)
+    metric = _metric([d["history"] for d in docs])
+    key = _KEYS[metric]
+    runs, budgets, tasks = [], set(), set()
+    for doc, ov in zip(docs, overrides):
+        cfg, hist = doc.get("config", {}), doc["history"]
+        agent = cfg.get("agent", {})
+        offset = 0 if agent.get("onpolicy") is not None else int(cfg.get("trainer", {}).get("offline_steps", 0))
+        offline = [h for h in hist if h.get("phase") == "offline"]
+        online = [h for h in hist if h.get("phase") == "online"]
+        off = offline[-1] if offline else None
+        curve = [[int(h["step"]) - offset, h.get(key)] for h in online]
+        succ = [[int(h["step"]) - offset, h.get("success_rate")] for h in online]
+        if off is not None and online and curve[0][0] > 0:
+            curve.insert(0, [0, off.get(key)])
+            succ.insert(0, [0, off.get("success_rate")])
+        budgets.update(s for s, _ in curve if s > 0)
+        method = str(agent.get("name", "agent"))
+        if varying:
+            method += " (" + ", ".join(f"{k}={ov.get(k)}" for k in varying) + ")"
+        tasks.add(f"{cfg.get('env', {}).get('name', '?')} / {cfg.get('dataset', {}).get('id', '?')}")
+        runs.append({"method": method, "family": str(agent.get("name", "agent")), "peer": False,
+                     "seed": int(cfg.get("seed", len(runs))), "offline_score": off.get(key) if off else None,
+                     "curve": curve, "success_curve": succ, "wall_s": doc.get("summary", {}).get("wall_time_s"),
+                     "sweep_job": reports[len(runs)].parent.name})
+    return validate_learning({"benchmark": benchmark, "task": ", ".join(sorted(tasks)), "metric": metric,
+                              "budgets": sorted(budgets), "runs": runs, "command": command, "argv": list(argv),
+                              "environment": environment()})

@@ -1,0 +1,139 @@
+"""CORL-style markdown tables of learning results and ratio tables of throughput results.
+
+Learning table: one row per method (peers marked), columns offline score, score at fixed
+online budgets, final score, regret, onset dip and wall time, each the interquartile mean
+over seeds with its 95 % bootstrap confidence interval, ``IQM [lo, hi]``, and ``n`` the
+number of seeds. Throughput table: robotrl's figure, the peer's figure measured in the
+same run, their ratio and the target where the issue sets one.
+"""
+
+from __future__ import annotations
+
+import math
+
+from robotrl.bench.stats import METRIC_MAX, final_score, iqm, onset_dip, regret, score_at, summarize
+
+METRIC_NAMES = {"return": "return", "success": "success rate", "normalized_score": "normalised score"}
+
+
+def fmt(v, metric: str | None = None) -> str:
+    """A number for a table: 2 decimals for success rates and small values, fewer for large ones; "—" for none."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    v = float(v) + 0.0
+    if metric == "success":
+        return f"{v:.2f}".replace("-0.00", "0.00")
+    a = abs(v)
+    if a < 1e-6:
+        return "0"
+    s = f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 0.1 else f"{v:.3g}"
+    return "0.00" if s == "-0.00" else s
+
+
+def cell(s: dict, metric: str | None = None) -> str:
+    """``IQM [lo, hi]`` of a :func:`~robotrl.bench.stats.summarize` dict (no interval for one seed)."""
+    if not s or s["n"] == 0:
+        return "—"
+    if not math.isfinite(s["lo"]):
+        return fmt(s["iqm"], metric)
+    return f"{fmt(s['iqm'], metric)} [{fmt(s['lo'], metric)}, {fmt(s['hi'], metric)}]"
+
+
+def shown_budgets(budgets: list[int], k: int = 3) -> list[int]:
+    """Up to ``k`` budgets before the last one (the final score covers the last), evenly spaced."""
+    inner = sorted(budgets)[:-1]
+    if len(inner) <= k:
+        return inner
+    idx = sorted({round(i * (len(inner) - 1) / (k - 1)) for i in range(k)})
+    return [inner[i] for i in idx]
+
+
+def learning_stats(doc: dict) -> dict:
+    """Per method (in order: robotrl's first, then peers): the summaries behind a learning table.
+
+    Returns ``{"best": float | None, "methods": {method: {"peer", "family", "n", "offline",
+    "budgets": {b: summary}, "final", "regret", "dip", "wall"}}}``; regret uses the metric's
+    maximum when it has one, else the best final IQM of any method (see
+    :func:`robotrl.bench.stats.regret`).
+    """
+    metric, budgets = doc["metric"], sorted(doc["budgets"])
+    total = budgets[-1] if budgets else None
+    methods: dict[str, list[dict]] = {}
+    for r in doc["runs"]:
+        methods.setdefault(r["method"], []).append(r)
+    order = sorted(methods, key=lambda m: (bool(methods[m][0].get("peer")), list(methods).index(m)))
+    finals = {m: [final_score(r["offline_score"], r["curve"]) for r in methods[m]] for m in order}
+    best = METRIC_MAX.get(metric)
+    if best is None:
+        vals = [iqm(v) for v in finals.values()]
+        vals = [v for v in vals if math.isfinite(v)]
+        best = max(vals) if vals else None
+    out = {}
+    for m in order:
+        rs = methods[m]
+        out[m] = {"peer": bool(rs[0].get("peer")), "family": rs[0].get("family", m), "n": len(rs),
+                  "offline": summarize([r["offline_score"] for r in rs]),
+                  "budgets": {b: summarize([score_at(r["curve"], b) for r in rs]) for b in budgets},
+                  "final": summarize(finals[m]),
+                  "regret": summarize([regret(r["curve"], best) for r in rs]),
+                  "dip": summarize([onset_dip(r["offline_score"], r["curve"], total) for r in rs]),
+                  "wall": summarize([r.get("wall_s") for r in rs])}
+    return {"best": best, "methods": out}
+
+
+def _steps(b: int) -> str:
+    return f"{b // 1000}k" if b >= 1000 and b % 1000 == 0 else f"{b:,}"
+
+
+def learning_table(doc: dict) -> str:
+    """The CORL-style markdown table of one learning document."""
+    metric = doc["metric"]
+    st = learning_stats(doc)
+    cols = shown_budgets(doc["budgets"])
+    head = ["method", "n", "offline"] + [f"@{_steps(b)}" for b in cols] + \
+        [f"final{' @' + _steps(max(doc['budgets'])) if doc['budgets'] else ''}", "regret", "onset dip", "wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for m, s in st["methods"].items():
+        name = f"{m} (peer)" if s["peer"] else m
+        row = [name, str(s["n"]), cell(s["offline"], metric)] + [cell(s["budgets"][b], metric) for b in cols] + \
+            [cell(s["final"], metric), cell(s["regret"], metric), cell(s["dip"], metric), cell(s["wall"])]
+        lines.append("| " + " | ".join(row) + " |")
+    best = st["best"]
+    ref = ("the metric's maximum" if METRIC_MAX.get(metric) is not None else "the best final IQM in the table")
+    lines.append("")
+    lines.append(f"Metric: {METRIC_NAMES[metric]}; cells: IQM over seeds [95 % bootstrap CI]; budgets in online env "
+                 f"steps; regret = mean over online evaluations of ({fmt(best, metric)} − score), {fmt(best, metric)} "
+                 f"being {ref}; onset dip = lowest score in the first 10 % of the budget − offline score.")
+    return "\n".join(lines)
+
+
+def _ratio(r: dict) -> str:
+    return "—" if r.get("ratio") is None else f"{r['ratio']:.2f}×"
+
+
+def _target(r: dict) -> str:
+    t = r.get("target")
+    if t is None:
+        return ""
+    on_ratio = r.get("target_on", "ratio") == "ratio"  # a ratio target is a minimum speed-up
+    v = r.get("ratio") if on_ratio else r.get("ours")
+    higher = True if on_ratio else r.get("higher_is_better", True)
+    unit = "×" if on_ratio else f" {r.get('unit', '')}"
+    want = f"{'≥' if higher else '<'} {t:g}{unit}"
+    if v is None:
+        return f"{want}: not measured"
+    met = v >= t if higher else v < t
+    return f"{want}: {'met' if met else 'not met'}"
+
+
+def throughput_table(doc: dict) -> str:
+    """The markdown table of one throughput document (ours, peer, ratio, target)."""
+    lines = ["| measurement | unit | robotrl | peer | peer figure | ratio | target |",
+             "|---|---|---:|---|---:|---:|---|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['what']} | {r.get('unit', '')} | {fmt(r.get('ours'))} | {r.get('peer_name') or '—'} | "
+                     f"{fmt(r.get('peer'))} | {_ratio(r)} | {_target(r)} |")
+    lower = [r for r in doc["rows"] if r.get("ratio") is not None and not r.get("higher_is_better", True)]
+    note = "Ratio = robotrl / peer, measured side by side in one run"
+    note += "; for latencies (ms) lower is better, so there the ratio is robotrl's cost over the peer's." if lower else "."
+    return "\n".join(lines + ["", note])

@@ -1,0 +1,314 @@
+"""The benchmark suite behind `robotrl bench`: statistics, result adapters, tables, plots,
+README block, regression check, resume of tasks and the CLI's exit codes.
+
+Fast (no benchmark is run): the adapters read the real files in benchmarks/results/, the
+runner runs tiny real subprocesses (`python -c`, and one tiny real `robotrl train -m` sweep).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robotrl.bench import regression
+from robotrl.bench.peers import PeerUnavailable, d3rlpy_python
+from robotrl.bench.plots import learning_plot
+from robotrl.bench.readme import markers, replace_block, update_readme
+from robotrl.bench.runner import is_done, norm_argv, read_json, run_tasks
+from robotrl.bench.schema import BenchFormatError, load_results, normalize
+from robotrl.bench.stats import bootstrap_ci, iqm, onset_dip, regret, score_at
+from robotrl.bench.suite import BenchError, Task, repo_root, tier_tasks
+from robotrl.bench.tables import learning_stats, learning_table, throughput_table
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _doc(name: str) -> dict:
+    docs = load_results(RESULTS / name)
+    assert len(docs) == 1
+    return docs[0]
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_iqm_hand_values_and_trim_mean_semantics():
+    assert iqm([1, 2, 3, 4]) == pytest.approx(2.5)               # cut 1 each end: mean(2, 3)
+    assert iqm([8, 1, 7, 2, 6, 3, 5, 4]) == pytest.approx(4.5)   # cut 2 each end: mean(3, 4, 5, 6)
+    assert iqm([1, 100, 2]) == pytest.approx(103 / 3)            # n < 4: nothing cut
+    assert iqm([1, 2, 3, 4, 1000]) == pytest.approx(3.0)         # cut 1 each end: mean(2, 3, 4)
+    assert iqm([5.0, None, float("nan")]) == 5.0                 # None / NaN dropped
+    assert np.isnan(iqm([]))
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 5, 7, 10, 13):
+        x = rng.normal(size=n)
+        assert iqm(x) == pytest.approx(scipy_stats.trim_mean(x, 0.25))
+
+
+def test_bootstrap_ci_contains_iqm_is_deterministic_and_narrows_with_more_seeds():
+    rng = np.random.default_rng(1)
+    few, many = rng.normal(10, 2, size=5), rng.normal(10, 2, size=60)
+    lo, hi = bootstrap_ci(few)
+    assert lo <= iqm(few) <= hi
+    assert bootstrap_ci(few) == (lo, hi)                          # same seed, same interval
+    lo2, hi2 = bootstrap_ci(many)
+    assert lo2 <= iqm(many) <= hi2
+    assert hi2 - lo2 < hi - lo
+    assert all(np.isnan(bootstrap_ci([3.0])))                     # one seed: no interval
+    with pytest.raises(ValueError):
+        bootstrap_ci(few, conf=1.5)
+
+
+def test_regret_onset_dip_and_score_at_definitions():
+    curve = [[0, 0.5], [1000, 0.3], [2000, 0.6], [10000, 0.9]]
+    assert regret(curve, 1.0) == pytest.approx(np.mean([0.7, 0.4, 0.1]))   # online evaluations only
+    assert onset_dip(0.5, curve) == pytest.approx(-0.2)          # evaluations within 10 % of 10k: the 1k one
+    late = [[0, 0.5], [5000, 0.4], [10000, 0.9]]
+    assert onset_dip(0.5, late) == pytest.approx(-0.1)           # none within 10 %: the first online evaluation
+    assert onset_dip(0.5, [[0, 0.5], [10000, 0.9]]) is None      # only before/after: no information on the start
+    assert onset_dip(None, curve) is None                        # from scratch
+    assert score_at(curve, 1500) == 0.3 and score_at(curve, 2000) == 0.6
+    assert score_at(curve, 20000) is None                        # the run never got that far
+    assert regret([[0, 0.5]], 1.0) is None
+
+
+# ----------------------------------------------------------------------------- adapters
+def test_adapters_read_every_existing_result_file():
+    files = sorted(RESULTS.glob("*.json"))
+    assert len(files) >= 8
+    for f in files:
+        docs = load_results(f)
+        assert docs, f
+        for d in docs:
+            assert ("rows" in d) != ("runs" in d), f
+    replay = _doc("replay.json")
+    row = next(r for r in replay["rows"] if r["what"].startswith("sample(256) vs Minari"))
+    assert row["ratio"] == pytest.approx(137.2, abs=0.1) and row["target"] == 20.0 and row["peer_name"] == "minari"
+    bridge = _doc("bridge.json")
+    assert not bridge["rows"][0]["higher_is_better"] and bridge["rows"][0]["ratio"] == pytest.approx(5.62, abs=0.01)
+    ql = _doc("qlearning_throughput.json")
+    sac = next(r for r in ql["rows"] if r["what"] == "SAC updates/s fp32")
+    assert sac["ratio"] == pytest.approx(1.245, abs=1e-3) and sac["peer_name"] == "d3rlpy"
+    dl = _doc("dppo_learning.json")
+    assert dl["budgets"] == [100000] and len(dl["runs"]) == 10 and dl["metric"] == "return"
+    res = _doc("residual_fetch_push.json")
+    assert res["metric"] == "success" and {r["method"] for r in res["runs"]} >= {"base (frozen BC)", "residual PPO"}
+    qll = _doc("qlearning_learning.json")
+    peers = {r["method"] for r in qll["runs"] if r["peer"]}
+    assert peers == {"d3rlpy Cal-QL", "SB3 SAC (from scratch)"}
+    assert qll["budgets"] == [1000, 2000, 3000, 4000, 5000]
+    assert next(r for r in qll["runs"] if r["method"] == "SB3 SAC (from scratch)")["offline_score"] is None
+    with pytest.raises(BenchFormatError):
+        normalize({"something": 1}, "unknown")
+
+
+def test_normalised_form_passes_through_unchanged():
+    doc = {"benchmark": "x", "task": "t", "metric": "success", "budgets": [10],
+           "runs": [{"method": "m", "seed": 0, "offline_score": 0.5, "curve": [[0, 0.5], [10, 0.7]]}]}
+    (out,) = normalize(doc, "file")
+    assert out["runs"][0]["peer"] is False and out["runs"][0]["family"] == "m"
+
+
+# ----------------------------------------------------------------------------- tables and plots
+def test_tables_render(tmp_path):
+    text = learning_table(_doc("qlearning_learning.json"))
+    assert "| method | n | offline |" in text and "@1k" in text and "final @5k" in text
+    assert "d3rlpy Cal-QL (peer)" in text and "regret" in text
+    wsrl = next(line for line in text.splitlines() if line.startswith("| robotrl WSRL |"))
+    assert "[" in wsrl                                            # IQM [lo, hi] with 2 seeds
+    st = learning_stats(_doc("residual_fetch_push.json"))
+    assert st["best"] == 1.0 and st["methods"]["residual PPO"]["final"]["n"] == 3
+    tp = throughput_table(_doc("replay.json"))
+    assert "137.22×" in tp and "≥ 20×: met" in tp
+    png = learning_plot(_doc("qlearning_learning.json"), tmp_path / "plots" / "ql.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- README block
+def test_readme_block_is_replaced_in_place_and_idempotently(tmp_path):
+    readme = tmp_path / "README.md"
+    original = (ROOT / "README.md").read_text()
+    readme.write_text(original)
+    begin, end = markers("quick")
+    update_readme(readme, "quick", "first body")
+    once = readme.read_text()
+    update_readme(readme, "quick", "first body")
+    assert readme.read_text() == once                              # idempotent
+    assert once.count(begin) == 1 and once.count(end) == 1
+    update_readme(readme, "quick", "second body")
+    text = readme.read_text()
+    assert "second body" in text and "first body" not in text and text.count(begin) == 1
+    outside = text[:text.index(begin)] + text[text.index(end):]
+    assert "### The main job: BC on PointMaze UMaze" in outside    # the rest of the README is kept
+    # markers absent: created at the end of the Results section, before the next section
+    made = replace_block("# T\n\n## Results\n\nold text\n\n## Next\n\nmore\n", "full", "B")
+    assert made.index("old text") < made.index(markers("full")[0]) < made.index("## Next")
+    assert replace_block("# T\n", "full", "B").endswith(f"## Results\n\n{markers('full')[0]}\nB\n{markers('full')[1]}\n")
+
+
+# ----------------------------------------------------------------------------- regression check
+def _worse(doc: dict, factor: float) -> dict:
+    doc = copy.deepcopy(doc)
+    for r in doc["runs"]:
+        r["curve"] = [[s, v * factor] for s, v in r["curve"]]
+        if not r["curve"] and r["offline_score"] is not None:
+            r["offline_score"] *= factor
+    return doc
+
+
+def test_regression_check_fails_on_a_clearly_worse_result_and_passes_on_an_equal_one():
+    docs = [_doc("residual_fetch_push.json"), _doc("qlearning_learning.json"), _doc("replay.json")]
+    base = regression.make_baseline(docs)
+    assert all(r["status"] == "ok" for r in regression.compare(docs, base))
+    worse = [_worse(docs[0], 0.2), docs[1], docs[2]]
+    bad = [r for r in regression.compare(worse, base) if r["status"] == "regressed"]
+    assert bad and all(r["benchmark"] == "residual_fetch_push" for r in bad)
+    slow = copy.deepcopy(docs[2])
+    for r in slow["rows"]:
+        r["ratio"] = r["ratio"] * 0.3 if r["ratio"] else r["ratio"]
+    rows = regression.compare([docs[0], docs[1], slow], base)
+    assert {r["benchmark"] for r in rows if r["status"] == "regressed"} == {"replay"}
+    assert "REGRESSED" in regression.format_rows(rows)
+    missing = regression.compare(docs[:1], base)                  # results not measured now: listed, not failed
+    assert not any(r["status"] == "regressed" for r in missing) and any(r["status"] == "not measured" for r in missing)
+
+
+def _cli(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "robotrl.cli", "bench", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, **kw)
+
+
+def test_cli_bench_check_exit_codes(tmp_path):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    src = json.loads((RESULTS / "residual_fetch_push.json").read_text())
+    (good / "residual_fetch_push.json").write_text(json.dumps(src))
+    worse = copy.deepcopy(src)
+    for runs in worse["runs"].values():
+        for r in runs:
+            r["success"] = 0.0
+    (bad / "residual_fetch_push.json").write_text(json.dumps(worse))
+    baseline = tmp_path / "quick.json"
+    baseline.write_text(json.dumps(regression.make_baseline(regression.load_dir(good))))
+    ok = _cli("check", "--results-dir", str(good), "--baseline", str(baseline))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "passed" in ok.stdout
+    fail = _cli("check", "--results-dir", str(bad), "--baseline", str(baseline))
+    assert fail.returncode == 1, fail.stdout + fail.stderr
+    assert "REGRESSED" in fail.stdout
+    none = _cli("check", "--results-dir", str(good), "--baseline", str(tmp_path / "missing.json"))
+    assert none.returncode == 2 and none.stderr.startswith("robotrl: error: no baseline")
+    unknown = _cli("full", "--only", "no-such-task", "--no-readme")
+    assert unknown.returncode == 2 and "unknown task" in unknown.stderr
+
+
+# ----------------------------------------------------------------------------- runner: resume, peers, sweeps
+WRITE = ("import json, sys, pathlib; p = pathlib.Path('out/r.json'); p.parent.mkdir(exist_ok=True); "
+         "c = pathlib.Path('out/count'); c.write_text(str(int(c.read_text()) + 1 if c.exists() else 1)); "
+         "p.write_text(json.dumps({'benchmark': 'tiny', 'rows': [{'what': 'x', 'ours': 2.0, 'peer': 1.0, "
+         "'peer_name': 'p', 'unit': 'items/s', 'ratio': 2.0}], 'tag': sys.argv[1:]}))")
+
+
+def _task(tag: str, **kw) -> Task:
+    return Task("tiny", kw.pop("kind", "throughput"), ("-c", WRITE, tag, *kw.pop("extra", ())), "out/r.json", **kw)
+
+
+def test_resume_skips_a_task_with_the_same_command_and_reruns_when_it_changes(tmp_path):
+    quiet = lambda *a: None  # noqa: E731
+    count = lambda: int((tmp_path / "out" / "count").read_text())  # noqa: E731
+    assert run_tasks([_task("v1")], tmp_path, "quick", log=quiet)[0]["status"] == "ok"
+    manifest = read_json(tmp_path / "benchmarks" / "results" / "quick" / "manifest.json")
+    assert manifest["tasks"]["tiny"]["status"] == "ok" and manifest["tasks"]["tiny"]["argv"][2] == "v1"
+    assert (tmp_path / "benchmarks" / "results" / "quick" / "logs" / "tiny.log").exists()
+    assert run_tasks([_task("v1")], tmp_path, "quick", log=quiet)[0]["status"] == "skipped" and count() == 1
+    assert run_tasks([_task("v2")], tmp_path, "quick", log=quiet)[0]["status"] == "ok" and count() == 2
+    assert run_tasks([_task("v2")], tmp_path, "quick", force=True, log=quiet)[0]["status"] == "ok" and count() == 3
+    assert json.loads((tmp_path / "out" / "r.json").read_text())["tag"] == ["v2"]
+    failing = Task("boom", "learning", ("-c", "raise SystemExit(3)"), "out/none.json")
+    assert run_tasks([failing], tmp_path, "quick", log=quiet)[0]["status"] == "failed"
+
+
+def test_is_done_uses_the_argv_a_result_records_and_ignores_partial_results(tmp_path):
+    task = Task("t", "learning", ("benchmarks/bench_x.py", "--seeds", "0", "1"), "r.json")
+    doc = {"environment": {"argv": ["benchmarks/bench_x.py", "--seeds", "0", "1", "--out", "elsewhere.json"]}}
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    assert is_done(task, tmp_path, {"tasks": {}})[0]              # --out is not part of the comparison
+    (tmp_path / "r.json").write_text(json.dumps({**doc, "partial": True}))
+    assert not is_done(task, tmp_path, {"tasks": {}})[0]
+    assert norm_argv(["/abs/benchmarks/bench_x.py", "--out=a", "--n", "3"]) == ("bench_x.py", "--n", "3")
+
+
+def test_full_tier_commands_match_the_recorded_results():
+    """`robotrl bench full` resumes: every existing result records (or the README names) its task's command."""
+    done = {t.name: is_done(t, ROOT, {"tasks": {}}) for t in tier_tasks("full")}
+    not_done = sorted(n for n, (d, _) in done.items() if not d)
+    assert not_done == ["bc_main"], done                          # the BC seed sweep has no stored result yet
+    assert [t.name for t in tier_tasks("quick", ["bridge", "replay"])] == ["replay", "bridge"]
+    with pytest.raises(BenchError):
+        tier_tasks("quick", ["nope"])
+
+
+def test_missing_peer_skips_the_task_or_runs_it_without_the_peer(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROBOTRL_D3RLPY_PYTHON", sys.executable)   # an interpreter without d3rlpy
+    with pytest.raises(PeerUnavailable):
+        d3rlpy_python(tmp_path)
+    quiet = lambda *a: None  # noqa: E731
+    (rec,) = run_tasks([_task("p", peer="d3rlpy")], tmp_path, "quick", log=quiet)
+    assert rec["status"] == "peer-missing" and not (tmp_path / "out" / "r.json").exists()
+    (rec,) = run_tasks([_task("p", peer="d3rlpy", without_peer=("--skip", "d3rlpy"))], tmp_path, "quick", log=quiet)
+    assert rec["status"] == "ok" and rec["peer_missing"]
+    assert json.loads((tmp_path / "out" / "r.json").read_text())["tag"] == ["p", "--skip", "d3rlpy"]
+
+
+def test_train_sweep_task_converts_a_real_multirun(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    tiny = ("dataset.id=robotrl/pointmaze/umaze-bench-test-v0", "dataset.recipe_args.num_steps=2000",
+            "+dataset.recipe_args.ref_episodes=2", "trainer.eval_episodes=2", "trainer.eval_envs=2", "torch_threads=1",
+            "trainer.offline_steps=40", "trainer.eval_every=20", "trainer.checkpoint_every=40")
+    task = Task("sweep", "train-sweep", ("robotrl", "train", "-m", "seed=0,1", *tiny), "out/sweep.json")
+    (rec,) = run_tasks([task], tmp_path, "quick", log=lambda *a: None)
+    assert rec["status"] == "ok", (tmp_path / rec["log"]).read_text()[-2000:]
+    (doc,) = load_results(tmp_path / "out" / "sweep.json")
+    assert doc["metric"] == "normalized_score" and [r["seed"] for r in doc["runs"]] == [0, 1]
+    assert all(r["method"] == "bc" and r["offline_score"] is not None for r in doc["runs"])
+    assert doc["command"].startswith("robotrl train -m seed=0,1")
+    assert run_tasks([task], tmp_path, "quick", log=lambda *a: None)[0]["status"] == "skipped"
+
+
+def test_sweep_converter_names_methods_by_swept_overrides_and_counts_online_steps(tmp_path):
+    from robotrl.bench.sweep import sweep_to_learning
+
+    for job, (seed, lr) in enumerate([(0, "1e-3"), (1, "1e-3"), (0, "3e-4"), (1, "3e-4")]):
+        d = tmp_path / str(job)
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n- agent.model.lr={lr}\n- trainer.offline_steps=100\n")
+        hist = [{"phase": "offline", "step": 100, "return_mean": 1.0 + job},
+                {"phase": "online", "step": 150, "return_mean": 0.5}, {"phase": "online", "step": 300, "return_mean": 4.0}]
+        (d / "report.json").write_text(json.dumps({
+            "config": {"agent": {"name": "iql"}, "trainer": {"offline_steps": 100}, "seed": seed,
+                       "env": {"name": "hopper"}, "dataset": {"id": "hopper-medium"}},
+            "history": hist, "summary": {"wall_time_s": 2.0}}))
+    doc = sweep_to_learning(tmp_path, benchmark="hp", argv=["robotrl", "train", "-m"], command="robotrl train -m ...")
+    assert doc["metric"] == "return" and doc["budgets"] == [50, 200]
+    assert {r["method"] for r in doc["runs"]} == {"iql (agent.model.lr=1e-3)", "iql (agent.model.lr=3e-4)"}
+    run = doc["runs"][0]
+    assert run["offline_score"] == 1.0 and run["curve"] == [[0, 1.0], [50, 0.5], [200, 4.0]]
+    assert "iql (agent.model.lr=3e-4)" in learning_table(doc)
+    with pytest.raises(BenchError):
+        sweep_to_learning(tmp_path / "empty", benchmark="x", argv=[], command="")
+
+
+def test_repo_root_needs_a_source_checkout(tmp_path, monkeypatch):
+    import robotrl
+
+    assert repo_root() == ROOT
+    monkeypatch.setattr(robotrl, "__file__", str(tmp_path / "site-packages" / "robotrl" / "__init__.py"))
+    with pytest.raises(BenchError, match="pip install -e ."):
+        repo_root()
