@@ -77,14 +77,14 @@ def is_done(task: Task, root: Path, manifest: dict, argv: tuple[str, ...] | None
         return False, "no result yet"
     if doc.get("partial"):
         return False, "the result is partial (the run was interrupted)"
-    accepted = {norm_argv(argv), *(norm_argv(a) for a in task.recorded_as)}
+    accepted = norm_argv(argv)
     recorded = own_argv(doc)
     if recorded:
-        same = norm_argv(recorded) in accepted
+        same = norm_argv(recorded) == accepted
         return same, "the result records the same command" if same else "the result records another command"
     entry = manifest.get("tasks", {}).get(task.name)
     if entry and entry.get("output") == task.output:
-        same = entry.get("status") == "ok" and norm_argv(entry.get("argv", [])) in accepted
+        same = entry.get("status") == "ok" and norm_argv(entry.get("argv", [])) == accepted
         return same, "the manifest records the same command" if same else "the manifest records another command or run"
     if task.legacy:
         return True, "result predating the suite; the README names this command"

@@ -37,8 +37,6 @@ class Task:
         peer: ``"d3rlpy"`` when the task needs the d3rlpy interpreter (:mod:`robotrl.bench.peers`).
         without_peer: extra args that let the task run without its peer (e.g. ``--skip d3rlpy``);
             empty: the task is skipped when the peer is missing.
-        recorded_as: other argv forms that produced the same result before the suite existed
-            (e.g. one process per seed, merged); a result recording one of them counts as done.
         legacy: the existing result file records no command and the README names ``argv`` as its
             source, so it counts as done until rerun with ``--force``.
         note: one line shown with the task in the README block.
@@ -50,7 +48,6 @@ class Task:
     output: str
     peer: str | None = None
     without_peer: tuple[str, ...] = ()
-    recorded_as: tuple[tuple[str, ...], ...] = ()
     legacy: bool = False
     note: str = ""
 
@@ -75,9 +72,9 @@ Q = "benchmarks/results/quick"
 #: The Q-learning learning comparison of the quick tier (edit here; one constant).
 QUICK_QLEARNING_LEARNING_ARGS = (
     "--seeds", "0", "1", "2", "--dataset-id", "robotrl/pointmaze/umaze-50k-v0", "--dataset-steps", "50000",
-    "--offline-steps", "1000", "--online-steps", "3000", "--eval-every", "1000", "--eval-episodes", "10",
-    "--threads", "1", "--robotrl-extra", "agent.model.num_critics=4", "agent.model.hidden=[128,128]",
-    "agent.model.critic_hidden=[128,128]", "--d3rlpy-hidden", "128", "128")
+    "--offline-steps", "1000", "--online-steps", "2000", "--eval-every", "500", "--eval-episodes", "10",
+    "--warmup", "500", "--threads", "1", "--d3rlpy-hidden", "128", "128", "--robotrl-extra",
+    "agent.model.num_critics=2", "agent.model.hidden=[128,128]", "agent.model.critic_hidden=[128,128]")
 
 #: The BC main-job seed sweep of the quick tier (Hydra multirun overrides).
 QUICK_BC_SWEEP = ("seed=0,1,2", "trainer.offline_steps=5000")
@@ -104,16 +101,18 @@ QUICK = [
          ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "--env-steps", "20000", "--bc-updates", "1500",
           "--threads", "1", "--out", f"{Q}/dppo_learning.json"), f"{Q}/dppo_learning.json",
          note="DPPO vs Gaussian PPO fine-tuning of a weakened policy"),
-    Task("residual", "learning", ("benchmarks/bench_residual.py", "--quick", "--out", "quick/residual.json"),
-         f"{Q}/residual.json", note="residual RL vs full fine-tuning on FetchPush (1 seed)"),
+    Task("residual", "learning", ("benchmarks/bench_residual.py", "--task", "push", "--seeds", "0", "1", "2",
+                                  "--bc-steps", "400", "--budget", "1600", "--eval-episodes", "10", "--warmup", "200",
+                                  "--out", "quick/residual.json"),
+         f"{Q}/residual.json", note="residual RL vs full fine-tuning on FetchPush (tiny budget)"),
 ]
 
 R = "benchmarks/results"
-_QL_FULL = ("--threads", "1", "--dataset-id", "robotrl/pointmaze/umaze-50k-v0", "--dataset-steps", "50000",
-            "--offline-steps", "2000", "--online-steps", "5000", "--eval-every", "1000", "--warmup", "1000",
-            "--eval-episodes", "20", "--d3rlpy-hidden", "128", "128")
-_QL_EXTRA = ("--robotrl-extra", "agent.model.num_critics=4", "agent.model.hidden=[128,128]",
-             "agent.model.critic_hidden=[128,128]")
+_QL_FULL = ("--seeds", "0", "1", "2", "3", "--workers", "2", "--threads", "1", "--dataset-id",
+            "robotrl/pointmaze/umaze-50k-v0", "--dataset-steps", "50000", "--offline-steps", "4000", "--online-steps",
+            "10000", "--eval-every", "1000", "--eval-episodes", "20", "--warmup", "1000", "--d3rlpy-hidden", "128", "128",
+            "--robotrl-extra", "agent.model.num_critics=2", "agent.model.hidden=[128,128]",
+            "agent.model.critic_hidden=[128,128]")
 
 FULL = [
     Task("replay", "throughput", ("benchmarks/bench_replay.py",), f"{R}/replay.json"),
@@ -129,12 +128,9 @@ FULL = [
     Task("dppo_learning", "learning",
          ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "3", "4", "--env-steps", "100000", "--threads", "1"),
          f"{R}/dppo_learning.json", legacy=True),
-    Task("qlearning_learning", "learning",
-         ("benchmarks/bench_qlearning_learning.py", *_QL_FULL[:2], "--seeds", "0", "1", *_QL_FULL[2:], *_QL_EXTRA),
+    Task("qlearning_learning", "learning", ("benchmarks/bench_qlearning_learning.py", *_QL_FULL),
          f"{R}/qlearning_learning.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
-         recorded_as=tuple(("benchmarks/bench_qlearning_learning.py", *_QL_FULL[:2], "--seeds", s, *_QL_FULL[2:], *_QL_EXTRA)
-                           for s in ("0", "1")),
-         note="recorded as two processes (one per seed) merged; 2 seeds"),
+         note="4 seeds, 2 seed processes side by side; networks sized for a 2-core CPU (2 critics, 128x128)"),
     Task("residual_push", "learning",
          ("benchmarks/bench_residual.py", "--task", "push", "--seeds", "0", "1", "2", "--budget", "20000"),
          f"{R}/residual_fetch_push.json"),
