@@ -7,7 +7,6 @@ of each contender per repeat), and reports the median over repeats plus ratios.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -156,11 +155,11 @@ def fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def write_json(name: str, payload: dict) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / name
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    return path
+def write_json(name: str | Path, payload: dict) -> Path:
+    """``payload`` as JSON to ``name`` (relative: under ``benchmarks/results``), atomically (temporary sibling + rename)."""
+    from robotrl.bench.runner import write_json as atomic
+
+    return atomic(Path(name) if Path(name).is_absolute() else RESULTS_DIR / name, payload)
 
 
 def command_line() -> str:

@@ -17,7 +17,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from robotrl.agents.dppo import DPPOAgent

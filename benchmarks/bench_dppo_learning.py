@@ -15,8 +15,17 @@ Setting (the one of ``tests/test_dppo_finetune.py``; real MuJoCo, real generated
   γ 0.99 per env step, target KL 0.05), both with 10 envs x 2 episodes (1,000 env steps) per
   iteration, running reward scaling, GAE λ 0.95, 5 epochs, 2 critic-warmup iterations,
   ``--env-steps`` env steps each.
+* Peer (``--skip sb3`` leaves it out): stable-baselines3 PPO trained **from scratch** (no data,
+  no pretraining), SB3's default hyper-parameters (``PPO("MlpPolicy", env, seed=seed)``: 2048
+  steps per env per rollout, batch 64, 10 epochs, lr 3e-4, clip 0.2, 64x64 tanh MLPs, ...)
+  except the env: the same fine-tuning task with ``N_ENVS`` (10) envs (``make_vec_env`` over
+  the same ``make_env`` call, seeded ``seed + i``), ``learn(--env-steps)``. SB3 finishes its last
+  rollout, so it may take up to 2048 x 10 - 1 env steps more than the budget (20,480 for a 20k
+  budget; the figure actually done is in ``per_run``). Its curve starts with the untrained
+  policy at step 0; ``offline_score`` is None (no pretraining).
 * Score: mean return over 3 eval seed sets x 50 episodes (150 episodes; torch noise seeded),
-  before (pretrained) and after fine-tuning; interquartile mean (IQM) over seeds.
+  before (pretrained) and after fine-tuning; interquartile mean (IQM) over seeds. The same
+  evaluation for every contender (SB3: ``model.predict(obs, deterministic=True)``).
 
 Output: ``--out`` (JSON) in the normalised learning form of ``robotrl.bench.schema`` (keys
 ``benchmark``, ``task``, ``metric``, ``budgets``, ``runs``, ``command``, ``environment``) plus
@@ -26,6 +35,9 @@ Usage (single torch thread, shared 2-core machine)::
 
     python benchmarks/bench_dppo_learning.py --seeds 0 1 2 3 4 --env-steps 100000 \
         --out benchmarks/results/dppo_learning.json
+    python benchmarks/bench_dppo_learning.py --seeds 0 --env-steps 2000 --bc-updates 50 --data-steps 2000 \
+        --out /tmp/dppo_smoke.json            # plumbing check, ~30 s (SB3 still does one 20,480-step rollout)
+    python benchmarks/bench_dppo_learning.py ... --skip sb3   # without the SB3 PPO peer
 """
 
 from __future__ import annotations
@@ -79,10 +91,15 @@ def train_envs(chunk: int, seed: int):
 
 def score(policy) -> dict:
     """Mean return / success over the eval seed sets (150 episodes)."""
+    return score_fn(lambda o: act(policy, o), policy.reset)
+
+
+def score_fn(fn, reset=None) -> dict:
+    """:func:`score` of a plain ``obs (N, Do) -> actions (N, Da)`` callable (``reset``: chunk queues)."""
     rets, succ = [], []
     for s in EVAL_SEEDS:
         torch.manual_seed(s)
-        r = evaluate(lambda o: act(policy, o), eval_env, EVAL_EPISODES, seed=s, num_envs=10, reset_policy=policy.reset)
+        r = evaluate(fn, eval_env, EVAL_EPISODES, seed=s, num_envs=10, reset_policy=reset)
         rets.append(r["return_mean"])
         succ.append(r["success_rate"])
     return {"return": float(np.mean(rets)), "return_per_eval_seed": rets, "success_rate": float(np.mean(succ))}
@@ -95,16 +112,22 @@ def iqm(x) -> float:
     return _iqm(x)
 
 
-LABELS = {"dppo": "DPPO", "ppo": "Gaussian PPO"}
+LABELS = {"dppo": "DPPO", "ppo": "Gaussian PPO", "sb3_ppo": "SB3 PPO (from scratch)"}
+FAMILY = {"dppo": "dppo", "ppo": "ppo", "sb3_ppo": "ppo"}
 
 
 def normalised_runs(rows: list[dict], env_steps: int) -> list[dict]:
-    """The rows in the suite's learning form: curve = score before fine-tuning (0) and after (``env_steps``)."""
-    return [{"method": LABELS[r["method"]], "family": r["method"], "peer": False, "seed": r["seed"],
-             "offline_score": r["pretrained"]["return"],
-             "curve": [[0, r["pretrained"]["return"]], [env_steps, r["finetuned"]["return"]]],
-             "success_curve": [[0, r["pretrained"]["success_rate"]], [env_steps, r["finetuned"]["success_rate"]]],
-             "wall_s": r["finetune_wall_s"]} for r in rows]
+    """The rows in the suite's learning form: curve = score before fine-tuning (0) and after (``env_steps``);
+    SB3 PPO from scratch: ``offline_score`` None, its untrained policy at 0."""
+    out = []
+    for r in rows:
+        start = r["pretrained"] or r["untrained"]
+        out.append({"method": LABELS[r["method"]], "family": FAMILY[r["method"]], "peer": r["method"] == "sb3_ppo",
+                    "seed": r["seed"], "offline_score": r["pretrained"] and r["pretrained"]["return"],
+                    "curve": [[0, start["return"]], [env_steps, r["finetuned"]["return"]]],
+                    "success_curve": [[0, start["success_rate"]], [env_steps, r["finetuned"]["success_rate"]]],
+                    "wall_s": r["finetune_wall_s"]})
+    return out
 
 
 def normalizers(data):
@@ -161,6 +184,29 @@ def fine_tune(kind: str, data, init: Path, seed: int, env_steps: int, run_dir: P
             "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1)}
 
 
+def sb3_ppo(seed: int, env_steps: int) -> dict:
+    """stable-baselines3 PPO from scratch on the fine-tuning task: SB3 defaults, ``N_ENVS`` envs, ``env_steps``."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.manual_seed(seed)
+    venv = make_vec_env(lambda: make_env("pointmaze-umaze", env_kwargs=ENV_KWARGS, max_episode_steps=HORIZON),
+                        n_envs=N_ENVS, seed=seed)
+    model = PPO("MlpPolicy", venv, seed=seed, verbose=0)
+
+    def policy(o):
+        return model.predict(o, deterministic=True)[0]
+
+    before = score_fn(policy)
+    t = time.time()
+    model.learn(total_timesteps=env_steps)
+    wall = time.time() - t
+    after = score_fn(policy)
+    venv.close()
+    return {"pretrained": None, "untrained": before, "finetuned": after, "env_steps": int(model.num_timesteps),
+            "iterations": int(model.num_timesteps // (model.n_steps * N_ENVS)), "finetune_wall_s": round(wall, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -170,6 +216,7 @@ def main() -> None:
     ap.add_argument("--bias", type=float, default=0.5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--minari-root", default=None, help="default: a temporary directory")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["sb3"], help="contenders to leave out (sb3: SB3 PPO)")
     ap.add_argument("--out", default="benchmarks/results/dppo_learning.json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -194,20 +241,26 @@ def main() -> None:
             r = fine_tune(kind, data, init, seed, a.env_steps, work / f"s{seed}" / kind)
             r.update(method=kind, seed=seed, pretrain_wall_s=round(pre_s, 1))
             rows.append(r)
-            print(f"seed {seed} {kind}: {r['pretrained']['return']:.2f} -> {r['finetuned']['return']:.2f} "
-                  f"(success {r['pretrained']['success_rate']:.2f} -> {r['finetuned']['success_rate']:.2f}) "
-                  f"{r['finetune_wall_s']} s", flush=True)
+            _print_run(r)
+        if "sb3" not in a.skip:
+            r = sb3_ppo(seed, a.env_steps)
+            r.update(method="sb3_ppo", seed=seed)
+            rows.append(r)
+            _print_run(r)
 
     summary = {}
-    for kind in ("dppo", "ppo"):
+    for kind in dict.fromkeys(r["method"] for r in rows):
         rs = [r for r in rows if r["method"] == kind]
-        summary[kind] = {"pretrained_iqm": iqm([r["pretrained"]["return"] for r in rs]),
+        pre = [r["pretrained"]["return"] for r in rs if r["pretrained"]]
+        summary[kind] = {"pretrained_iqm": iqm(pre) if pre else None,
                          "finetuned_iqm": iqm([r["finetuned"]["return"] for r in rs]),
                          "finetuned_success_iqm": iqm([r["finetuned"]["success_rate"] for r in rs]),
                          "finetune_wall_s_iqm": iqm([r["finetune_wall_s"] for r in rs])}
     setting = {"env": "PointMaze_UMaze-v3 fixed reset (1,3) / goal (1,1), dense reward, 50-step episodes",
                "data": f"collect_pointmaze umaze {a.data_steps} steps seed 0, action bias +{a.bias}",
                "env_steps": a.env_steps, "seeds": a.seeds, "bc_updates": a.bc_updates, "threads": a.threads,
+               "peers": [] if "sb3" in a.skip else
+               ["SB3 PPO from scratch (SB3 defaults, 10 envs; whole rollouts, so >= env_steps)"],
                "eval": f"{len(EVAL_SEEDS)} seed sets x {EVAL_EPISODES} episodes"}
     # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_run": every figure of every run
     res = learning_result(Path(a.out).stem, f"{setting['env']}; pretrained on {setting['data']}", "return",
@@ -220,12 +273,25 @@ def main() -> None:
           "| fine-tune wall (s) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['method']} | {r['seed']} | {r['pretrained']['return']:.2f} | {r['finetuned']['return']:.2f} "
-              f"| {r['pretrained']['success_rate']:.2f} | {r['finetuned']['success_rate']:.2f} | {r['finetune_wall_s']} |")
+        pre = r["pretrained"] or {}
+        print(f"| {r['method']} | {r['seed']} | {_f(pre.get('return'))} | {r['finetuned']['return']:.2f} "
+              f"| {_f(pre.get('success_rate'))} | {r['finetuned']['success_rate']:.2f} | {r['finetune_wall_s']} |")
     for kind, s in summary.items():
-        print(f"| {kind} | IQM | {s['pretrained_iqm']:.2f} | {s['finetuned_iqm']:.2f} | | "
+        print(f"| {kind} | IQM | {_f(s['pretrained_iqm'])} | {s['finetuned_iqm']:.2f} | | "
               f"{s['finetuned_success_iqm']:.2f} | {s['finetune_wall_s_iqm']:.1f} |")
     print(f"\ntotal wall {res['total_wall_s']} s; wrote {a.out}")
+
+
+def _f(x) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _print_run(r: dict) -> None:
+    pre = r["pretrained"] or r["untrained"]
+    what = "pretrained" if r["pretrained"] else "untrained"
+    print(f"seed {r['seed']} {r['method']}: {what} {pre['return']:.2f} -> {r['finetuned']['return']:.2f} "
+          f"(success {pre['success_rate']:.2f} -> {r['finetuned']['success_rate']:.2f}) "
+          f"{r['env_steps']} env steps, {r['finetune_wall_s']} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,6 @@ def main(argv=None) -> int:
 
 
 def _run(args, steps, repeats, block, load_repeats, root: Path) -> int:
-    import gymnasium as gym
     import minari
     import torch
 

@@ -26,7 +26,6 @@ Usage (one torch thread, as on the shared 2-core machine)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -39,7 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS_DIR, learning_result, set_threads  # noqa: E402
+from _common import RESULTS_DIR, learning_result, set_threads, write_json  # noqa: E402
 
 LABELS = {"base": "base (frozen BC)", "residual_ppo": "residual PPO", "residual_offpolicy": "off-policy residual",
           "full_ppo": "full fine-tuning (Gaussian PPO)"}
@@ -208,9 +207,7 @@ def _write(args, results: dict, partial: bool) -> None:
     doc = learning_result(out.stem, f"fetch-{args.task} ({args.demos} noisy demos, BC base)",
                           "success", [args.budget], normalised_runs(results, args.budget), args=vars(args),
                           partial=partial, summary=summary, per_method=results, table=table)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2))
-    os.replace(tmp, out)
+    write_json(out, doc)
     if not partial:
         print(f"wrote {out}")
 

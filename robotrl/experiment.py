@@ -13,7 +13,7 @@ import dataclasses
 import json
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,9 @@ from robotrl.data.dataset import OfflineData, resolve_dataset_path
 from robotrl.errors import ConfigError, DatasetNotFoundError
 from robotrl.trainer import Trainer, TrainerConfig
 from robotrl.utils import resolve_device, set_seed
+
+if TYPE_CHECKING:
+    from robotrl.onpolicy import OnPolicyTrainer
 
 
 def ensure_dataset(ds_cfg: DictConfig) -> str:

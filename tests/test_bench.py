@@ -130,6 +130,36 @@ def test_tables_render(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_offline_only_bc_result_renders_scores_and_its_updates_per_s_part():
+    """bench_bc.py's form (no d3rlpy needed): offline-only runs plus a throughput part read as two documents."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_bc", ROOT / "benchmarks" / "bench_bc.py")
+    bench_bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_bc)
+    ev = {"normalized_score": 60.0, "success_rate": 1.0, "return_mean": 140.0}
+    rows = [{"contender": c, "seed": s, "updates": 1000, "train_s": t * (1 + s / 10), "eval": ev}
+            for s in (0, 1, 2) for c, t in (("robotrl", 2.0), ("d3rlpy", 4.0))]
+    doc = {"benchmark": "bc", "task": "t", "metric": "normalized_score", "budgets": [],
+           "runs": bench_bc.to_runs(rows, "normalized_score"), "throughput": bench_bc.throughput(rows, "bc_updates"),
+           "argv": ["benchmarks/bench_bc.py"]}
+    learn, tp = normalize(doc, "bc")
+    assert {r["method"] for r in learn["runs"] if r["peer"]} == {"d3rlpy BC"}
+    text = learning_table(learn)
+    assert "| method | n | normalised score | success rate | wall s |" in text and "regret" not in text
+    assert "| d3rlpy BC (peer) | 3 | 60.0 [60.0, 60.0] | 1.00 [1.00, 1.00] |" in text
+    row = tp["rows"][0]
+    assert row["what"] == "BC updates/s" and row["ratio"] == pytest.approx(2.0) and "2.00×" in throughput_table(tp)
+    base = regression.make_baseline([learn, tp])
+    assert base["throughput"]["bc_updates"]["BC updates/s"]["ratio"] == pytest.approx(2.0)
+    assert base["learning"]["bc"]["methods"]["robotrl BC"]["final_iqm"] == pytest.approx(60.0)
+    alone = bench_bc.throughput([r for r in rows if r["contender"] == "robotrl"], "bc_updates")["rows"][0]
+    assert alone["peer"] is None and alone["ratio"] is None      # --skip d3rlpy: "not measured", never failed
+    for tier in ("quick", "full"):
+        (task,) = tier_tasks(tier, ["bc"])
+        assert task.peer == "d3rlpy" and task.without_peer == ("--skip", "d3rlpy")
+
+
 # ----------------------------------------------------------------------------- README block
 def test_readme_block_is_replaced_in_place_and_idempotently(tmp_path):
     readme = tmp_path / "README.md"

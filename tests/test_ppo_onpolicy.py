@@ -70,7 +70,7 @@ def test_running_reward_scaler_divides_by_return_std_and_resets_on_done():
     sc = RunningRewardScaler(2, gamma=0.9)
     rng = np.random.default_rng(1)
     for _ in range(2000):
-        out = sc(rng.normal(3.0, 1.0, size=2), np.zeros(2, bool))
+        sc(rng.normal(3.0, 1.0, size=2), np.zeros(2, bool))
     # returns of a constant-mean reward converge: the variance estimate is positive and finite
     assert np.isfinite(sc.var) and sc.var > 0
     sc(np.ones(2), np.array([True, False]))

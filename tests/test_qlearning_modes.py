@@ -186,7 +186,7 @@ def test_calql_online_continues_with_offline_data(pretrained, tmp_path):
 
 
 def test_porl_keeps_only_the_policy_and_fits_the_critic_first(pretrained, tmp_path):
-    pre_dir, pre = pretrained["calql"][0], pretrained["calql"][1].agent
+    pre_dir = pretrained["calql"][0]
     trainer, summary, batches, before, after = _online_run(
         "porl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=256", "trainer.warmup_updates=100",
                            "agent.model.critic_warmup_updates=100"])

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from hydra import compose, initialize_config_module
 

@@ -9,7 +9,13 @@ Learning results (one benchmark = one table and one plot)::
                "curve": [[env_steps, score], ...],   # online evaluations (env_steps 0 = before updates)
                "success_curve": [[env_steps, success], ...],   # optional
                "wall_s": float | None}],
-     "command": str, "argv": [...], "environment": {...}}
+     "command": str, "argv": [...], "environment": {...},
+     "throughput": {...}}                       # optional: a throughput document measured in the same run
+
+An offline-only benchmark has ``budgets`` ``[]`` and runs with ``curve`` ``[]``: its
+``offline_score`` is the final score (runs may add ``offline_success``, the success rate of
+that policy). A learning document's optional ``throughput`` key holds a throughput document
+(below) measured by the same run; :func:`normalize` returns it as a second document.
 
 Throughput results::
 
@@ -165,14 +171,17 @@ def _qlearning_throughput(doc: dict, name: str) -> list[dict]:
 # --------------------------------------------------------------------------- learning adapters
 def _dppo_learning(doc: dict, name: str) -> list[dict]:
     budget = int(doc["setting"]["env_steps"])
-    labels = {"dppo": ("DPPO", "dppo"), "ppo": ("Gaussian PPO", "ppo")}
+    labels = {"dppo": ("DPPO", "dppo", False), "ppo": ("Gaussian PPO", "ppo", False),
+              "sb3_ppo": ("SB3 PPO (from scratch)", "ppo", True)}
     runs = []
     for r in doc["runs"]:
-        method, family = labels.get(r["method"], (r["method"], r["method"]))
-        pre, fin = r["pretrained"], r["finetuned"]
-        runs.append({"method": method, "family": family, "peer": False, "seed": r["seed"],
-                     "offline_score": pre["return"], "curve": [[0, pre["return"]], [budget, fin["return"]]],
-                     "success_curve": [[0, pre["success_rate"]], [budget, fin["success_rate"]]],
+        method, family, peer = labels.get(r["method"], (r["method"], r["method"], False))
+        pre, fin = r.get("pretrained"), r["finetuned"]
+        start = r.get("untrained") if pre is None else pre  # from scratch: the untrained policy at step 0
+        runs.append({"method": method, "family": family, "peer": peer, "seed": r["seed"],
+                     "offline_score": pre and pre["return"],
+                     "curve": ([[0, start["return"]]] if start else []) + [[budget, fin["return"]]],
+                     "success_curve": ([[0, start["success_rate"]]] if start else []) + [[budget, fin["success_rate"]]],
                      "wall_s": r.get("finetune_wall_s")})
     return [{**_meta(doc, name), "task": doc["setting"]["env"], "metric": "return", "budgets": [budget], "runs": runs}]
 
@@ -263,7 +272,12 @@ def normalize(doc: dict, name: str) -> list[dict]:
     if kind == "learning":
         out = {**doc, "benchmark": doc.get("benchmark") or name}
         out.setdefault("command", command_of(doc))
-        return [validate_learning(out)]
+        docs = [validate_learning(out)]
+        tp = doc.get("throughput")
+        if isinstance(tp, dict) and is_throughput(tp):  # a learning benchmark that also times its contenders
+            docs.append(validate_throughput({"command": out["command"], "environment": doc.get("environment", {}),
+                                             **tp}))
+        return docs
     if kind == "throughput":
         out = {**doc}
         out.setdefault("command", command_of(doc))

@@ -79,6 +79,11 @@ QUICK_QLEARNING_LEARNING_ARGS = (
 #: The BC main-job seed sweep of the quick tier (Hydra multirun overrides).
 QUICK_BC_SWEEP = ("seed=0,1,2", "trainer.offline_steps=5000")
 
+#: robotrl BC vs d3rlpy BC on the main job's dataset (robotrl/pointmaze/umaze-v0), quick tier: as many
+#: updates as the quick BC sweep. Last in the tier, so the sweep (which generates that dataset on a fresh
+#: machine) has started long before: two processes generating one dataset at once would clash.
+QUICK_BC_ARGS = ("--seeds", "0", "1", "2", "--updates", "5000", "--threads", "1")
+
 QUICK = [
     Task("replay", "throughput", ("benchmarks/bench_replay.py", "--quick", "--out", "quick/replay.json"),
          f"{Q}/replay.json", note="replay sampling vs Minari and SB3 (3k Hopper steps)"),
@@ -105,6 +110,9 @@ QUICK = [
                                   "--bc-steps", "400", "--budget", "1600", "--eval-episodes", "10", "--warmup", "200",
                                   "--out", "quick/residual.json"),
          f"{Q}/residual.json", note="residual RL vs full fine-tuning on FetchPush (tiny budget)"),
+    Task("bc", "learning", ("benchmarks/bench_bc.py", *QUICK_BC_ARGS, "--out", "quick/bc.json"), f"{Q}/bc.json",
+         peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
+         note="robotrl BC vs d3rlpy BC, main job's data, 5k updates; updates/s side by side"),
 ]
 
 R = "benchmarks/results"
@@ -117,7 +125,10 @@ _QL_FULL = ("--seeds", "0", "1", "2", "3", "--workers", "2", "--threads", "1", "
 FULL = [
     Task("replay", "throughput", ("benchmarks/bench_replay.py",), f"{R}/replay.json"),
     Task("qlearning_throughput", "throughput", ("benchmarks/bench_qlearning.py", "--threads", "1", "--unfused"),
-         f"{R}/qlearning_throughput.json", peer="d3rlpy"),
+         f"{R}/qlearning_throughput.json", peer="d3rlpy", note="1 torch thread each"),
+    Task("qlearning_throughput_t2", "throughput",
+         ("benchmarks/bench_qlearning.py", "--threads", "2", "--out", "qlearning_throughput_t2.json"),
+         f"{R}/qlearning_throughput_t2.json", peer="d3rlpy", note="2 torch threads each (both cores)"),
     Task("dppo_throughput", "throughput",
          ("benchmarks/bench_dppo.py", "--envs", "8", "--steps", "32", "--threads", "1", "--reps", "30",
           "--out", f"{R}/dppo_throughput.json"), f"{R}/dppo_throughput.json", legacy=True),
@@ -131,6 +142,8 @@ FULL = [
     Task("qlearning_learning", "learning", ("benchmarks/bench_qlearning_learning.py", *_QL_FULL),
          f"{R}/qlearning_learning.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
          note="4 seeds, 2 seed processes side by side; networks sized for a 2-core CPU (2 critics, 128x128)"),
+    Task("qlearning_precision", "learning", ("benchmarks/bench_qlearning_precision.py",),
+         f"{R}/qlearning_precision.json", note="Cal-QL offline pretraining in float32 vs bfloat16 matmuls, 3 seeds"),
     Task("residual_push", "learning",
          ("benchmarks/bench_residual.py", "--task", "push", "--seeds", "0", "1", "2", "--budget", "20000"),
          f"{R}/residual_fetch_push.json"),
@@ -138,6 +151,9 @@ FULL = [
          ("benchmarks/bench_residual.py", "--task", "push", "--seeds", "0", "1", "2", "--budget", "100000",
           "--methods", "residual_ppo", "full_ppo", "--out", "residual_fetch_push_onpolicy_100k.json"),
          f"{R}/residual_fetch_push_onpolicy_100k.json"),
+    Task("bc", "learning", ("benchmarks/bench_bc.py", "--seeds", "0", "1", "2", "--updates", "20000", "--threads", "1"),
+         f"{R}/bc.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
+         note="robotrl BC vs d3rlpy BC, the main job's data and 20k updates; updates/s side by side"),
 ]
 
 _TIERS = {"quick": QUICK, "full": FULL}

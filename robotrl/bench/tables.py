@@ -85,8 +85,36 @@ def _steps(b: int) -> str:
     return f"{b // 1000}k" if b >= 1000 and b % 1000 == 0 else f"{b:,}"
 
 
+def is_offline_only(doc: dict) -> bool:
+    """No online budget and no run with an online curve: every score is an offline one."""
+    return not doc["budgets"] and not any(r["curve"] for r in doc["runs"])
+
+
+def offline_table(doc: dict) -> str:
+    """The table of an offline-only learning document: score (and success rate) after training, wall time."""
+    metric = doc["metric"]
+    st = learning_stats(doc)
+    methods: dict[str, list[dict]] = {}
+    for r in doc["runs"]:
+        methods.setdefault(r["method"], []).append(r)
+    success = metric != "success" and any(r.get("offline_success") is not None for r in doc["runs"])
+    head = ["method", "n", METRIC_NAMES[metric]] + (["success rate"] if success else []) + ["wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for m, s in st["methods"].items():
+        name = f"{m} (peer)" if s["peer"] else m
+        row = [name, str(s["n"]), cell(s["offline"], metric)]
+        if success:
+            row.append(cell(summarize([r.get("offline_success") for r in methods[m]]), "success"))
+        lines.append("| " + " | ".join(row + [cell(s["wall"])]) + " |")
+    lines += ["", f"Offline only (no online phase): {METRIC_NAMES[metric]} of the trained policy; cells: IQM over "
+              "seeds [95 % bootstrap CI]; wall s: the run's wall time as the benchmark records it."]
+    return "\n".join(lines)
+
+
 def learning_table(doc: dict) -> str:
-    """The CORL-style markdown table of one learning document."""
+    """The CORL-style markdown table of one learning document (:func:`offline_table` for an offline-only one)."""
+    if is_offline_only(doc):
+        return offline_table(doc)
     metric = doc["metric"]
     st = learning_stats(doc)
     cols = shown_budgets(doc["budgets"])
