@@ -175,7 +175,7 @@ def test_readme_block_is_replaced_in_place_and_idempotently(tmp_path):
     text = readme.read_text()
     assert "second body" in text and "first body" not in text and text.count(begin) == 1
     outside = text[:text.index(begin)] + text[text.index(end):]
-    assert "### The main job: BC on PointMaze UMaze" in outside    # the rest of the README is kept
+    assert "## Set-up on a fresh machine" in outside and "## Benchmarks" in outside  # the rest is kept
     # markers absent: created at the end of the Results section, before the next section
     made = replace_block("# T\n\n## Results\n\nold text\n\n## Next\n\nmore\n", "full", "B")
     assert made.index("old text") < made.index(markers("full")[0]) < made.index("## Next")
