@@ -165,6 +165,17 @@ def _qlearning_throughput(doc: dict, name: str) -> list[dict]:
             bf = r.get(f"robotrl {algo} bf16")
             rows.append(_row(f"{algo.upper()} updates/s bf16 matmuls{label}", bf and bf["items_per_s_median"], "d3rlpy",
                              pr, "updates/s", r.get("ratio_bf16_over_d3rlpy"), r.get("target")))
+            extra = ((f"robotrl {algo} fp32 unfused critic (previous)", "fp32, module-by-module critic (before fusion)",
+                      r.get("ratio_fp32_unfused_over_d3rlpy")),
+                     (f"robotrl {algo} bf16 autocast module pass (previous)", "bf16, autocast module pass (before fusion)",
+                      r.get("ratio_bf16_unfused_over_d3rlpy")),
+                     (f"robotrl {algo} N=10 LN (WSRL net) fp32", "fp32, WSRL net: 10 heads + LayerNorm (not matched)", None))
+            for key, what, ratio in extra:
+                c = r.get(key)
+                if c and pr:
+                    rows.append(_row(f"{algo.upper()} updates/s {what}{label}", c["items_per_s_median"], "d3rlpy", pr,
+                                     "updates/s", ratio if ratio is not None else c["items_per_s_median"] / pr, None,
+                                     check=False))  # informational rows: not regression-checked
     return [{**_meta(doc, name), "rows": rows}]
 
 
