@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, write_json  # noqa: E402
 from robotrl.real_robot.client import RobotClient
 from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
 from robotrl.real_robot.launch import ServerProcess
@@ -109,10 +111,10 @@ def main() -> None:
             res["ratio_p50"] = res["bridge_step"]["p50_ms"] / res["bare_zmq_req_rep"]["p50_ms"]
             for rate in (50.0, 100.0):
                 res[f"loop_{int(rate)}hz"] = jitter(c, rate, args.seconds)
-    text = json.dumps(res, indent=2)
-    print(text)
+    res["environment"] = environment()  # versions, machine and the argv (the suite's resume key)
+    print(json.dumps(res, indent=2))
     if args.out:
-        args.out.write_text(text)
+        write_json(Path(args.out).resolve(), res)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, write_json  # noqa: E402
 
 from robotrl.agents.dppo import DPPOAgent
 from robotrl.data import ActionScaler, ObservationNormalizer
@@ -98,10 +102,10 @@ def main() -> None:
     res["sb3_ppo"] = sb3_ppo_rate(a.env, a.envs, res["dppo"]["env_steps"])
     res["dppo_over_sb3_env_steps_per_s"] = res["dppo"]["env_steps_per_s"] / res["sb3_ppo"]["env_steps_per_s"]
     res["ddim5_under_5ms"] = res["latency"]["ddim_ms"] < 5.0
+    res["environment"] = environment()  # versions, machine and the argv (the suite's resume key)
     print(json.dumps(res, indent=2))
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(res, indent=2))
+        write_json(Path(a.out).resolve(), res)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -66,7 +65,7 @@ from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.policy import act, policy_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import learning_result  # noqa: E402
+from _common import learning_result, write_json  # noqa: E402
 
 G, R = "g", "r"
 MAZE = [[1, 1, 1, 1, 1], [1, G, 0, R, 1], [1, 1, 1, 0, 1], [1, 0, 0, 0, 1], [1, 1, 1, 1, 1]]
@@ -266,8 +265,7 @@ def main() -> None:
     res = learning_result(Path(a.out).stem, f"{setting['env']}; pretrained on {setting['data']}", "return",
                           [a.env_steps], normalised_runs(rows, a.env_steps), setting=setting, per_run=rows,
                           summary=summary, total_wall_s=round(time.time() - t_all, 1))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
+    write_json(Path(a.out).resolve(), res)
 
     print("\n| method | seed | pretrained return | fine-tuned return | pretrained success | fine-tuned success "
           "| fine-tune wall (s) |")

@@ -275,14 +275,13 @@ def test_is_done_uses_the_argv_a_result_records_and_ignores_partial_results(tmp_
     assert norm_argv(["/abs/benchmarks/bench_x.py", "--out=a", "--n", "3"]) == ("bench_x.py", "--n", "3")
 
 
-def test_tiers_have_distinct_outputs_and_legacy_results_count_as_done():
-    """`robotrl bench full` resumes: results predating the suite (no recorded command) count as done."""
+def test_tiers_have_distinct_outputs_and_a_result_without_a_command_is_not_done(tmp_path):
     for tier in ("quick", "full"):
         outputs = [t.output for t in tier_tasks(tier)]
         assert len(set(outputs)) == len(outputs)
-    for t in tier_tasks("full"):
-        if t.legacy and (ROOT / t.output).exists():
-            assert is_done(t, ROOT, {"tasks": {}}) == (True, "result predating the suite; the README names this command")
+    task = Task("t", "learning", ("benchmarks/bench_x.py",), "r.json")
+    (tmp_path / "r.json").write_text(json.dumps({"runs": []}))
+    assert is_done(task, tmp_path, {"tasks": {}}) == (False, "the result records no command")
     assert [t.name for t in tier_tasks("quick", ["bridge", "replay"])] == ["replay", "bridge"]
     with pytest.raises(BenchError):
         tier_tasks("quick", ["nope"])

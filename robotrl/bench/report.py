@@ -30,7 +30,7 @@ def _command(task: Task, doc: dict | None, entry: dict | None) -> str:
         return prefix + " ".join(str(a) for a in own)
     if entry and entry.get("status") == "ok":
         return entry["command"]
-    return task.display()  # legacy results (the README names this command) and tasks not run yet
+    return task.display()  # tasks not run yet
 
 
 def gather(root: Path, tier: str) -> list[dict]:

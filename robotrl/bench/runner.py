@@ -5,9 +5,8 @@ d3rlpy interpreter for peer tasks), its output going to ``<tier dir>/logs/<task>
 A task is **skipped** when its result JSON exists, is not marked partial and records the
 same command (argv, ignoring ``--out``): the command the file itself records
 (``environment.argv`` / ``argv``), else the one this runner recorded in
-``<tier dir>/manifest.json`` when it finished the task, else, for result files older than
-the suite that record none, the command the README names (``Task.legacy``). So a ``full``
-run that was killed resumes with the first task not finished; ``force`` reruns all.
+``<tier dir>/manifest.json`` when it finished the task. So a ``full`` run that was killed
+resumes with the first task not finished; ``force`` reruns all.
 Timing tasks (``Task.exclusive``) always run alone; up to ``jobs`` learning tasks run side
 by side.
 """
@@ -86,8 +85,6 @@ def is_done(task: Task, root: Path, manifest: dict, argv: tuple[str, ...] | None
     if entry and entry.get("output") == task.output:
         same = entry.get("status") == "ok" and norm_argv(entry.get("argv", [])) == accepted
         return same, "the manifest records the same command" if same else "the manifest records another command or run"
-    if task.legacy:
-        return True, "result predating the suite; the README names this command"
     return False, "the result records no command"
 
 

@@ -37,8 +37,6 @@ class Task:
         peer: ``"d3rlpy"`` when the task needs the d3rlpy interpreter (:mod:`robotrl.bench.peers`).
         without_peer: extra args that let the task run without its peer (e.g. ``--skip d3rlpy``);
             empty: the task is skipped when the peer is missing.
-        legacy: the existing result file records no command and the README names ``argv`` as its
-            source, so it counts as done until rerun with ``--force``.
         note: one line shown with the task in the README block.
     """
 
@@ -48,7 +46,6 @@ class Task:
     output: str
     peer: str | None = None
     without_peer: tuple[str, ...] = ()
-    legacy: bool = False
     note: str = ""
 
     @property
@@ -131,9 +128,9 @@ FULL = [
          f"{R}/qlearning_throughput_t2.json", peer="d3rlpy", note="2 torch threads each (both cores)"),
     Task("dppo_throughput", "throughput",
          ("benchmarks/bench_dppo.py", "--envs", "8", "--steps", "32", "--threads", "1", "--reps", "30",
-          "--out", f"{R}/dppo_throughput.json"), f"{R}/dppo_throughput.json", legacy=True),
+          "--out", f"{R}/dppo_throughput.json"), f"{R}/dppo_throughput.json"),
     Task("bridge", "throughput", ("benchmarks/bench_bridge.py", "--n", "3000", "--seconds", "5", "--out", f"{R}/bridge.json"),
-         f"{R}/bridge.json", legacy=True),
+         f"{R}/bridge.json"),
     Task("bc_main", "train-sweep", ("robotrl", "train", "-m", "seed=0,1,2"), f"{R}/bc_pointmaze.json",
          note="the main job with its defaults, 3 seeds"),
     Task("bc_lr_sweep", "train-sweep",
@@ -141,7 +138,7 @@ FULL = [
          f"{R}/bc_lr_sweep.json", note="a hyper-parameter sweep through Hydra's multirun: BC learning rate x 3 seeds"),
     Task("dppo_learning", "learning",
          ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "3", "4", "--env-steps", "100000", "--threads", "1"),
-         f"{R}/dppo_learning.json", legacy=True),
+         f"{R}/dppo_learning.json"),
     Task("qlearning_learning", "learning", ("benchmarks/bench_qlearning_learning.py", *_QL_FULL),
          f"{R}/qlearning_learning.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
          note="4 seeds, 2 seed processes side by side; networks sized for a 2-core CPU (2 critics, 128x128)"),
