@@ -215,8 +215,9 @@ def run_seed(args, seed: int) -> dict[str, dict]:
 def to_runs(per_seed: dict[str, list[dict]], seeds: list[int], args) -> list[dict]:
     """The suite's normalised learning form (``robotrl.bench``): one row per contender and seed; the
     primary metric is the success rate, returns ride along; ``offline_score`` is the score before any
-    online step (None for SB3 SAC, which starts untrained); robotrl runs carry the shared Cal-QL
-    pretraining time in ``pretrain_wall_s``."""
+    online step (None for SB3 SAC, which starts untrained). ``wall_s`` is the whole pipeline of the
+    method: for robotrl's modes the shared Cal-QL pretraining of that seed (``pretrain_wall_s``) plus
+    the online phase (``online_wall_s``), as d3rlpy's includes its offline ``fit``."""
     runs = []
     offline = per_seed.get("robotrl-offline-calql", [])
     for name, rows in per_seed.items():
@@ -229,7 +230,8 @@ def to_runs(per_seed: dict[str, list[dict]], seeds: list[int], args) -> list[dic
                    "curve": c[:, [0, 2]].tolist(), "return_curve": c[:, [0, 1]].tolist(), "wall_s": r["seconds"],
                    "first_update_step": args.warmup if FIRST_UPDATE[name] == "warmup" else 0}
             if name.startswith("robotrl") and i < len(offline):
-                row["pretrain_wall_s"] = offline[i]["seconds"]
+                row.update(pretrain_wall_s=offline[i]["seconds"], online_wall_s=r["seconds"],
+                           wall_s=offline[i]["seconds"] + r["seconds"])
             runs.append(row)
     return runs
 

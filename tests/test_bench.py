@@ -73,6 +73,9 @@ def test_regret_onset_dip_and_score_at_definitions():
     assert onset_dip(0.5, late) == pytest.approx(-0.1)           # none within 10 %: the first online evaluation
     assert onset_dip(0.5, [[0, 0.5], [10000, 0.9]]) is None      # only before/after: no information on the start
     assert onset_dip(None, curve) is None                        # from scratch
+    warm = [[0, 0.5], [1000, 0.5], [2000, 0.1], [3000, 0.4], [10000, 0.9]]   # no updates before 1k (WSRL warmup)
+    assert onset_dip(0.5, warm) == pytest.approx(0.0)            # the warmup hides the dip ...
+    assert onset_dip(0.5, warm, start=1000) == pytest.approx(-0.4)  # ... counted from where updates start
     assert score_at(curve, 1500) == 0.3 and score_at(curve, 2000) == 0.6
     assert score_at(curve, 20000) is None                        # the run never got that far
     assert regret([[0, 0.5]], 1.0) is None

@@ -115,22 +115,24 @@ def regret(curve: Sequence[Sequence[float]], best: float) -> float | None:
     return float(np.mean([best - v for v in vals]))
 
 
-def onset_dip(offline_score: float | None, curve: Sequence[Sequence[float]], budget: float | None = None) -> float | None:
+def onset_dip(offline_score: float | None, curve: Sequence[Sequence[float]], budget: float | None = None,
+              start: float = 0.0) -> float | None:
     """How far the score falls when online fine-tuning starts (negative = a dip).
 
-    ``min(score over the online evaluations within the first 10 % of the budget) -
-    offline_score``, where the online evaluations are those with env_steps > 0 and at
-    least the first of them is always included (so a curve evaluated every 20 % still
-    has a dip). ``budget`` defaults to the last evaluation's env steps. ``None`` when
-    there is no offline score (training from scratch), or no online evaluation before
-    the final one (a curve measured only before and after fine-tuning says nothing about
-    the start of it).
+    ``min(score over the online evaluations within 10 % of the budget after updates start)
+    - offline_score``: the evaluations with env_steps in ``(start, start + 0.1·budget]``,
+    and at least the first one after ``start`` (so a curve evaluated every 20 % still has a
+    dip). ``start`` is the env step at which gradient updates begin (a no-update warmup,
+    e.g. WSRL's, would otherwise hide the dip: nothing changes before it). ``budget``
+    defaults to the last evaluation's env steps. ``None`` when there is no offline score
+    (training from scratch), or no evaluation after ``start`` before the final one (a curve
+    measured only before and after fine-tuning says nothing about the start of it).
     """
     if offline_score is None or not math.isfinite(float(offline_score)):
         return None
-    pts = sorted((float(s), float(v)) for s, v, *_ in curve if float(s) > 0)
+    pts = sorted((float(s), float(v)) for s, v, *_ in curve if float(s) > start)
     if len(pts) < 2:
         return None
     budget = pts[-1][0] if budget is None else float(budget)
-    early = [v for s, v in pts if s <= 0.1 * budget] or [pts[0][1]]
+    early = [v for s, v in pts if s <= start + 0.1 * budget] or [pts[0][1]]
     return float(min(early) - float(offline_score))

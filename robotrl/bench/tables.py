@@ -40,12 +40,14 @@ def cell(s: dict, metric: str | None = None) -> str:
 
 
 def shown_budgets(budgets: list[int], k: int = 3) -> list[int]:
-    """Up to ``k`` budgets before the last one (the final score covers the last), evenly spaced."""
-    inner = sorted(budgets)[:-1]
+    """Up to ``k`` online budgets before the last one (the final score covers the last): the first
+    online evaluation (where a dip shows), then those nearest to 1/4 and 1/2 of the last budget."""
+    inner = [b for b in sorted(budgets)[:-1] if b > 0]
     if len(inner) <= k:
         return inner
-    idx = sorted({round(i * (len(inner) - 1) / (k - 1)) for i in range(k)})
-    return [inner[i] for i in idx]
+    last = sorted(budgets)[-1]
+    picks = [inner[0]] + [min(inner, key=lambda b: abs(b - f * last)) for f in (0.25, 0.5)]
+    return sorted(set(picks))[:k]
 
 
 def learning_stats(doc: dict) -> dict:
@@ -76,7 +78,8 @@ def learning_stats(doc: dict) -> dict:
                   "budgets": {b: summarize([score_at(r["curve"], b) for r in rs]) for b in budgets},
                   "final": summarize(finals[m]),
                   "regret": summarize([regret(r["curve"], best) for r in rs]),
-                  "dip": summarize([onset_dip(r["offline_score"], r["curve"], total) for r in rs]),
+                  "dip": summarize([onset_dip(r["offline_score"], r["curve"], total, r.get("first_update_step") or 0)
+                                    for r in rs]),
                   "wall": summarize([r.get("wall_s") for r in rs])}
     return {"best": best, "methods": out}
 
@@ -131,7 +134,7 @@ def learning_table(doc: dict) -> str:
     lines.append("")
     lines.append(f"Metric: {METRIC_NAMES[metric]}; cells: IQM over seeds [95 % bootstrap CI]; budgets in online env "
                  f"steps; regret = mean over online evaluations of ({fmt(best, metric)} − score), {fmt(best, metric)} "
-                 f"being {ref}; onset dip = lowest score in the first 10 % of the budget − offline score.")
+                 f"being {ref}; onset dip = lowest score within 10 % of the budget after gradient updates start (after a no-update warmup, if any) − offline score.")
     return "\n".join(lines)
 
 
