@@ -95,26 +95,18 @@ class EnsembleMLP(nn.Module):
         The float32 ReLU MLP without LayerNorm (SAC/CQL/Cal-QL/IQL critics) runs as ONE
         autograd node with a hand-written backward (:class:`_EnsembleReluMLP`): same
         values and gradients up to float rounding, fewer and cheaper kernels. Other
-        configurations (LayerNorm, other activations) use ``self.net``. Under a bfloat16
-        autocast the same node computes in bfloat16 (as autocast would: bf16 matmuls with
-        fp32 accumulation, bf16 activations, fp32 parameter gradients).
+        configurations (LayerNorm, other activations, bfloat16 autocast) use ``self.net``.
         """
         if x.ndim == 2:
             x = x.unsqueeze(0).expand(self.n, -1, -1)
-        compute = self._fused_dtype(x)
-        if compute is not None:
+        if self._fast_ok(x):
             params = [t for m in self.net if isinstance(m, EnsembleLinear) for t in (m.weight, m.bias)]
-            return _EnsembleReluMLP.apply(compute, x, *params)
+            return _EnsembleReluMLP.apply(x, *params)
         return self.net(x)
 
-    def _fused_dtype(self, x: torch.Tensor) -> torch.dtype | None:
-        """The fused pass's compute dtype: float32, or bfloat16 under a bfloat16 autocast; None: module pass."""
-        if not (self.fused and self.act_name == "relu" and not self.layer_norm and x.dtype == torch.float32
-                and self.net[0].weight.dtype == torch.float32):
-            return None
-        if not torch.is_autocast_enabled(x.device.type):
-            return torch.float32
-        return torch.bfloat16 if torch.get_autocast_dtype(x.device.type) == torch.bfloat16 else None
+    def _fast_ok(self, x: torch.Tensor) -> bool:
+        return (self.fused and self.act_name == "relu" and not self.layer_norm and x.dtype == torch.float32
+                and self.net[0].weight.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type))
 
     @torch.no_grad()
     def head(self, i: int) -> MLP:
@@ -166,11 +158,9 @@ _POOL = _BufferPool()
 
 
 class _EnsembleReluMLP(torch.autograd.Function):
-    """``N`` stacked ReLU MLPs ``(N, M, Din) -> (N, M, Dout)`` as one autograd node.
+    """``N`` stacked ReLU MLPs ``(N, M, Din) -> (N, M, Dout)`` as one autograd node (float32).
 
-    Inputs: the compute dtype (float32, or bfloat16: what a bfloat16 autocast of the module
-    pass computes, with the output in bfloat16 and the gradients cast back to the inputs'
-    float32), ``x``, then ``weight (N, Din, Dout), bias (N, 1, Dout)`` of every layer.
+    Inputs: ``x`` then ``weight (N, Din, Dout), bias (N, 1, Dout)`` of every layer.
     Computes exactly the layers of :class:`EnsembleMLP` (``baddbmm`` + in-place ReLU) and
     their gradients, but:
 
@@ -185,10 +175,7 @@ class _EnsembleReluMLP(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, compute, x, *params):
-        ctx.dtypes = (x.dtype, [p.dtype for p in params])
-        if compute != x.dtype:  # bfloat16: cast once per pass (autocast would cast per op)
-            x, params = x.to(compute), [p.to(compute) for p in params]
+    def forward(ctx, x, *params):
         ws, bs = params[0::2], params[1::2]
         hs = [x]
         h = x
@@ -216,9 +203,8 @@ class _EnsembleReluMLP(torch.autograd.Function):
         L = ctx.n_layers
         saved = ctx.saved_tensors
         hs, ws = saved[:L], saved[L:]
-        need = ctx.needs_input_grad[1:]  # [0] is the compute dtype
+        need = ctx.needs_input_grad
         grads: list[torch.Tensor | None] = [None] * (1 + 2 * L)
-        g_out = g_out.to(hs[0].dtype)
         g_out = g_out.contiguous()
         from_bmm = False  # whether g_h lives in a buffer taken from the pool in this backward
         for layer in range(L - 1, -1, -1):
@@ -254,9 +240,7 @@ class _EnsembleReluMLP(torch.autograd.Function):
         for h in hs[1:]:
             if h is not None:
                 _POOL.give(h)
-        x_dtype, p_dtypes = ctx.dtypes
-        grads = [g if g is None else g.to(dt) for g, dt in zip(grads, [x_dtype, *p_dtypes])]
-        return (None, *grads)
+        return tuple(grads)
 
 
 class EnsembleCritic(nn.Module):
