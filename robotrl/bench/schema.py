@@ -167,8 +167,6 @@ def _qlearning_throughput(doc: dict, name: str) -> list[dict]:
                              pr, "updates/s", r.get("ratio_bf16_over_d3rlpy"), r.get("target")))
             extra = ((f"robotrl {algo} fp32 unfused critic (previous)", "fp32, module-by-module critic (before fusion)",
                       r.get("ratio_fp32_unfused_over_d3rlpy")),
-                     (f"robotrl {algo} bf16 autocast module pass (previous)", "bf16, autocast module pass (before fusion)",
-                      r.get("ratio_bf16_unfused_over_d3rlpy")),
                      (f"robotrl {algo} N=10 LN (WSRL net) fp32", "fp32, WSRL net: 10 heads + LayerNorm (not matched)", None))
             for key, what, ratio in extra:
                 c = r.get(key)
