@@ -42,12 +42,11 @@ def ensure_dataset(ds_cfg: DictConfig) -> str:
     except DatasetNotFoundError:
         if not ds_cfg.get("recipe") or not ds_cfg.get("generate", True):
             raise
-    from robotrl.collect import collect
+    from robotrl.collect import ensure_dataset as generate_once
 
     print(f"dataset {ds_cfg.id} not found locally: generating it with recipe {ds_cfg.recipe} (cached for later runs)")
     args = OmegaConf.to_container(ds_cfg.get("recipe_args") or {}, resolve=True)
-    collect(ds_cfg.recipe, dataset_id=ds_cfg.id, **args)
-    return ds_cfg.id
+    return generate_once(ds_cfg.recipe, **{**args, "dataset_id": ds_cfg.id})  # one generator at a time
 
 
 def eval_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, Any]:

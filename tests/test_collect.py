@@ -4,6 +4,9 @@ with the expected metadata; the PointMaze planner and the Fetch push expert work
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import minari
 import numpy as np
@@ -155,6 +158,22 @@ def test_ensure_dataset_generates_once(root, monkeypatch):
     assert ensure_dataset("pointmaze-umaze", num_steps=400) == dataset_id
     assert meta_file.stat().st_mtime_ns == stamp
     assert minari.load_dataset(dataset_id).total_steps == 400
+
+
+def test_processes_started_together_generate_a_dataset_once(root):
+    """Two real processes ask for the same missing dataset at once (a parallel multirun): one
+    generates it, the other waits on the lock and loads it; both get the same valid dataset."""
+    code = ("from robotrl.collect import ensure_dataset; "
+            "print(ensure_dataset('pointmaze-umaze', num_steps=400, ref_episodes=2, progress=False))")
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(root)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert out.strip().splitlines()[-1] == "robotrl/pointmaze/umaze-v0"
+    assert minari.load_dataset("robotrl/pointmaze/umaze-v0").total_steps == 400
+    assert not [d for d in (root / "robotrl" / "pointmaze").iterdir() if d.name.startswith(".") and d.is_dir()]
 
 
 def test_unknown_recipe_lists_known_names():

@@ -8,6 +8,7 @@ function with fixed arguments plus its default dataset id; keyword overrides
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from robotrl.collect._common import dataset_exists
+from robotrl.data.writer import dataset_dir
 from robotrl.errors import ConfigError, DatasetExistsError
 
 __all__ = ["Recipe", "RECIPES", "collect", "ensure_dataset", "recipe_dataset_id"]
@@ -137,10 +139,18 @@ def ensure_dataset(name: str, **overrides) -> str:
     recipe = _recipe(name)
     dataset_id = overrides.get("dataset_id") or recipe.dataset_id
     root: str | os.PathLike | None = overrides.get("root")
-    if not dataset_exists(dataset_id, root):
-        try:
-            recipe(**{**overrides, "dataset_id": dataset_id})
-        except DatasetExistsError:
-            if not dataset_exists(dataset_id, root):  # not a concurrent writer that finished first
-                raise
+    if dataset_exists(dataset_id, root):
+        return dataset_id
+    # One generator per dataset at a time: processes started together (a multirun with a parallel
+    # launcher, benchmark tasks side by side) wait here, then find the dataset the first one wrote.
+    target = dataset_dir(dataset_id, root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.generate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not dataset_exists(dataset_id, root):
+            try:
+                recipe(**{**overrides, "dataset_id": dataset_id})
+            except DatasetExistsError:
+                if not dataset_exists(dataset_id, root):  # not a concurrent writer that finished first
+                    raise
     return dataset_id
