@@ -85,15 +85,15 @@ def main() -> None:
                 print(f"seed {seed} {dtype:8s} success {r['success']:.2f} return {r['return']:7.2f} "
                       f"{r['updates_per_s']:6.1f} updates/s", flush=True)
                 runs.append({"method": f"robotrl {args.algo} {dtype}", "family": "qlearning", "peer": False,
-                             "seed": seed, "offline_score": r["success"], "curve": [[0, r["success"]]],
-                             "return_curve": [[0, r["return"]]], "wall_s": r["wall_s"],
+                             "seed": seed, "offline_score": r["success"], "curve": [], "offline_return": r["return"],
+                             "wall_s": r["wall_s"],
                              "updates_per_s": r["updates_per_s"]})
     env = environment()
     ratio = [b["updates_per_s"] / a["updates_per_s"] for a, b in zip(runs[0::2], runs[1::2])]
     path = write_json(args.out, {
         "environment": env, "args": vars(args), "argv": env["argv"], "command": "python " + " ".join(env["argv"]),
         "benchmark": Path(args.out).stem, "task": f"PointMaze UMaze offline pretraining ({args.dataset_id})",
-        "metric": "success", "budgets": [0], "runs": runs,
+        "metric": "success", "budgets": [], "runs": runs,
         "bf16_over_fp32_updates_per_s": ratio})
     print(f"bf16/fp32 updates/s per seed: {[round(x, 2) for x in ratio]}\nresults: {path}")
 
