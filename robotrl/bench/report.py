@@ -92,8 +92,9 @@ def render_tier(root: Path, tier: str, *, link_prefix: str = "") -> str:
     if suite.get("environment"):
         env = suite["environment"]
         load = env.get("load_average")
-        origin = (f"Written by `{suite.get('command', f'robotrl bench {tier}')}` on "
-                  f"{env.get('when', '?')[:16].replace('T', ' ')} UTC")
+        origin = (f"Last run of this tier: `{suite.get('command', f'robotrl bench {tier}')}` on "
+                  f"{env.get('when', '?')[:16].replace('T', ' ')} UTC (each task's own command and date are in the "
+                  f"table below)")
         machine = (f"{env.get('cpu_count')} CPUs ({env.get('cpu_model')}), load average "
                    f"{' / '.join(str(x) for x in load) if load else 'n/a'} at the end of the run")
     else:  # results recorded before the suite ran this tier: state what they record
