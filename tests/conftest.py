@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 
@@ -24,6 +29,34 @@ def minari_module_root(tmp_path_factory):
     mp.setenv("MINARI_DATASETS_PATH", str(root))
     yield root
     mp.undo()
+
+
+def _kill_after_checkpoint(cmd: list[str], env: dict, run_dir: Path, min_step: int = 200,
+                           timeout: float = 240) -> int:
+    """Start ``cmd`` (a real ``robotrl train`` process), SIGKILL it once ``run_dir``'s checkpoint
+    reaches ``min_step``; returns the step of the checkpoint it left (whole: writes are atomic)."""
+    from robotrl.checkpoint import load_checkpoint
+
+    ckpt = Path(run_dir) / "checkpoints" / "latest.pt"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if ckpt.exists() and load_checkpoint(ckpt)["step"] >= min_step:
+                break
+            time.sleep(0.3)
+        assert proc.poll() is None, f"training exited before it could be killed: {proc.stderr.read()[-3000:]!r}"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+    return load_checkpoint(ckpt)["step"]
+
+
+@pytest.fixture
+def kill_after_checkpoint():
+    """``kill_after_checkpoint(cmd, env, run_dir, min_step=200) -> step``: a training process killed mid-run."""
+    return _kill_after_checkpoint
 
 
 @pytest.fixture(scope="session")

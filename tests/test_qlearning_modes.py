@@ -13,10 +13,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -238,7 +236,7 @@ MODES = {"calql": [], "wsrl": ["calql"], "rlpd": [], "calql-online": ["calql"], 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_every_mode_resumes_after_a_kill_and_its_checkpoint_runs_in_robotrl_eval(mode, pretrained, minari_module_root,
-                                                                                   tmp_path):
+                                                                                   tmp_path, kill_after_checkpoint):
     """A real ``robotrl train`` process of each mode, SIGKILLed after its second checkpoint, started
     again with the same run dir: it resumes (no second warm start), finishes the budget, and the
     checkpoint evaluates in a real ``robotrl eval`` process."""
@@ -250,20 +248,8 @@ def test_every_mode_resumes_after_a_kill_and_its_checkpoint_runs_in_robotrl_eval
     args = [sys.executable, "-m", "robotrl.cli", "train", f"experiment=pointmaze-{mode}", *SMALL, *init,
             "trainer.online_warmup_steps=50", "trainer.batch_size=64", "trainer.checkpoint_every=100",
             f"run_dir={run_dir}"] + ([] if offline else ["trainer.offline_steps=0"])
-    proc = subprocess.Popen([*args, f"{budget}=1000000"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    killed_at = kill_after_checkpoint([*args, f"{budget}=1000000"], env, run_dir)
     ckpt = run_dir / "checkpoints" / "latest.pt"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if ckpt.exists() and load_checkpoint(ckpt)["step"] >= 200:
-                break
-            time.sleep(0.3)
-        assert proc.poll() is None, f"training exited before it could be killed: {proc.stderr.read()[-3000:]!r}"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        proc.stderr.close()
-    killed_at = load_checkpoint(ckpt)["step"]  # atomic writes: whole after a kill
     assert killed_at >= 200 and killed_at % 100 == 0
     res = subprocess.run([*args, f"{budget}={killed_at + 100}"], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -86,23 +84,11 @@ def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_module_ro
         assert gifs and gifs[0].read_bytes()[:3] == b"GIF"
 
 
-def test_killed_run_resumes_from_its_checkpoint(minari_module_root, tmp_path):
+def test_killed_run_resumes_from_its_checkpoint(minari_module_root, tmp_path, kill_after_checkpoint):
     run_dir = tmp_path / "killed"
     args = [sys.executable, "-m", "robotrl.cli", "train", *TINY, "trainer.offline_steps=1000000",
             "trainer.eval_every=1000000", "trainer.checkpoint_every=100", f"run_dir={run_dir}"]
-    proc = subprocess.Popen(args, env=_env(minari_module_root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt = run_dir / "checkpoints" / "latest.pt"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if ckpt.exists() and load_checkpoint(ckpt)["step"] >= 200:
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, "training exited before it could be killed"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    killed_at = load_checkpoint(ckpt)["step"]  # atomic writes: the file is whole after a kill
+    killed_at = kill_after_checkpoint(args, _env(minari_module_root), run_dir)
     assert killed_at >= 200 and killed_at % 100 == 0
     res = _robotrl(["train", *TINY, f"trainer.offline_steps={killed_at + 100}", "trainer.eval_every=1000000",
                     "trainer.checkpoint_every=100", f"run_dir={run_dir}"], minari_module_root)
