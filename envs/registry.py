@@ -46,14 +46,17 @@ class EnvEntry:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+#: PointMaze as a goal-reaching task: reward 1 and termination at the goal (the recipes' MDP).
+_GOAL_REACHING = {"continuing_task": False, "reset_target": False}
+
 _ENTRIES: dict[str, EnvEntry] = {
     "hopper": EnvEntry("Hopper-v5", "locomotion"),
     "halfcheetah": EnvEntry("HalfCheetah-v5", "locomotion"),
     "walker2d": EnvEntry("Walker2d-v5", "locomotion"),
     "ant": EnvEntry("Ant-v5", "locomotion"),
-    "pointmaze-umaze": EnvEntry("PointMaze_UMaze-v3", "pointmaze"),
-    "pointmaze-medium": EnvEntry("PointMaze_Medium-v3", "pointmaze"),
-    "pointmaze-large": EnvEntry("PointMaze_Large-v3", "pointmaze"),
+    "pointmaze-umaze": EnvEntry("PointMaze_UMaze-v3", "pointmaze", _GOAL_REACHING),
+    "pointmaze-medium": EnvEntry("PointMaze_Medium-v3", "pointmaze", _GOAL_REACHING),
+    "pointmaze-large": EnvEntry("PointMaze_Large-v3", "pointmaze", _GOAL_REACHING),
     "antmaze-umaze": EnvEntry("AntMaze_UMaze-v5", "antmaze"),
     "antmaze-medium": EnvEntry("AntMaze_Medium-v5", "antmaze"),
     "antmaze-large": EnvEntry("AntMaze_Large-v5", "antmaze"),

@@ -41,40 +41,53 @@ def test_pointmaze_umaze_dataset(root):
     from robotrl.collect import collect_pointmaze
 
     path = collect_pointmaze("umaze", num_steps=3000, seed=0, ref_episodes=5, progress=False)
-    assert path == root / "robotrl/pointmaze/umaze-v0"
-    ds = minari.load_dataset("robotrl/pointmaze/umaze-v0")
+    assert path == root / "robotrl/pointmaze/umaze-v1"
+    ds = minari.load_dataset("robotrl/pointmaze/umaze-v1")
     meta, prov = _meta(ds)
-    assert ds.total_steps == 3000 and ds.total_episodes == 10  # 300-step episodes
-    assert prov["recipe"] == "pointmaze-umaze" and prov["action_noise_std"] == 0.5
-    # collection env: continuing task with goal resets, sparse reward
+    assert ds.total_steps == 3000
+    assert prov["recipe"] == "pointmaze-umaze" and prov["action_noise_std"] == 0.5 and prov["action_scale"] == 1.0
+    # the task env: goal reaching, reward 1 and termination at the goal, sparse reward; evaluated in the same env
     assert ds.spec.env_spec.id == "PointMaze_UMaze-v3"
-    assert ds.spec.env_spec.kwargs["continuing_task"] and ds.spec.env_spec.kwargs["reset_target"]
-    assert ds.spec.env_spec.kwargs["reward_type"] == "sparse"
-    # eval env: fixed goal cell, goal kept
+    kw = ds.spec.env_spec.kwargs
+    assert kw["continuing_task"] is False and kw["reset_target"] is False and kw["reward_type"] == "sparse"
     ev = _eval_spec(ds)
-    assert ev.id == "PointMaze_UMaze-v3" and ev.kwargs["reset_target"] is False
-    assert ev.kwargs["maze_map"][1][1] == "g"
-    assert meta["ref_max_score"] > meta["ref_min_score"] + 50  # planner sits at the goal, random rarely gets there
+    assert ev.id == "PointMaze_UMaze-v3" and ev.kwargs == ds.spec.env_spec.kwargs
+    assert meta["ref_max_score"] > meta["ref_min_score"] + 0.5  # the planner reaches its goals, random rarely does
     eps = _episodes(ds)
-    for ep in eps:
+    for ep in eps[:-1]:
         T = len(ep.rewards)
         assert ep.observations["observation"].shape == (T + 1, 4)
         assert ep.observations["desired_goal"].shape == (T + 1, 2)
-        assert not ep.terminations.any() and ep.truncations[-1] and not ep.truncations[:-1].any()
+        assert ep.terminations[-1] != ep.truncations[-1] and not (ep.terminations[:-1] | ep.truncations[:-1]).any()
         assert ep.infos["success"].shape[0] == T + 1
         assert np.abs(ep.actions).max() <= 1.0
-    # the noisy planner reaches its goals in most episodes (success in infos)
-    reached = [ep.infos["success"][1:].any() for ep in eps]
-    assert np.mean(reached) >= 0.8
-    assert sum(ep.rewards.sum() for ep in eps) > 0
+        assert ep.rewards.sum() == ep.terminations.sum()  # one reward, where the goal is reached
+    # the noisy planner reaches its goal in most episodes
+    assert np.mean([ep.terminations.any() for ep in eps]) >= 0.8
+
+
+def test_pointmaze_slow_demonstrator_is_slower():
+    from robotrl.collect._common import mean_return
+    from robotrl.collect.pointmaze import MAZES, TASK_KWARGS, MazePlanner
+
+    from robotrl.collect._common import make_env
+
+    env = make_env(MAZES["umaze"], **TASK_KWARGS)
+    fast = mean_return(env.spec, lambda e: MazePlanner(e.unwrapped.maze), 10, success_key="success")
+    slow = mean_return(env.spec, lambda e: MazePlanner(e.unwrapped.maze, action_scale=0.1,
+                                                       rng=np.random.default_rng(0)), 10, success_key="success")
+    env.close()
+    assert fast["success_rate"] == 1.0 and slow["success_rate"] < fast["success_rate"]
 
 
 def test_pointmaze_planner_reaches_goal():
-    from robotrl.collect._common import mean_return
-    from robotrl.collect.pointmaze import MazePlanner, pointmaze_eval_spec
+    from robotrl.collect._common import make_env, mean_return
+    from robotrl.collect.pointmaze import MAZES, TASK_KWARGS, MazePlanner
 
     for maze in ("umaze", "medium"):
-        res = mean_return(pointmaze_eval_spec(maze), lambda e: MazePlanner(e.unwrapped.maze), 6, success_key="success")
+        env = make_env(MAZES[maze], **TASK_KWARGS)
+        res = mean_return(env.spec, lambda e: MazePlanner(e.unwrapped.maze), 6, success_key="success")
+        env.close()
         assert res["success_rate"] >= 5 / 6, (maze, res)
 
 
@@ -147,7 +160,7 @@ def test_ensure_dataset_generates_once(root, monkeypatch):
     import robotrl.collect.pointmaze as pm
 
     dataset_id = ensure_dataset("pointmaze-umaze", num_steps=400, ref_episodes=2, progress=False)
-    assert dataset_id == "robotrl/pointmaze/umaze-v0"
+    assert dataset_id == "robotrl/pointmaze/umaze-v1"
     meta_file = root / dataset_id / "data/metadata.json"
     stamp = meta_file.stat().st_mtime_ns
 
@@ -171,8 +184,8 @@ def test_processes_started_together_generate_a_dataset_once(root):
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
-        assert out.strip().splitlines()[-1] == "robotrl/pointmaze/umaze-v0"
-    assert minari.load_dataset("robotrl/pointmaze/umaze-v0").total_steps == 400
+        assert out.strip().splitlines()[-1] == "robotrl/pointmaze/umaze-v1"
+    assert minari.load_dataset("robotrl/pointmaze/umaze-v1").total_steps == 400
     assert not [d for d in (root / "robotrl" / "pointmaze").iterdir() if d.name.startswith(".") and d.is_dir()]
 
 
@@ -184,7 +197,7 @@ def test_unknown_recipe_lists_known_names():
 
 
 def test_recipe_names():
-    expected = {f"pointmaze-{m}" for m in ("umaze", "medium", "large")}
+    expected = {f"pointmaze-{m}{s}" for m in ("umaze", "medium", "large") for s in ("", "-slow")}
     expected |= {f"fetch-{t}-{q}" for t in ("push", "pickandplace") for q in ("expert", "noisy", "mixed")}
     expected |= {f"{e}-{q}" for e in ("hopper", "halfcheetah", "walker2d") for q in ("random", "medium", "expert")}
     assert set(RECIPES) == expected

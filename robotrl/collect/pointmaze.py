@@ -1,29 +1,32 @@
-"""PointMaze datasets in the manner of D4RL ``maze2d`` / Minari ``D4RL/pointmaze``.
+"""PointMaze goal-reaching datasets recorded in the task's own MDP.
 
-Recipe (after Farama's ``minari-dataset-generation-scripts/scripts/pointmaze``, which
-recreated D4RL's maze2d datasets, and D4RL's ``pointmaze/waypoint_controller.py``):
+Recipe (planner after Farama's ``minari-dataset-generation-scripts/scripts/pointmaze``,
+which recreated D4RL's maze2d datasets, and D4RL's ``pointmaze/waypoint_controller.py``):
 
-* Collection env: ``PointMaze_<Maze>-v3`` with ``continuing_task=True, reset_target=True``
-  and the env id's default sparse reward. Reaching the goal (within 0.45 m) does not end
-  the episode; the env draws a new goal and the agent keeps going. Episodes are cut at
-  the env id's ``max_episode_steps`` (UMaze 300, Medium 600, Large 800) and stored as
-  truncations; terminations are always false. Each reset uses seed ``seed + k``.
+* Task env (collection, online fine-tuning and evaluation alike): ``PointMaze_<Maze>-v3``
+  with ``continuing_task=False, reset_target=False`` and the env id's default sparse
+  reward and maze map (random start and goal cells per reset). Reaching the goal (within
+  0.45 m) pays reward 1 and **terminates** the episode; every other step pays 0. Episodes
+  otherwise end at the env id's ``max_episode_steps`` (UMaze 300, Medium 600, Large 800)
+  as truncations. Each reset uses seed ``seed + k``. The recorded ``env_spec`` (id and
+  kwargs) is exactly this env, and so is ``eval_env_spec``: ``robotrl train`` builds its
+  online and evaluation envs from it, so the data's rewards are the rewards the agent is
+  fine-tuned and scored on. (D4RL maze2d / Minari's ``D4RL/pointmaze`` record a continuing
+  task with moving goals and evaluate a fixed-goal continuing task that pays reward on
+  every step at the goal: two reward functions ~25x apart; this recipe avoids that.)
 * Policy: a waypoint planner over the maze grid (Q-iteration on cells, reward 1 on
   entering the goal cell, discount 0.99) gives the next cell; a PD controller
   ``a = 10 (waypoint - xy) - 1 * velocity`` drives the ball to it, the waypoint
   advancing when the ball is within 0.1 m of it. Waypoints (not the final goal) are
-  jittered by U(-0.1, 0.1) m per axis, and Gaussian noise N(0, 0.5^2) is added to every
-  action before clipping to [-1, 1] (both as in the Minari recipe; Minari jitters by
-  ``-U(0, 0.2)``, a one-sided offset we make symmetric).
-* Eval env (``eval_env_spec``): the same env id with Minari's single-goal maps (the goal
-  fixed in one cell: UMaze top-left, Medium/Large the far corner),
-  ``continuing_task=True, reset_target=False``: sparse reward 1 per step spent at the
-  goal, so returns count the steps at the goal, as D4RL maze2d's scores do.
+  jittered by U(-0.1, 0.1) m per axis. The controller output is multiplied by
+  ``action_scale`` (1: Minari's planner; < 1: a cautious, slow demonstrator whose data
+  leaves room for online improvement) and Gaussian noise N(0, ``action_noise``^2) is
+  added before clipping to [-1, 1] (Minari: scale 1, noise 0.5).
 * Reference scores: ``ref_min_score`` = mean return of uniform random actions,
-  ``ref_max_score`` = mean return of the noise-free planner, each over ``ref_episodes``
-  (default 100, as Minari's ``num_episodes_average_score``) eval-env episodes seeded
-  ``123 + i``. For comparison D4RL maze2d (its own MuJoCo model) used umaze 23.85/161.86,
-  medium 13.13/277.39, large 6.7/273.99.
+  ``ref_max_score`` = mean return of the noise-free full-speed planner, each over
+  ``ref_episodes`` (default 100, as Minari's ``num_episodes_average_score``) task-env
+  episodes seeded ``123 + i``. Returns are 1 for a reached goal and 0 otherwise, so the
+  return is the success rate.
 
 Observations stay the env's Dict (``observation`` (4,) = xy, velocity;
 ``achieved_goal`` (2,); ``desired_goal`` (2,), meters). Per-step
@@ -32,7 +35,6 @@ Observations stay the env's Dict (``observation`` (4,) = xy, velocity;
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from pathlib import Path
@@ -51,35 +53,11 @@ from robotrl.collect._common import (
 from robotrl.data.writer import write_dataset
 from robotrl.errors import ConfigError
 
-__all__ = ["collect_pointmaze", "MazePlanner", "MAZES", "EVAL_MAPS", "pointmaze_eval_spec"]
+__all__ = ["collect_pointmaze", "MazePlanner", "MAZES", "TASK_KWARGS"]
 
 MAZES = {"umaze": "PointMaze_UMaze-v3", "medium": "PointMaze_Medium-v3", "large": "PointMaze_Large-v3"}
-G = "g"
-# Minari's single-goal evaluation maps (scripts/pointmaze/create_pointmaze_dataset.py).
-EVAL_MAPS = {
-    "umaze": [[1, 1, 1, 1, 1], [1, G, 0, 0, 1], [1, 1, 1, 0, 1], [1, 0, 0, 0, 1], [1, 1, 1, 1, 1]],
-    "medium": [
-        [1, 1, 1, 1, 1, 1, 1, 1],
-        [1, 0, 0, 1, 1, 0, 0, 1],
-        [1, 0, 0, 1, 0, 0, 0, 1],
-        [1, 1, 0, 0, 0, 1, 1, 1],
-        [1, 0, 0, 1, 0, 0, 0, 1],
-        [1, 0, 1, 0, 0, 1, 0, 1],
-        [1, 0, 0, 0, 1, 0, G, 1],
-        [1, 1, 1, 1, 1, 1, 1, 1],
-    ],
-    "large": [
-        [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
-        [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1],
-        [1, 0, 1, 1, 0, 1, 0, 1, 0, 1, 0, 1],
-        [1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1],
-        [1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1],
-        [1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 1],
-        [1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 1],
-        [1, 0, 0, 1, 0, 0, 0, 1, 0, G, 0, 1],
-        [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
-    ],
-}
+# The goal-reaching task: reward 1 and termination on arrival, the env id's random-goal maze map.
+TASK_KWARGS = {"continuing_task": False, "reset_target": False}
 _MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 
 
@@ -90,19 +68,22 @@ class MazePlanner:
         maze: the env's ``unwrapped.maze`` (gymnasium-robotics ``Maze``).
         kp, kd: PD gains; action = ``kp * (waypoint - xy) - kd * velocity`` (Minari: 10, 1).
         waypoint_threshold: distance in meters at which a waypoint counts as reached.
-        action_noise: std of Gaussian noise added to each action (0 for the eval expert).
+        action_noise: std of Gaussian noise added to each action (0 for the reference expert).
+        action_scale: factor on the controller's action before the noise (1: full speed).
         waypoint_jitter: half-width in meters of the uniform jitter of intermediate waypoints.
         rng: numpy Generator for noise and jitter.
 
     ``policy(obs) -> (2,) float32`` action in [-1, 1] for a PointMaze Dict observation.
     """
 
-    def __init__(self, maze, *, kp=10.0, kd=1.0, waypoint_threshold=0.1, action_noise=0.0, waypoint_jitter=0.0, rng=None, gamma=0.99):
+    def __init__(self, maze, *, kp=10.0, kd=1.0, waypoint_threshold=0.1, action_noise=0.0, action_scale=1.0,
+                 waypoint_jitter=0.0, rng=None, gamma=0.99):
         self.maze = maze
         self.grid = np.asarray([[1 if c == 1 else 0 for c in row] for row in maze.maze_map], dtype=np.int8)
         self.kp, self.kd = kp, kd
         self.threshold = waypoint_threshold
         self.noise = action_noise
+        self.scale = action_scale
         self.jitter = waypoint_jitter
         self.gamma = gamma
         self.rng = rng if rng is not None else np.random.default_rng()
@@ -177,20 +158,10 @@ class MazePlanner:
         elif cell != self._wp_cell and self.next_cell(cell, goal_cell) != self._wp_cell:
             # pushed off the route (noise, collisions): replan from where the ball is
             self._set_waypoint(self.next_cell(cell, goal_cell), goal_cell, goal_xy)
-        action = self.kp * (self._wp_xy - xy) - self.kd * vel
+        action = self.scale * (self.kp * (self._wp_xy - xy) - self.kd * vel)
         if self.noise:
             action = action + self.rng.normal(0.0, self.noise, size=2)
         return np.clip(action, -1.0, 1.0).astype(np.float32)
-
-
-def pointmaze_eval_spec(maze: str) -> gym.envs.registration.EnvSpec:
-    """Eval env spec for ``maze``: the env id with Minari's single-goal map, goal kept fixed."""
-    from robotrl.collect._common import register_robotics
-
-    register_robotics()
-    spec = copy.deepcopy(gym.spec(MAZES[maze]))
-    spec.kwargs = {**spec.kwargs, "maze_map": EVAL_MAPS[maze], "continuing_task": True, "reset_target": False}
-    return spec
 
 
 def _check_maze(maze: str) -> None:
@@ -209,37 +180,44 @@ def collect_pointmaze(
     progress: bool = True,
     *,
     action_noise: float = 0.5,
+    action_scale: float = 1.0,
     ref_episodes: int = 100,
 ) -> Path:
-    """Generate a PointMaze dataset with the noisy waypoint planner and write it with Minari.
+    """Generate a PointMaze goal-reaching dataset with the waypoint planner and write it with Minari.
 
     Args:
         maze: ``"umaze"``, ``"medium"`` or ``"large"`` (``PointMaze_<Maze>-v3``).
         num_steps: total env steps to record (D4RL/Minari used 1e6); the last episode is
             cut (truncated) where the budget ends.
         seed: seeds the env resets (``seed + k`` for episode ``k``) and the noise.
-        dataset_id: default ``robotrl/pointmaze/<maze>-v0``.
+        dataset_id: default ``robotrl/pointmaze/<maze>-v1`` (v0 was the moving-goal continuing task).
         data_format: ``"hdf5"`` or ``"arrow"``.
         root: datasets root (default ``$MINARI_DATASETS_PATH`` / ``~/.minari/datasets``).
         overwrite: replace an existing dataset of that id.
         progress: show a tqdm bar over collection steps.
-        action_noise: std of the Gaussian action noise (Minari: 0.5).
-        ref_episodes: eval-env episodes for each reference score (Minari default 100).
+        action_noise: std of the Gaussian action noise, normalised action units (Minari: 0.5).
+        action_scale: factor on the PD controller's action before the noise (1: Minari's
+            planner; e.g. 0.1: a slow demonstrator, success ~0.7 on UMaze's 300 steps).
+        ref_episodes: task-env episodes for each reference score (Minari default 100).
 
     Returns:
         The dataset directory.
 
     Raises:
-        ConfigError: unknown ``maze``. DatasetExistsError: id taken and not ``overwrite``.
+        ConfigError: unknown ``maze``, ``num_steps < 1`` or ``action_scale`` outside (0, 1].
+        DatasetExistsError: id taken and not ``overwrite``.
     """
     _check_maze(maze)
     if num_steps < 1:
         raise ConfigError(f"num_steps must be >= 1, got {num_steps}")
-    dataset_id = dataset_id or f"robotrl/pointmaze/{maze}-v0"
+    if not 0.0 < action_scale <= 1.0:
+        raise ConfigError(f"action_scale must be in (0, 1], got {action_scale}")
+    dataset_id = dataset_id or f"robotrl/pointmaze/{maze}-v1"
     env_id = MAZES[maze]
-    env = make_env(env_id, continuing_task=True, reset_target=True)
+    env = make_env(env_id, **TASK_KWARGS)
     rng = np.random.default_rng(seed)
-    planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, waypoint_jitter=0.1, rng=rng)
+    planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, action_scale=action_scale,
+                          waypoint_jitter=0.1, rng=rng)
     t0 = time.time()
     bar = progress_bar(num_steps, f"collect {dataset_id}", progress)
     episodes = collect_steps(env, planner, num_steps, seed, bar, success_key="success")
@@ -248,40 +226,42 @@ def collect_pointmaze(
     spec = env.spec
     env.close()
 
-    eval_spec = pointmaze_eval_spec(maze)
     t1 = time.time()
-    rnd = mean_return(eval_spec, random_policy, ref_episodes, success_key="success")
-    exp = mean_return(eval_spec, lambda e: MazePlanner(e.unwrapped.maze, rng=np.random.default_rng(seed)), ref_episodes, success_key="success")
-    steps_success = float(np.mean([ep.infos["success"][1:].any() for ep in episodes]))
+    rnd = mean_return(spec, random_policy, ref_episodes, success_key="success")
+    exp = mean_return(spec, lambda e: MazePlanner(e.unwrapped.maze, rng=np.random.default_rng(seed)), ref_episodes,
+                      success_key="success")
+    reached = float(np.mean([ep.terminations.any() for ep in episodes]))
     prov = base_provenance(
         f"pointmaze-{maze}",
         env_id=env_id,
-        env_kwargs={"continuing_task": True, "reset_target": True},
+        env_kwargs=dict(TASK_KWARGS),
         policy="Q-iteration waypoint planner + PD controller (kp=10, kd=1, waypoint threshold 0.1 m)",
         action_noise_std=action_noise,
+        action_scale=action_scale,
         waypoint_jitter_m=0.1,
         seed=seed,
         num_steps=num_steps,
         num_episodes=len(episodes),
-        episodes_reaching_a_goal=steps_success,
+        episodes_reaching_the_goal=reached,
         ref_episodes=ref_episodes,
         ref_random=rnd,
         ref_planner=exp,
         collect_seconds=round(collect_s, 2),
         ref_seconds=round(time.time() - t1, 2),
-        follows="Farama minari-dataset-generation-scripts scripts/pointmaze (D4RL maze2d recreation)",
+        follows="Farama minari-dataset-generation-scripts scripts/pointmaze (planner); task env terminates at the goal",
     )
     return write_dataset(
         dataset_id,
         episodes,
         env=spec,
-        eval_env=eval_spec,
+        eval_env=spec,
         ref_min_score=rnd["mean"],
         ref_max_score=exp["mean"],
         algorithm_name="QIteration+PD",
         description=(
-            f"{env_id} continuing task with goal resets, {num_steps} steps of a Q-iteration waypoint "
-            f"planner with a PD controller and N(0,{action_noise}^2) action noise; sparse reward."
+            f"{env_id} goal reaching (reward 1 and termination at the goal, random goals), {num_steps} steps "
+            f"of a Q-iteration waypoint planner with a PD controller scaled by {action_scale} and "
+            f"N(0,{action_noise}^2) action noise; sparse reward."
         ),
         provenance=prov,
         data_format=data_format,

@@ -1,6 +1,6 @@
 """Named dataset recipes and ``ensure_dataset`` (generate on first use, reuse afterwards).
 
-Names: ``pointmaze-{umaze,medium,large}``, ``fetch-{push,pickandplace}-{expert,noisy,mixed}``,
+Names: ``pointmaze-{umaze,medium,large}[-slow]``, ``fetch-{push,pickandplace}-{expert,noisy,mixed}``,
 ``{hopper,halfcheetah,walker2d}-{random,medium,expert}``. Each recipe is a collection
 function with fixed arguments plus its default dataset id; keyword overrides
 (``num_steps``, ``num_episodes``, ``seed``, ``root``, ``dataset_id``, ...) pass through.
@@ -64,8 +64,13 @@ def _build() -> dict[str, Recipe]:
     pm = _lazy("robotrl.collect.pointmaze", "collect_pointmaze")
     for maze in ("umaze", "medium", "large"):
         recipes[f"pointmaze-{maze}"] = Recipe(
-            f"pointmaze-{maze}", pm, {"maze": maze}, f"robotrl/pointmaze/{maze}-v0",
-            f"PointMaze {maze}: noisy Q-iteration waypoint planner, 1M steps (D4RL maze2d / Minari recipe)",
+            f"pointmaze-{maze}", pm, {"maze": maze}, f"robotrl/pointmaze/{maze}-v1",
+            f"PointMaze {maze} goal reaching: noisy Q-iteration waypoint planner, 1M steps (Minari's planner)",
+        )
+        recipes[f"pointmaze-{maze}-slow"] = Recipe(
+            f"pointmaze-{maze}-slow", pm, {"maze": maze, "action_scale": 0.1, "action_noise": 0.1},
+            f"robotrl/pointmaze/{maze}-slow-v1",
+            f"PointMaze {maze} goal reaching: a slow demonstrator (planner actions x0.1, noise 0.1), sub-optimal",
         )
     fe = _lazy("robotrl.collect.fetch", "collect_fetch")
     for task in ("push", "pickandplace"):
