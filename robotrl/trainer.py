@@ -5,7 +5,9 @@ Online phase: ``online_steps`` env steps in ``num_envs`` vectorised envs with
 ``agent.explore``; transitions go to an online :class:`~robotrl.data.ReplayBuffer`
 (``terminated`` and ``truncated`` kept apart); after ``online_warmup_steps`` env steps,
 ``utd`` updates per env step on batches mixed from offline and online data at
-``offline_ratio`` (exact per batch, :class:`~robotrl.data.MixedSampler`).
+``offline_ratio`` (exact per batch, :class:`~robotrl.data.MixedSampler`). Agents whose
+updates use MC returns-to-go (``agent.needs_mc_returns``: Cal-QL) sample online rows only
+from ended episodes and start updating once the first online episode has ended.
 
 Warm starts: ``init_from`` (a checkpoint file or run directory) loads a pretrained
 agent's state into a fresh run before its first step (never on resume); ``init_parts``
@@ -234,6 +236,9 @@ class Trainer:
         if self.online is None:
             self.online = self._new_online_buffer()
         self.online.end_open_episodes()  # on resume the envs restart: never link to a pre-kill episode
+        start_online = getattr(self.agent, "start_online", None)  # e.g. Cal-QL offline -> SAC online (WSRL)
+        if start_online is not None:
+            start_online()
         sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) if self.offline is not None and cfg.offline_ratio > 0 else None
         envs = self.make_train_envs()
         try:
@@ -251,11 +256,11 @@ class Trainer:
                 self.step += 1
                 metrics = {}
                 if self.step - cfg.offline_steps == cfg.online_warmup_steps + 1 and cfg.warmup_updates > 0 \
-                        and len(self.online) > 0:
+                        and self._online_ready():
                     for _ in range(cfg.warmup_updates):  # pre-sample stage: fit on the warmup data once
                         metrics = self.agent.update(self._online_batch(sampler), self.step)
                         self.updates += 1
-                if self.step - cfg.offline_steps > cfg.online_warmup_steps and len(self.online) > 0:
+                if self.step - cfg.offline_steps > cfg.online_warmup_steps and self._online_ready():
                     for _ in range(cfg.utd):
                         metrics = self.agent.update(self._online_batch(sampler), self.step)
                         self.updates += 1
@@ -263,10 +268,23 @@ class Trainer:
         finally:
             envs.close()
 
+    @property
+    def _needs_mc(self) -> bool:
+        """Whether the agent's updates use MC returns-to-go (Cal-QL): then online rows come only
+        from ended episodes, and updates wait for the first one (never a ``-inf`` bound)."""
+        return bool(getattr(self.agent, "needs_mc_returns", False))
+
+    def _online_ready(self) -> bool:
+        if self._needs_mc:
+            return self.online.complete_indices().size > 0
+        return len(self.online) > 0
+
     def _online_batch(self, sampler):
-        n = self.cfg.batch_size
-        return sampler.sample(n, step=self.step, n_step=self.cfg.n_step) if sampler else \
-            self.online.sample(min(n, len(self.online)), n_step=self.cfg.n_step)
+        n, mc = self.cfg.batch_size, self._needs_mc
+        if sampler:
+            return sampler.sample(n, step=self.step, n_step=self.cfg.n_step, complete_only=mc)
+        have = self.online.complete_indices().size if mc else len(self.online)
+        return self.online.sample(min(n, have), n_step=self.cfg.n_step, complete_only=mc)
 
     def init_from(self, source: str, parts: list[str] | None = None) -> None:
         """Load a pretrained agent's state (file or run directory) into this run's agent.

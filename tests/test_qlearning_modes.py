@@ -31,7 +31,7 @@ SMALL = [
     f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=3000", "+dataset.recipe_args.ref_episodes=3",
     "trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.log_every=50", "trainer.progress=false",
     "trainer.eval_every=100000", "trainer.checkpoint_every=100000", "torch_threads=1", "device=cpu",
-    "env.max_episode_steps=50", "agent.reward_bias=-1.0", "agent.mc_sparse_fill=0.0", "agent.gamma=0.9",
+    "+dataset.recipe_args.max_episode_steps=50", "agent.reward_scale=1.0", "agent.reward_bias=-1.0", "agent.mc_sparse_fill=0.0", "agent.gamma=0.9",
     "agent.model.hidden=[64,64]", "agent.model.critic_hidden=[64,64]", "agent.model.num_critics=4",
     "agent.model.cql_n_actions=4", "agent.model.critic_lr=1e-3", "agent.model.actor_lr=3e-4",
 ]
@@ -155,11 +155,55 @@ def test_wsrl_warm_starts_keeps_no_offline_data_and_improves_its_critic(pretrain
                 expect.append(g)
             np.testing.assert_allclose(online.mc_returns[rows], expect[::-1], rtol=1e-5)
     # every env step is stored except the reset-only steps that follow each truncation
-    assert online.size == 400 - int(online.truncated[: online.size].sum())
+    ends = online.truncated[: online.size] | online.terminated[: online.size]
+    assert online.size in (400 - int(ends.sum()), 401 - int(ends.sum()))  # the last step may end an episode
     assert after < 0.8 * before, (before, after)
     # the warm-started policy was evaluated before going online: the report has the onset dip
     assert [h["phase"] for h in trainer.history][:2] == ["offline", "online"] and "onset_dip_return" in summary
     assert np.isfinite(summary["final_normalized_score"])  # evaluated on the dataset's eval spec, with its ref scores
+
+
+def test_calql_online_updates_only_on_ended_episodes(pretrained, tmp_path):
+    """Cal-QL online (no warmup): updates start once the first online episode has ended, and
+    every online row carries a known MC return (never a -inf bound)."""
+    pre_dir = pretrained["calql"][0]
+    cfg = _compose(["experiment=pointmaze-calql-online", *SMALL, "trainer.online_steps=150",
+                    "trainer.online_warmup_steps=0", "trainer.batch_size=64", f"trainer.init_from={pre_dir}",
+                    f"run_dir={tmp_path}"])
+    trainer = build_trainer(cfg, tmp_path)
+    seen = []
+    update = trainer.agent.update
+
+    def spy(batch, step):
+        online = batch.extras["offline"] == 0
+        seen.append((step, bool(torch.isfinite(batch.mc_returns[online]).all())))
+        return update(batch, step)
+
+    trainer.agent.update = spy
+    trainer.fit()
+    online = trainer.online
+    first_end = int(np.flatnonzero((online.terminated | online.truncated)[: online.size])[0]) + 1
+    assert seen and seen[0][0] >= first_end  # no update before the first online episode ended (step = env steps done)
+    assert all(ok for _, ok in seen)
+
+
+def test_actor_maximises_the_min_over_heads_except_rlpd():
+    for mode in ("sac", "cql", "calql", "calql-online", "wsrl", "porl"):
+        assert _compose([f"agent={mode}"]).agent.model.actor_q == "min", mode
+    assert _compose(["agent=rlpd"]).agent.model.actor_q == "mean"
+
+
+def test_wsrl_in_one_run_pretrains_with_calql_and_fine_tunes_with_sac(minari_module_root, tmp_path):
+    cfg = _compose(["experiment=pointmaze-calql", *SMALL, "trainer.offline_steps=60", "trainer.online_steps=120",
+                    "trainer.online_warmup_steps=60", "trainer.offline_ratio=0.0", "agent.model.online_algo=sac",
+                    f"run_dir={tmp_path}"])
+    trainer = build_trainer(cfg, tmp_path)
+    algos = []
+    update = trainer.agent.update
+    trainer.agent.update = lambda batch, step: (algos.append(trainer.agent.algo), update(batch, step))[1]
+    trainer.fit()
+    assert algos[:60] == ["calql"] * 60 and set(algos[60:]) == {"sac"} and len(algos) == 60 + 120 - 60
+    assert trainer.offline is not None and trainer.online.size > 0
 
 
 def test_rlpd_mixes_exactly_half_offline_in_every_minibatch(minari_module_root, tmp_path):

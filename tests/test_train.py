@@ -116,7 +116,9 @@ def test_online_phase_collects_into_online_buffer_and_updates_at_utd(minari_modu
     cfg = _compose([*TINY, "trainer.offline_steps=50", "trainer.online_steps=120", "trainer.online_warmup_steps=20",
                     "trainer.utd=2", "trainer.num_envs=2", "trainer.eval_every=100000",
                     "trainer.checkpoint_every=100000", "trainer.offline_ratio=0.5", "trainer.batch_size=32",
-                    "env.max_episode_steps=50", "device=cpu"])
+                    # opt out of the data's MDP on purpose: a continuing task, so every episode is cut at 50 steps
+                    "env.match_dataset=false", "+env.kwargs.continuing_task=true", "env.max_episode_steps=50",
+                    "device=cpu"])
     trainer = build_trainer(cfg, tmp_path / "online")
     summary = trainer.fit()
     online = trainer.online
@@ -172,7 +174,7 @@ def test_cli_rejects_dataset_of_another_env(minari_module_root, tmp_path):
     res = _robotrl(["train", *TINY, "env=hopper", "dataset=pointmaze-umaze", f"run_dir={tmp_path / 'y'}"],
                    minari_module_root)
     assert res.returncode == 2
-    assert "robotrl: error: dataset observation keys" in res.stderr and "Traceback" not in res.stderr
+    assert "robotrl: error: env 'hopper' (Hopper-v5) is not the MDP dataset" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "y" / "checkpoints").exists()
 
 
@@ -184,7 +186,8 @@ def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_module_root
     res = _robotrl(["train", *TINY, "agent=ppo", f"agent.onpolicy.init_from={bc_dir}", "agent.onpolicy.iterations=2",
                     "agent.onpolicy.steps_per_iter=20", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
                     "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=20",
-                    "env.max_episode_steps=30", f"run_dir={tmp_path / 'ppo'}"], minari_module_root)
+                    "env.match_dataset=false", "env.max_episode_steps=30", f"run_dir={tmp_path / 'ppo'}"],
+                   minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     ckpt = load_checkpoint(tmp_path / "ppo")
     assert ckpt["policy"]["target"].startswith("robotrl.agents.ppo.")

@@ -57,7 +57,8 @@ class QLAgent:
         init_alpha: initial SAC temperature; ``fixed_alpha`` disables its tuning.
         target_entropy_per_dim: target entropy is this times ``Da`` (SAC/WSRL -1, RLPD -0.5).
         backup_entropy: subtract ``α log π(a'|s')`` in the TD target (RLPD yes, WSRL/CQL no).
-        actor_q: ``"mean"`` (RLPD/WSRL) or ``"min"`` (SAC/CQL) over heads in the actor loss.
+        actor_q: ``"min"`` over all ``N`` heads in the actor loss (SAC, CQL/Cal-QL, WSRL) or
+            ``"mean"`` (RLPD).
         critic_utd: critic minibatches per :meth:`update` (the batch is split into them).
         critic_warmup_updates: the first this many updates train critics only (PORL).
         cql_alpha, cql_n_actions, cql_temperature, cql_clip_diff: CQL(H) settings.
@@ -69,9 +70,12 @@ class QLAgent:
             precision that RLPD/WSRL ran with is also bf16). About 2-4x faster matmuls on
             CPUs with AVX512-BF16/AMX and on GPUs; Q-values carry ~3 significant digits.
         device: torch device; seed: seed of action sampling and target-head draws.
+        online_algo: the update rule from the trainer's online phase on (``None``: ``algo``);
+            ``algo="calql", online_algo="sac"`` is WSRL's pretrain-then-fine-tune in one run.
 
     Raises:
-        ValueError: unknown ``algo`` / ``actor_q``, or ``target_subset > num_critics``.
+        ValueError: unknown ``algo`` / ``online_algo`` / ``actor_q``, an IQL/SAC-family switch, or
+            ``target_subset > num_critics``.
     """
 
     def __init__(
@@ -86,17 +90,23 @@ class QLAgent:
         cql_temperature: float = 1.0, cql_clip_diff: Sequence[float] | None = None, iql_expectile: float = 0.7,
         iql_beta: float = 3.0, iql_max_weight: float = 100.0, grad_clip: float | None = None,
         matmul_dtype: str = "float32", device: str | torch.device = "cpu", seed: int = 0,
+        online_algo: str | None = None,
     ):
         if matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {matmul_dtype!r}")
-        if algo not in ALGOS:
-            raise ValueError(f"unknown algo {algo!r}; choose one of {ALGOS}")
+        for a in (algo, online_algo or algo):
+            if a not in ALGOS:
+                raise ValueError(f"unknown algo {a!r}; choose one of {ALGOS}")
+        if (online_algo == "iql") != (algo == "iql") and online_algo is not None:
+            raise ValueError(f"online_algo {online_algo!r} cannot follow algo {algo!r}: IQL and the SAC family "
+                             "train different networks")
         if actor_q not in ("mean", "min"):
             raise ValueError(f"actor_q must be 'mean' or 'min', got {actor_q!r}")
         if target_subset is not None and not 1 <= target_subset <= num_critics:
             raise ValueError(f"target_subset={target_subset} must be in [1, num_critics={num_critics}]")
         self.device = torch.device(device)
         self.algo, self.action_dim = algo, int(action_dim)
+        self.online_algo = online_algo
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         with torch.random.fork_rng(devices=[]):  # seeded network initialisation, global RNG untouched
             torch.manual_seed(seed)
@@ -140,6 +150,17 @@ class QLAgent:
     @property
     def actor(self):
         return self.policy.actor
+
+    def start_online(self) -> None:
+        """Called by the trainer when its online phase starts (also on resume): from then on
+        the updates follow ``online_algo`` (e.g. WSRL in one run: Cal-QL offline, SAC online)."""
+        if self.online_algo is not None:
+            self.algo = self.online_algo
+
+    @property
+    def needs_mc_returns(self) -> bool:
+        """Cal-QL bounds with MC returns-to-go: the trainer samples only ended episodes online."""
+        return self.algo == "calql"
 
     def _opt_step(self, opt, loss, module) -> None:
         opt.zero_grad(set_to_none=True)

@@ -181,6 +181,7 @@ def collect_pointmaze(
     *,
     action_noise: float = 0.5,
     action_scale: float = 1.0,
+    max_episode_steps: int | None = None,
     ref_episodes: int = 100,
 ) -> Path:
     """Generate a PointMaze goal-reaching dataset with the waypoint planner and write it with Minari.
@@ -198,6 +199,8 @@ def collect_pointmaze(
         action_noise: std of the Gaussian action noise, normalised action units (Minari: 0.5).
         action_scale: factor on the PD controller's action before the noise (1: Minari's
             planner; e.g. 0.1: a slow demonstrator, success ~0.7 on UMaze's 300 steps).
+        max_episode_steps: the task's time limit (``None``: the env id's); recorded in the
+            env spec, so fine-tuning and evaluation use it too.
         ref_episodes: task-env episodes for each reference score (Minari default 100).
 
     Returns:
@@ -214,7 +217,7 @@ def collect_pointmaze(
         raise ConfigError(f"action_scale must be in (0, 1], got {action_scale}")
     dataset_id = dataset_id or f"robotrl/pointmaze/{maze}-v1"
     env_id = MAZES[maze]
-    env = make_env(env_id, **TASK_KWARGS)
+    env = make_env(env_id, **TASK_KWARGS, **({"max_episode_steps": int(max_episode_steps)} if max_episode_steps else {}))
     rng = np.random.default_rng(seed)
     planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, action_scale=action_scale,
                           waypoint_jitter=0.1, rng=rng)

@@ -61,14 +61,15 @@ class MixedSampler:
         n_off = int(round(self.ratio(step) * batch_size))
         return n_off, batch_size - n_off
 
-    def sample(self, batch_size: int, *, step: int = 0, n_step: int = 1) -> Batch:
-        """A batch of ``B`` transitions, exactly ``split(B, step)`` from each buffer."""
+    def sample(self, batch_size: int, *, step: int = 0, n_step: int = 1, complete_only: bool = False) -> Batch:
+        """A batch of ``B`` transitions, exactly ``split(B, step)`` from each buffer
+        (``complete_only``: online rows only from ended episodes, see :meth:`ReplayBuffer.sample`)."""
         n_off, n_on = self.split(batch_size, step)
         parts = []
         if n_off:
             parts.append(self.offline.sample(n_off, n_step=n_step))
         if n_on:  # the online buffer may still hold fewer rows than its share: repeats are fine there
-            parts.append(self.online.sample(n_on, n_step=n_step, allow_small=True))
+            parts.append(self.online.sample(n_on, n_step=n_step, allow_small=True, complete_only=complete_only))
         out = Batch.cat(parts) if len(parts) > 1 else parts[0]
         device = out.rewards.device
         flag = torch.cat([torch.ones(n_off, device=device), torch.zeros(n_on, device=device)])

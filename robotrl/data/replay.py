@@ -11,7 +11,8 @@ of object: n-step returns and ``(To, Ta)`` windows follow links, so they never c
 episode end and never mix two envs' steps, whatever the storage order.
 
 Monte Carlo return-to-go (Cal-QL's ``V^μ``) is filled in when an episode closes; it is
-``-inf`` (no bound known) for transitions of episodes still running.
+``-inf`` (no bound known) for transitions of episodes still running; agents that use it
+sample with ``complete_only=True``.
 """
 
 from __future__ import annotations
@@ -214,12 +215,22 @@ class ReplayBuffer:
         return buf
 
     # ------------------------------------------------------------------ sampling
-    def _indices(self, batch_size: int) -> np.ndarray:
+    def _indices(self, batch_size: int, complete_only: bool = False) -> np.ndarray:
         if self.size == 0:
             raise BatchSizeError("the replay buffer is empty; collect or load data before sampling")
         if batch_size <= 0:
             raise BatchSizeError(f"batch size must be positive, got {batch_size}")
+        if complete_only:
+            done = self.complete_indices()
+            if done.size == 0:
+                raise BatchSizeError("no episode in the replay buffer has ended yet (no MC return known); "
+                                     "wait for the first complete episode before sampling complete_only")
+            return done[self.rng.integers(0, done.size, size=batch_size)]
         return self.rng.integers(0, self.size, size=batch_size)
+
+    def complete_indices(self) -> np.ndarray:
+        """Slots of transitions whose episode has ended (their MC return-to-go is known), ``(M,)``."""
+        return np.flatnonzero(np.isfinite(self.mc_returns[: self.size]))
 
     def _check_batch(self, batch_size: int) -> None:
         if batch_size > self.size:
@@ -245,11 +256,13 @@ class ReplayBuffer:
         return ret, disc, last
 
     def sample(self, batch_size: int, *, n_step: int = 1, indices: np.ndarray | None = None,
-               allow_small: bool = False) -> Batch:
+               allow_small: bool = False, complete_only: bool = False) -> Batch:
         """Uniformly sample transitions (``n_step > 1``: n-step returns along the episode).
 
         Sampling is with replacement; ``batch_size`` larger than the data is refused unless
         ``allow_small`` (e.g. the online share of a mixed batch while the buffer fills).
+        ``complete_only`` samples only transitions of ended episodes, whose MC return-to-go
+        is known (Cal-QL's reference adds online data a whole trajectory at a time).
 
         Returns:
             :class:`Batch` with ``(B, ·)`` fields; ``rewards`` the n-step sum,
@@ -261,7 +274,7 @@ class ReplayBuffer:
         """
         if not allow_small:
             self._check_batch(batch_size)
-        idx = self._indices(batch_size) if indices is None else np.asarray(indices)
+        idx = self._indices(batch_size, complete_only) if indices is None else np.asarray(indices)
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
         ret, disc, last = self._nstep(idx, n_step)
