@@ -177,7 +177,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> "Trainer | OnPolicyTrainer"
 
     data = None
     samples_offline = tcfg.offline_steps > 0 or tcfg.offline_ratio > 0
-    if samples_offline or tcfg.init_from:  # a warm start still evaluates like its pretraining (eval spec, ref scores)
+    pretrains = bool((cfg.agent.get("onpolicy") or {}).get("pretrain_steps"))
+    if samples_offline or tcfg.init_from or pretrains:  # a warm start still evaluates like its pretraining (eval spec, ref scores)
         data = load_dataset(ensure_dataset(cfg.dataset))
     task = task_env_args(cfg.env, data)  # the data's MDP: online and evaluation envs alike
     info = env_info(task["name"], task["env_kwargs"] or None)
@@ -219,8 +220,15 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> "Trainer | OnPolicyTrainer"
                             action_chunk=int(getattr(agent.policy, "Te", 1)), env_kwargs=task["env_kwargs"],
                             max_episode_steps=task["max_episode_steps"])
 
+        demos = None
+        if ocfg.pretrain_steps > 0:
+            if data is None:
+                raise ConfigError("agent.onpolicy.pretrain_steps > 0 needs a dataset (it pretrains on it)")
+            demos = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,
+                                              seed=int(cfg.seed))
         return OnPolicyTrainer(agent, run_dir, ocfg, make_train_envs=make_chunk_envs, make_eval_env=make_eval_env,
-                               ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved, title=title)
+                               ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved, title=title,
+                               offline_buffer=demos)
 
     # reward scale/bias: applied once, here to the offline data and by the trainer to online rewards,
     # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units

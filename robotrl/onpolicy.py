@@ -19,7 +19,9 @@ stops the bootstrap.
 An on-policy agent provides ``policy`` (deployable, with ``To``/``Te``), ``gamma``,
 ``reward_scaling`` (bool), ``rollout_act(obs_hist (N, To, Do)) -> (actions (N, Te, Da)
 or (N, Da) raw, extras {name: tensor (N, ...)})``, ``update_rollout(rollout, iteration)
--> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``
+-> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``,
+``bc_update(batch) -> metrics`` (``pretrain_steps`` of behaviour cloning on the dataset
+before the first online iteration: pretraining and fine-tuning in one run)
 and ``reset_rollout(env_ids)`` (called when those envs start a new episode: per-env state
 such as a base policy's chunk queue).
 """
@@ -216,6 +218,8 @@ class OnPolicyConfig:
     checkpoint_every: int = 10  # iterations
     max_env_steps: int | None = None  # stop once this many env steps were collected
     init_from: str | None = None      # pretrained checkpoint (agent.load_pretrained)
+    pretrain_steps: int = 0           # behaviour-cloning updates on the dataset before going online (agent.bc_update)
+    pretrain_batch_size: int = 256
     vectorization: str = "sync"
     progress: bool = True
 
@@ -240,7 +244,10 @@ class OnPolicyTrainer:
     def __init__(self, agent, run_dir: str | Path, config: OnPolicyConfig, *,
                  make_train_envs: Callable[[], gym.vector.VectorEnv], make_eval_env: Callable[[], gym.Env],
                  ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
-                 title: str = ""):
+                 title: str = "", offline_buffer=None):
+        if config.pretrain_steps > 0 and (offline_buffer is None or not hasattr(agent, "bc_update")):
+            raise ValueError("onpolicy.pretrain_steps > 0 needs a dataset and an agent with bc_update (e.g. agent=ppo)")
+        self.offline = offline_buffer
         self.agent, self.cfg, self.run_dir = agent, config, Path(run_dir)
         self.make_train_envs, self.make_eval_env = make_train_envs, make_eval_env
         self.ref_scores, self.seed, self.run_config, self.title = ref_scores, seed, run_config or {}, title
@@ -276,6 +283,14 @@ class OnPolicyTrainer:
         set_rng_state(state["rng"])
         return True
 
+    def _pretrain(self) -> None:
+        """``pretrain_steps`` behaviour-cloning updates on the offline buffer (BC then PPO in one run)."""
+        for i in range(self.cfg.pretrain_steps):
+            metrics = self.agent.bc_update(self.offline.sample(self.cfg.pretrain_batch_size))
+            if self.cfg.progress and (i + 1) % max(1, self.cfg.pretrain_steps // 5) == 0:
+                print(f"[pretrain update {i + 1}/{self.cfg.pretrain_steps}] bc_loss {float(metrics['bc_loss']):.4f}",
+                      flush=True)
+
     def _done(self) -> bool:
         c = self.cfg
         return self.iteration >= c.iterations or (c.max_env_steps is not None and self.step >= c.max_env_steps)
@@ -290,7 +305,12 @@ class OnPolicyTrainer:
         if not resumed:
             if self.cfg.init_from and hasattr(self.agent, "load_pretrained"):
                 self.agent.load_pretrained(self.cfg.init_from)
+            self._pretrain()
             self.evaluate("offline")
+            if self.cfg.pretrain_steps:  # a kill from here on resumes online, not from scratch
+                self.wall_time += time.time() - t0
+                t0 = time.time()
+                self.save()
         envs = self.make_train_envs()
         try:
             collector = RolloutCollector(envs, self.agent.policy.To, gamma=self.agent.gamma,

@@ -25,12 +25,12 @@ from robotrl.experiment import build_trainer, task_env_args
 # recipe -> (env config, dataset config, recipe overrides). Locomotion medium/expert record with the same
 # env as random (one collection env per task, only the acting policy differs) and would train PPO first.
 CASES = {
-    "pointmaze-umaze": ("pointmaze-umaze", "pointmaze-umaze", dict(num_steps=1500)),
-    "pointmaze-umaze-slow": ("pointmaze-umaze", "pointmaze-umaze-slow", dict(num_steps=1500)),
-    "pointmaze-medium": ("pointmaze-medium", "pointmaze-medium", dict(num_steps=1500)),
-    "pointmaze-medium-slow": ("pointmaze-medium", "pointmaze-medium-slow", dict(num_steps=1500)),
-    "pointmaze-large": ("pointmaze-large", "pointmaze-large", dict(num_steps=1500)),
-    "pointmaze-large-slow": ("pointmaze-large", "pointmaze-large-slow", dict(num_steps=1500)),
+    "pointmaze-umaze": ("pointmaze-umaze", "pointmaze-umaze-planner", dict(num_steps=1500)),
+    "pointmaze-umaze-slow": ("pointmaze-umaze", "pointmaze-umaze", dict(num_steps=1500)),
+    "pointmaze-medium": ("pointmaze-medium", "pointmaze-medium-planner", dict(num_steps=1500)),
+    "pointmaze-medium-slow": ("pointmaze-medium", "pointmaze-medium", dict(num_steps=1500)),
+    "pointmaze-large": ("pointmaze-large", "pointmaze-large-planner", dict(num_steps=1500)),
+    "pointmaze-large-slow": ("pointmaze-large", "pointmaze-large", dict(num_steps=1500)),
     "fetch-push-expert": ("fetch-push", "fetch-push-expert", dict(num_episodes=3)),
     "fetch-push-noisy": ("fetch-push", "fetch-push-noisy", dict(num_episodes=3)),
     "fetch-push-mixed": ("fetch-push", "fetch-push-mixed", dict(num_episodes=3)),

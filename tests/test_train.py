@@ -5,6 +5,7 @@ Real processes, real MuJoCo, real Minari files; small budgets so the file runs i
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from robotrl.experiment import build_trainer
 
 DATASET_ID = "robotrl/pointmaze/umaze-test-v0"
 TINY = [
+    "agent=bc",
     f"dataset.id={DATASET_ID}",
     "dataset.recipe_args.num_steps=3000",
     "+dataset.recipe_args.ref_episodes=3",
@@ -195,3 +197,41 @@ def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_module_root
     # 30-step episode ends (gymnasium's next-step autoreset)
     assert ckpt["step"] == 2 * 20 * 2 - 2
     assert (tmp_path / "ppo" / "report.json").exists()
+
+
+def test_default_main_job_is_offline_to_online():
+    cfg = _compose([])
+    assert cfg.agent.name == "bc-ppo" and cfg.agent.onpolicy.pretrain_steps > 0 and cfg.agent.onpolicy.iterations > 0
+    assert cfg.dataset.recipe == "pointmaze-umaze-slow"  # the sub-optimal demonstrator: room to improve online
+
+
+def test_bc_then_ppo_in_one_run_pretrains_evaluates_then_fine_tunes(minari_module_root, tmp_path):
+    """`robotrl train agent=bc-ppo`: BC on the data, the offline evaluation (the gain's reference),
+    a checkpoint, then PPO iterations from the pretrained actor; a restart resumes online."""
+    over = [*TINY[1:], "agent=bc-ppo", "agent.onpolicy.pretrain_steps=300", "agent.onpolicy.iterations=2",
+            "agent.onpolicy.steps_per_iter=40", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
+            "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=40",
+            "device=cpu"]
+    trainer = build_trainer(_compose(over), tmp_path / "run")
+    init = copy.deepcopy(trainer.agent.policy.actor.state_dict())
+    batch = trainer.offline.sample(512, indices=np.arange(512))
+
+    def bc_mse(policy) -> float:
+        with torch.no_grad():
+            mean = policy.actor(policy.obs_normalizer(batch.observations))[0]
+            return float((mean - policy.action_scaler.normalize(batch.actions).clamp(-1, 1)).pow(2).mean())
+
+    loss0 = bc_mse(trainer.agent.policy)
+    trainer.cfg.iterations = 0  # stop after pretraining: the offline evaluation and its checkpoint
+    summary = trainer.fit()
+    after = trainer.agent.policy
+    loss1 = bc_mse(after)
+    assert loss1 < 0.7 * loss0, (loss0, loss1)  # the data's N(0, 0.1²) action noise floors the MSE near 0.01
+    assert [h["phase"] for h in trainer.history] == ["offline"] and summary["online_steps"] == 0
+    pretrained = copy.deepcopy(after.actor.state_dict())
+    assert any(not torch.equal(init[k], pretrained[k]) for k in init)
+    # the same run dir goes on online from the pretrained checkpoint (no second pretraining)
+    resumed = build_trainer(_compose(over), tmp_path / "run")
+    summary = resumed.fit()
+    assert summary["resumed"] and [h["phase"] for h in resumed.history] == ["offline", "online", "online"]
+    assert summary["online_steps"] == 2 * 40 * 2

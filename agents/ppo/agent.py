@@ -17,9 +17,11 @@ import torch
 
 from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.networks import ValueNet
+from robotrl.agents.bc.loss import mse_loss
 from robotrl.agents.ppo.policy import GaussianPPOPolicy
 from robotrl.agents.ppo.update import ppo_epochs
 from robotrl.checkpoint import load_checkpoint
+from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError
 from robotrl.onpolicy import Rollout, compute_gae
@@ -39,6 +41,8 @@ class PPOAgent:
         target_kl: stop the update when approx KL exceeds it (``None``: never).
         max_grad_norm: gradient clip; critic_warmup_iters: iterations training only the critic.
         reward_scaling: running-std reward scaling.
+        bc_lr: Adam rate of :meth:`bc_update` (behaviour-cloning pretraining of the actor mean,
+            as ``agent=bc``'s MLP with its default rate).
         device, seed: torch device; seed of action sampling and minibatch order.
     """
 
@@ -49,7 +53,8 @@ class PPOAgent:
                  actor_lr: float = 1e-4, critic_lr: float = 1e-3, gamma: float = 0.99, gae_lambda: float = 0.95,
                  clip: float = 0.2, vf_coef: float = 0.5, n_epochs: int = 5, batch_size: int = 2048,
                  target_kl: float | None = 0.05, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
-                 reward_scaling: bool = True, device: str | torch.device = "cpu", seed: int = 0):
+                 reward_scaling: bool = True, bc_lr: float = 1e-3, device: str | torch.device = "cpu",
+                 seed: int = 0):
         self.device = torch.device(device)
         self.policy = GaussianPPOPolicy(obs_dim, action_dim, hidden, act=act, init_log_std=init_log_std,
                                         obs_clip=obs_clip)
@@ -63,8 +68,30 @@ class PPOAgent:
         self.max_grad_norm, self.critic_warmup_iters = max_grad_norm, int(critic_warmup_iters)
         self.reward_scaling = bool(reward_scaling)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.bc_opt = torch.optim.Adam(self.policy.actor.parameters(), lr=bc_lr)
 
     # ------------------------------------------------------------------ warm start
+    def bc_update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One behaviour-cloning step of the actor mean on dataset transitions (pretraining).
+
+        Deterministic BC (:func:`robotrl.agents.bc.loss.mse_loss`) in normalised units, as
+        ``agent=bc`` trains the same MLP; the exploration ``log_std`` stays at its initial
+        value, the critic is untouched.
+
+        Args:
+            batch: ``B`` transitions; ``observations (B, Do)``, ``actions (B, Da)`` raw.
+
+        Returns:
+            ``{"bc_loss": scalar tensor}``.
+        """
+        obs = self.policy.obs_normalizer(batch.observations.to(self.device))
+        target = self.policy.action_scaler.normalize(batch.actions.to(self.device)).clamp(-1.0, 1.0)
+        loss = mse_loss(self.policy.actor(obs)[0], target)
+        self.bc_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.bc_opt.step()
+        return {"bc_loss": loss.detach()}
+
     def load_pretrained(self, path: str) -> None:
         """Initialise from a BC checkpoint (actor + normalisers) or a PPO checkpoint (whole agent).
 

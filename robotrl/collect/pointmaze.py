@@ -18,10 +18,11 @@ which recreated D4RL's maze2d datasets, and D4RL's ``pointmaze/waypoint_controll
   entering the goal cell, discount 0.99) gives the next cell; a PD controller
   ``a = 10 (waypoint - xy) - 1 * velocity`` drives the ball to it, the waypoint
   advancing when the ball is within 0.1 m of it. Waypoints (not the final goal) are
-  jittered by U(-0.1, 0.1) m per axis. The controller output is multiplied by
-  ``action_scale`` (1: Minari's planner; < 1: a cautious, slow demonstrator whose data
-  leaves room for online improvement) and Gaussian noise N(0, ``action_noise``^2) is
-  added before clipping to [-1, 1] (Minari: scale 1, noise 0.5).
+  jittered by U(-0.1, 0.1) m per axis. The controller output, clipped to [-1, 1], is
+  multiplied by ``action_scale`` (1: Minari's planner; < 1: a cautious, slow
+  demonstrator whose data leaves room for online improvement) and Gaussian noise
+  N(0, ``action_noise``^2) is added before clipping to [-1, 1] again (Minari: scale 1,
+  noise 0.5).
 * Reference scores: ``ref_min_score`` = mean return of uniform random actions,
   ``ref_max_score`` = mean return of the noise-free full-speed planner, each over
   ``ref_episodes`` (default 100, as Minari's ``num_episodes_average_score``) task-env
@@ -69,7 +70,8 @@ class MazePlanner:
         kp, kd: PD gains; action = ``kp * (waypoint - xy) - kd * velocity`` (Minari: 10, 1).
         waypoint_threshold: distance in meters at which a waypoint counts as reached.
         action_noise: std of Gaussian noise added to each action (0 for the reference expert).
-        action_scale: factor on the controller's action before the noise (1: full speed).
+        action_scale: factor on the controller's clipped action before the noise: the
+            demonstrator's top speed as a fraction of the actuators' range (1: full speed).
         waypoint_jitter: half-width in meters of the uniform jitter of intermediate waypoints.
         rng: numpy Generator for noise and jitter.
 
@@ -158,7 +160,7 @@ class MazePlanner:
         elif cell != self._wp_cell and self.next_cell(cell, goal_cell) != self._wp_cell:
             # pushed off the route (noise, collisions): replan from where the ball is
             self._set_waypoint(self.next_cell(cell, goal_cell), goal_cell, goal_xy)
-        action = self.scale * (self.kp * (self._wp_xy - xy) - self.kd * vel)
+        action = self.scale * np.clip(self.kp * (self._wp_xy - xy) - self.kd * vel, -1.0, 1.0)
         if self.noise:
             action = action + self.rng.normal(0.0, self.noise, size=2)
         return np.clip(action, -1.0, 1.0).astype(np.float32)
@@ -197,8 +199,8 @@ def collect_pointmaze(
         overwrite: replace an existing dataset of that id.
         progress: show a tqdm bar over collection steps.
         action_noise: std of the Gaussian action noise, normalised action units (Minari: 0.5).
-        action_scale: factor on the PD controller's action before the noise (1: Minari's
-            planner; e.g. 0.1: a slow demonstrator, success ~0.7 on UMaze's 300 steps).
+        action_scale: factor on the PD controller's clipped action before the noise (1:
+            Minari's planner; e.g. 0.1: a slow demonstrator, success ~0.7 on UMaze's 300 steps).
         max_episode_steps: the task's time limit (``None``: the env id's); recorded in the
             env spec, so fine-tuning and evaluation use it too.
         ref_episodes: task-env episodes for each reference score (Minari default 100).

@@ -59,6 +59,11 @@ def _lazy(module: str, name: str) -> Callable[..., Path]:
     return call
 
 
+#: Time limits of the slow-demonstrator PointMaze tasks: half the env ids' (UMaze 300, Medium 600, Large 800),
+#: so the full-speed planner still succeeds (UMaze ~0.95) where the slow demonstrator often does not (~0.45).
+SLOW_LIMITS = {"umaze": 150, "medium": 300, "large": 400}
+
+
 def _build() -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
     pm = _lazy("robotrl.collect.pointmaze", "collect_pointmaze")
@@ -68,9 +73,11 @@ def _build() -> dict[str, Recipe]:
             f"PointMaze {maze} goal reaching: noisy Q-iteration waypoint planner, 1M steps (Minari's planner)",
         )
         recipes[f"pointmaze-{maze}-slow"] = Recipe(
-            f"pointmaze-{maze}-slow", pm, {"maze": maze, "action_scale": 0.1, "action_noise": 0.1},
+            f"pointmaze-{maze}-slow", pm,
+            {"maze": maze, "action_scale": 0.1, "action_noise": 0.1, "max_episode_steps": SLOW_LIMITS[maze]},
             f"robotrl/pointmaze/{maze}-slow-v1",
-            f"PointMaze {maze} goal reaching: a slow demonstrator (planner actions x0.1, noise 0.1), sub-optimal",
+            f"PointMaze {maze} goal reaching in {SLOW_LIMITS[maze]} steps: a slow demonstrator (planner actions x0.1, "
+            "noise 0.1), sub-optimal",
         )
     fe = _lazy("robotrl.collect.fetch", "collect_fetch")
     for task in ("push", "pickandplace"):
