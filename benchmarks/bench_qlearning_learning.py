@@ -247,7 +247,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5_000,
                     help="WSRL's no-update warmup and SB3's learning_starts (Cal-QL online and d3rlpy update from step 0)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-v0")
+    ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-slow-v1")
     ap.add_argument("--dataset-steps", type=int, default=0, help="regenerate size (0: the config's)")
     ap.add_argument("--d3rlpy-hidden", type=int, nargs="*", default=[],
                     help="d3rlpy actor/critic hidden widths (empty: d3rlpy's default, 256 256)")
@@ -261,7 +261,7 @@ def main() -> None:
     if args.smoke:
         args.seeds, args.offline_steps, args.online_steps, args.eval_every = [0], 200, 400, 200
         args.eval_episodes, args.warmup, args.dataset_steps = 2, 200, 3000
-        args.dataset_id = "robotrl/pointmaze/umaze-smoke-v0"
+        args.dataset_id = "robotrl/pointmaze/umaze-slow-smoke-v1"
         args.robotrl_extra = [*args.robotrl_extra, "agent.model.num_critics=2", "agent.model.hidden=[64,64]",
                               "agent.model.critic_hidden=[64,64]", "agent.model.cql_n_actions=4"]
     set_threads(args.threads)

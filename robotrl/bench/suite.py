@@ -68,15 +68,19 @@ Q = "benchmarks/results/quick"
 
 #: The Q-learning learning comparison of the quick tier (edit here; one constant).
 QUICK_QLEARNING_LEARNING_ARGS = (
-    "--seeds", "0", "1", "2", "--dataset-id", "robotrl/pointmaze/umaze-50k-v0", "--dataset-steps", "50000",
+    "--seeds", "0", "1", "2", "--dataset-id", "robotrl/pointmaze/umaze-slow-50k-v1", "--dataset-steps", "50000",
     "--offline-steps", "1000", "--online-steps", "2000", "--eval-every", "500", "--eval-episodes", "10",
     "--warmup", "500", "--threads", "1", "--d3rlpy-hidden", "128", "128", "--robotrl-extra",
     "agent.model.num_critics=2", "agent.model.hidden=[128,128]", "agent.model.critic_hidden=[128,128]")
 
-#: The BC main-job seed sweep of the quick tier (Hydra multirun overrides).
-QUICK_BC_SWEEP = ("seed=0,1,2", "trainer.offline_steps=5000")
+#: BC seed sweep of the quick tier on the full-speed planner's data (Hydra multirun overrides).
+QUICK_BC_SWEEP = ("seed=0,1,2", "agent=bc", "dataset=pointmaze-umaze-planner", "trainer.offline_steps=5000")
 
-#: robotrl BC vs d3rlpy BC on the main job's dataset (robotrl/pointmaze/umaze-v0), quick tier: as many
+#: The main job (BC pretraining then PPO fine-tuning on the slow demonstrator's data) at half its online
+#: budget, 3 seeds: a learning row whose regression limit is well above 0 (success near 1 after fine-tuning).
+QUICK_MAIN_SWEEP = ("seed=0,1,2", "agent.onpolicy.iterations=5")
+
+#: robotrl BC vs d3rlpy BC on the main job's dataset (robotrl/pointmaze/umaze-slow-v1), quick tier: as many
 #: updates as the quick BC sweep. Last in the tier, so the sweep (which generates that dataset on a fresh
 #: machine) has started long before: two processes generating one dataset at once would clash.
 QUICK_BC_ARGS = ("--seeds", "0", "1", "2", "--updates", "5000", "--threads", "1")
@@ -97,8 +101,10 @@ QUICK = [
          ("benchmarks/bench_qlearning_learning.py", *QUICK_QLEARNING_LEARNING_ARGS, "--out", "quick/qlearning_learning.json"),
          f"{Q}/qlearning_learning.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
          note="WSRL / Cal-QL online vs d3rlpy Cal-QL vs SB3 SAC"),
+    Task("main_job", "train-sweep", ("robotrl", "train", "-m", *QUICK_MAIN_SWEEP), f"{Q}/main_job.json",
+         note="the main job (BC then PPO, PointMaze UMaze slow demonstrator), 100k online steps, 3 seeds"),
     Task("bc_sweep", "train-sweep", ("robotrl", "train", "-m", *QUICK_BC_SWEEP), f"{Q}/bc_pointmaze.json",
-         note="the main job (BC, PointMaze UMaze), 3 seeds through Hydra's multirun"),
+         note="BC on the planner's PointMaze UMaze data, 3 seeds through Hydra's multirun"),
     Task("dppo_learning", "learning",
          ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "--env-steps", "20000", "--bc-updates", "1500",
           "--threads", "1", "--out", f"{Q}/dppo_learning.json"), f"{Q}/dppo_learning.json",
@@ -114,7 +120,7 @@ QUICK = [
 
 R = "benchmarks/results"
 _QL_FULL = ("--seeds", "0", "1", "2", "3", "--workers", "2", "--threads", "1", "--dataset-id",
-            "robotrl/pointmaze/umaze-50k-v0", "--dataset-steps", "50000", "--offline-steps", "4000", "--online-steps",
+            "robotrl/pointmaze/umaze-slow-50k-v1", "--dataset-steps", "50000", "--offline-steps", "4000", "--online-steps",
             "10000", "--eval-every", "1000", "--eval-episodes", "20", "--warmup", "1000", "--d3rlpy-hidden", "128", "128",
             "--robotrl-extra", "agent.model.num_critics=2", "agent.model.hidden=[128,128]",
             "agent.model.critic_hidden=[128,128]")
@@ -131,10 +137,11 @@ FULL = [
           "--out", f"{R}/dppo_throughput.json"), f"{R}/dppo_throughput.json"),
     Task("bridge", "throughput", ("benchmarks/bench_bridge.py", "--n", "3000", "--seconds", "5", "--out", f"{R}/bridge.json"),
          f"{R}/bridge.json"),
-    Task("bc_main", "train-sweep", ("robotrl", "train", "-m", "seed=0,1,2"), f"{R}/bc_pointmaze.json",
-         note="the main job with its defaults, 3 seeds"),
+    Task("main_job", "train-sweep", ("robotrl", "train", "-m", "seed=0,1,2"), f"{R}/main_job.json",
+         note="the main job with its defaults (BC then PPO, offline -> online), 3 seeds"),
     Task("bc_lr_sweep", "train-sweep",
-         ("robotrl", "train", "-m", "seed=0,1,2", "agent.model.lr=3e-4,1e-3,3e-3", "trainer.offline_steps=5000"),
+         ("robotrl", "train", "-m", "seed=0,1,2", "agent=bc", "dataset=pointmaze-umaze-planner",
+          "agent.model.lr=3e-4,1e-3,3e-3", "trainer.offline_steps=5000"),
          f"{R}/bc_lr_sweep.json", note="a hyper-parameter sweep through Hydra's multirun: BC learning rate x 3 seeds"),
     Task("dppo_learning", "learning",
          ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "3", "4", "--env-steps", "100000", "--threads", "1"),
