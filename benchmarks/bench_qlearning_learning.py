@@ -176,13 +176,13 @@ def _setup(args):
     """The dataset (generated on first use), and the train / eval env builders of every contender."""
     from robotrl.data import load_dataset
     from robotrl.envs import make_env
-    from robotrl.experiment import ensure_dataset, task_env_args
+    from robotrl.experiment import ensure_dataset, eval_env_args
 
     cfg = _compose([f"dataset.id={args.dataset_id}"] +
                    ([f"dataset.recipe_args.num_steps={args.dataset_steps}"] if args.dataset_steps else []))
     data = load_dataset(ensure_dataset(cfg.dataset))
     env_name = cfg.env.name
-    ev = task_env_args(cfg.env, data)  # the env robotrl's trainer evaluates in (the data's MDP)
+    ev = eval_env_args(cfg.env, data)  # the env robotrl's trainer evaluates in (the data's MDP)
 
     def make_train_env():
         return make_env(env_name)

@@ -84,8 +84,7 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
     function and fine-tuned on another sees its targets jump and collapses). The
     configured env must describe the same MDP; render settings (``render_mode``,
     ``width``, ...) may differ. ``env.match_dataset: false`` opts out: the configured env
-    is used as given (and, with ``env.eval_from_dataset``, the dataset's ``eval_env_spec``
-    for evaluation, as Minari's D4RL datasets intend).
+    is used as given (evaluation then follows :func:`eval_env_args`).
 
     Args:
         env_cfg: the ``env`` config group (``name``, ``kwargs``, ``max_episode_steps``,
@@ -107,7 +106,7 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
     if not spec_json:
         return configured
     if not env_cfg.get("match_dataset", True):
-        return _legacy_eval_args(configured, env_cfg, data)
+        return configured
     spec = json.loads(spec_json)
     data_id, data_kwargs, data_limit = spec["id"], spec.get("kwargs") or {}, spec.get("max_episode_steps")
     fix = ("pick the env the dataset was recorded in (its env_spec above), or set env.match_dataset=false "
@@ -138,8 +137,19 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
             "max_episode_steps": data_limit if env_cfg.max_episode_steps is None else env_cfg.max_episode_steps}
 
 
-def _legacy_eval_args(configured: dict[str, Any], env_cfg: DictConfig, data: OfflineData) -> dict[str, Any]:
-    """``env.match_dataset=false``: evaluation on the dataset's ``eval_env_spec`` when ``eval_from_dataset``."""
+def eval_env_args(env_cfg: DictConfig, data: OfflineData | None, task: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Arguments of :func:`robotrl.envs.make_env` for evaluation: the data's MDP
+    (:func:`task_env_args`); with ``env.match_dataset: false`` the configured env, or the
+    dataset's ``eval_env_spec`` when ``env.eval_from_dataset`` (as Minari's D4RL datasets intend).
+
+    ``task``: :func:`task_env_args`'s answer when the caller has it already.
+
+    Raises:
+        ConfigError: as :func:`task_env_args`.
+    """
+    configured = task if task is not None else task_env_args(env_cfg, data)
+    if data is None or env_cfg.get("match_dataset", True):
+        return configured
     spec_json = data.metadata.get("eval_env_spec")
     if not (env_cfg.get("eval_from_dataset", True) and spec_json):
         return configured
@@ -197,7 +207,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> "Trainer | OnPolicyTrainer"
     agent = instantiate(cfg.agent.model, obs_dim=obs_dim, action_dim=action_dim, obs_normalizer=obs_norm,
                         action_scaler=action_scaler, device=device, seed=int(cfg.seed), _convert_="all")
 
-    ev = _legacy_eval_args(task, cfg.env, data) if data is not None and not cfg.env.get("match_dataset", True) else task
+    ev = eval_env_args(cfg.env, data, task)
     ref_scores = data.ref_scores if data is not None else None
 
     def make_eval_env():
