@@ -288,6 +288,8 @@ class OnPolicyTrainer:
         final, first = self.history[-1], self.history[0]
         summary = {"title": self.title, "final_return": final["return_mean"],
                    "final_normalized_score": final["normalized_score"], "final_success_rate": final["success_rate"],
+                   "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
+                   "success_metric": final.get("success_metric", "n/a"),
                    "offline_return": first["return_mean"], "offline_success_rate": first["success_rate"],
                    "online_steps": self.step, "iterations": self.iteration,
                    "wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir)}

@@ -72,6 +72,11 @@ def format_onset(summary: dict) -> str | None:
             + ", ".join(f"{k} {_fmt(v)}" for k, v in dips))
 
 
+def success_metric(history: list[dict]) -> str:
+    """Which success ``success_rate`` is in these evaluations: "final-step", "any-step" (or "n/a")."""
+    return next((h["success_metric"] for h in reversed(history) if h.get("success_metric")), "n/a")
+
+
 def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Path | None:
     """PNG of evaluation return (and success / normalised score when known) against step."""
     import matplotlib
@@ -95,10 +100,12 @@ def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Pat
         if offline_end is not None:
             ax.axvline(offline_end, color="gray", ls="--", lw=1, label="online starts")
             ax.legend(loc="best", fontsize=8)
+        label = m
         if m == "success_rate":
             ax.set_ylim(-0.05, 1.05)
+            label = f"success rate ({success_metric(history)})"
         ax.set_xlabel("step (offline updates, then online env steps)")
-        ax.set_ylabel(m)
+        ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
@@ -125,10 +132,21 @@ def write_report(run_dir: Path, *, summary: dict, history: list[dict], config: d
             lines.append(f"| {k} | ({v[0]}, {v[1]}] |")
     if any(k.startswith("onset_dip_") for k in summary):
         lines += ["", f"_{ONSET_DEFINITION}._"]
-    lines += ["", "## Evaluations", "", "| phase | step | return | normalized score | success rate | episodes |", "|---|---|---|---|---|---|"]
+    metric = success_metric(history)
+    both = metric == "final-step"  # the convention is the final step: the any-step rate beside it
+    lines += ["", "## Evaluations", "",
+              f"| phase | step | return | normalized score | success rate ({metric}) |"
+              + (" success rate (any-step) |" if both else "") + " episodes |",
+              "|---|---|---|---|---|" + ("---|" if both else "") + "---|"]
+    nan = float("nan")
     for h in history:
-        lines.append(f"| {h.get('phase')} | {h['step']} | {_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', float('nan')))} | "
-                     f"{_fmt(h.get('normalized_score', float('nan')))} | {_fmt(h.get('success_rate', float('nan')))} | {int(h.get('episodes', 0))} |")
+        lines.append(f"| {h.get('phase')} | {h['step']} | {_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))} | "
+                     f"{_fmt(h.get('normalized_score', nan))} | {_fmt(h.get('success_rate', nan))} | "
+                     + (f"{_fmt(h.get('success_any_rate', nan))} | " if both else "") + f"{int(h.get('episodes', 0))} |")
+    if metric != "n/a":
+        from robotrl.evaluation import SUCCESS_CONVENTION
+
+        lines += ["", f"_Success: {SUCCESS_CONVENTION}._"]
     if "plot" in paths:
         lines += ["", f"![learning curve]({paths['plot'].name})"]
     paths["markdown"].write_text("\n".join(lines) + "\n")

@@ -340,6 +340,8 @@ class Trainer:
             "final_return": final["return_mean"],
             "final_normalized_score": final["normalized_score"],
             "final_success_rate": final["success_rate"],
+            "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
+            "success_metric": final.get("success_metric", "n/a"),
             "offline_steps": self.cfg.offline_steps,
             "online_steps": self.cfg.online_steps,
             "gradient_updates": self.updates,
