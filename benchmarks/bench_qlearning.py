@@ -41,7 +41,7 @@ Allocator before/after (``--malloc-compare``; project venv, no d3rlpy needed)::
 runs the same robotrl CQL/Cal-QL update (fp32; the default config's network, N = 10
 LayerNorm heads, and the 2-critic network above) in fresh subprocesses, alternately with
 glibc's default allocator (``ROBOTRL_MALLOC_TUNE=0``) and with the setting ``import
-robotrl`` applies (:mod:`robotrl._alloc`: mmap and trim thresholds 256 MiB). Each
+robotrl`` applies (:mod:`robotrl._alloc`: mmap threshold 256 MiB, trim threshold 1 GiB). Each
 subprocess warms up, then times ``--malloc-updates`` updates and counts minor page faults
 (``resource.getrusage(RUSAGE_SELF).ru_minflt``) over them. Reported: median updates/s per
 setting, the paired ratio tuned/default per repeat (median), page faults per update and
@@ -182,7 +182,7 @@ def malloc_compare(args) -> None:
                 if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "ROBOTRL_MALLOC_TUNE")}
     results, rows = {}, []
     for algo in args.algos.split(","):
-        for net in MALLOC_NETS:
+        for net in [n for n in MALLOC_NETS if args.malloc_nets in ("all", n)]:
             runs = {k: [] for k in settings}
             for rep in range(args.repeats):
                 order = list(settings) if rep % 2 == 0 else list(settings)[::-1]
@@ -224,6 +224,8 @@ def main() -> None:
     ap.add_argument("--malloc-compare", action="store_true",
                     help="CQL/Cal-QL updates/s and page faults with glibc's default allocator vs robotrl's setting")
     ap.add_argument("--malloc-updates", type=int, default=20, help="timed updates per --malloc-compare subprocess")
+    ap.add_argument("--malloc-nets", default="all", choices=["all", *MALLOC_NETS],
+                    help="--malloc-compare: the networks to run")
     ap.add_argument("--malloc-worker", nargs=2, metavar=("ALGO", "NET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.malloc_worker:
