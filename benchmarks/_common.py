@@ -28,6 +28,12 @@ def set_threads(n: int = 2) -> None:
     torch.set_num_threads(n)
 
 
+def _success_convention() -> str:
+    from robotrl.evaluation import SUCCESS_CONVENTION
+
+    return SUCCESS_CONVENTION
+
+
 def environment() -> dict:
     """Versions and machine facts recorded next to every result."""
     import gymnasium
@@ -52,6 +58,7 @@ def environment() -> dict:
         "gymnasium": gymnasium.__version__,
         "mujoco": mujoco.__version__,
         "robotrl": getattr(robotrl, "__version__", "?"),
+        "success_convention": _success_convention(),  # which step counts for success (robotrl.evaluation)
         "argv": sys.argv,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

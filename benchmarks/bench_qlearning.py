@@ -33,12 +33,30 @@ robotrl's WSRL network (N = 10 heads with LayerNorm, min over 2 random target he
 Contenders are timed round-robin (``benchmarks/_common.run_interleaved``), with the
 median over repeats and the paired ratio ours/d3rlpy per repeat. Results go to stdout
 and ``benchmarks/results/qlearning_throughput.json``.
+
+Allocator before/after (``--malloc-compare``; project venv, no d3rlpy needed)::
+
+    python benchmarks/bench_qlearning.py --malloc-compare --threads 1
+
+runs the same robotrl CQL/Cal-QL update (fp32; the default config's network, N = 10
+LayerNorm heads, and the 2-critic network above) in fresh subprocesses, alternately with
+glibc's default allocator (``ROBOTRL_MALLOC_TUNE=0``) and with the setting ``import
+robotrl`` applies (:mod:`robotrl._alloc`: mmap threshold 256 MiB, trim threshold 1 GiB). Each
+subprocess warms up, then times ``--malloc-updates`` updates and counts minor page faults
+(``resource.getrusage(RUSAGE_SELF).ru_minflt``) over them. Reported: median updates/s per
+setting, the paired ratio tuned/default per repeat (median), page faults per update and
+peak RSS. Results go to ``benchmarks/results/qlearning_malloc.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +150,67 @@ def d3rlpy_update(algo: str, data: dict):
     return fn
 
 
+MALLOC_NETS = {"N=10 LN (default config)": dict(num_critics=10, target_subset=2, critic_layer_norm=True, actor_q="mean"),
+               "2 critics": {}}
+
+
+def malloc_worker(algo: str, net: str, updates: int, warmup: int, threads: int) -> dict:
+    """In this (fresh) process: time ``updates`` CQL/Cal-QL updates after ``warmup``, count minor page faults."""
+    import resource
+
+    set_threads(threads)
+    from robotrl import _alloc  # importing robotrl applies (or, with ROBOTRL_MALLOC_TUNE=0, skips) the setting
+
+    fn = ours(algo, hopper_batch(), **MALLOC_NETS[net])
+    for _ in range(warmup):
+        fn()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    for _ in range(updates):
+        fn()
+    dt = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    return {"algo": algo, "net": net, "allocator": dict(_alloc.STATE), "updates": updates, "seconds": dt,
+            "updates_per_s": updates / dt, "minflt_per_update": (ru1.ru_minflt - ru.ru_minflt) / updates,
+            "sys_s_per_update": (ru1.ru_stime - ru.ru_stime) / updates, "maxrss_mib": ru1.ru_maxrss / 1024}
+
+
+def malloc_compare(args) -> None:
+    """Same update with glibc's default allocator and with robotrl's setting, in alternating subprocesses."""
+    settings = {"default": {"ROBOTRL_MALLOC_TUNE": "0"}, "robotrl": {}}
+    base_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "ROBOTRL_MALLOC_TUNE")}
+    results, rows = {}, []
+    for algo in args.algos.split(","):
+        for net in [n for n in MALLOC_NETS if args.malloc_nets in ("all", n)]:
+            runs = {k: [] for k in settings}
+            for rep in range(args.repeats):
+                order = list(settings) if rep % 2 == 0 else list(settings)[::-1]
+                for name in order:
+                    cmd = [sys.executable, __file__, "--malloc-worker", algo, net, "--malloc-updates",
+                           str(args.malloc_updates), "--threads", str(args.threads)]
+                    out = subprocess.run(cmd, env={**base_env, **settings[name]}, capture_output=True, text=True,
+                                         check=True)
+                    runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            rate = {k: statistics.median(r["updates_per_s"] for r in v) for k, v in runs.items()}
+            flt = {k: statistics.median(r["minflt_per_update"] for r in v) for k, v in runs.items()}
+            ratio = statistics.median(t["updates_per_s"] / d["updates_per_s"] for t, d in zip(runs["robotrl"], runs["default"]))
+            results[f"{algo} {net}"] = {"runs": runs, "updates_per_s": rate, "minflt_per_update": flt,
+                                        "ratio_robotrl_over_default": ratio}
+            rows.append([algo, net, f"{rate['default']:.2f}", f"{rate['robotrl']:.2f}", f"{ratio:.2f}x",
+                         f"{flt['default']:.0f}", f"{flt['robotrl']:.0f}",
+                         f"{statistics.median(r['maxrss_mib'] for r in runs['default']):.0f} / "
+                         f"{statistics.median(r['maxrss_mib'] for r in runs['robotrl']):.0f}"])
+            print(rows[-1], flush=True)
+    print(format_table(["algo", "network", "default upd/s", "robotrl upd/s", "ratio (paired)", "default faults/upd",
+                        "robotrl faults/upd", "peak RSS MiB default / robotrl"], rows))
+    env = environment()
+    path = write_json(args.out if args.out != "qlearning_throughput.json" else "qlearning_malloc.json",
+                      {"environment": env, "batch_size": 256, "repeats": args.repeats,
+                       "updates_per_run": args.malloc_updates, "results": results})
+    print(f"results: {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -142,7 +221,23 @@ def main() -> None:
     ap.add_argument("--unfused", action="store_true",
                     help="also time the previous float32 critic pass (module by module), for before/after ratios")
     ap.add_argument("--out", default="qlearning_throughput.json", help="file name under benchmarks/results/")
+    ap.add_argument("--malloc-compare", action="store_true",
+                    help="CQL/Cal-QL updates/s and page faults with glibc's default allocator vs robotrl's setting")
+    ap.add_argument("--malloc-updates", type=int, default=20, help="timed updates per --malloc-compare subprocess")
+    ap.add_argument("--malloc-nets", default="all", choices=["all", *MALLOC_NETS],
+                    help="--malloc-compare: the networks to run")
+    ap.add_argument("--malloc-worker", nargs=2, metavar=("ALGO", "NET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.malloc_worker:
+        print(json.dumps(malloc_worker(*args.malloc_worker, args.malloc_updates, warmup=10, threads=args.threads)))
+        return
+    if args.malloc_compare:
+        if args.algos == "sac,cql,calql,iql":
+            args.algos = "cql,calql"
+        if args.quick:
+            args.repeats, args.malloc_updates = 2, 10
+        malloc_compare(args)
+        return
     if args.quick:
         args.repeats, args.block = 3, 1.5
     set_threads(args.threads)

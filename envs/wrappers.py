@@ -133,25 +133,46 @@ class SuccessInfo(gym.Wrapper):
     episode (the reset included). Kitchen's task lists, which the env mutates in place,
     are copied into the info.
 
+    Which step counts for an episode's success (:attr:`success_convention`): ``"final"``
+    for tasks that report ``info["is_success"]`` (gymnasium-robotics goal envs: Fetch, Shadow
+    hand), whose convention (HER, Plappert et al. 2018) is success at the episode's final
+    step; ``"any"`` for the others (mazes, Adroit, Kitchen: D4RL counts a goal reached at
+    any step). :func:`robotrl.evaluation.evaluate` reports both and names the convention's
+    one ``success_rate``.
+
+    Args:
+        env: the env to wrap.
+        convention: ``"final"`` or ``"any"`` to override the family's convention.
+
     Attributes:
         reports_success: True once the inner env has reported a success signal.
+        success_convention: ``"final"``/``"any"`` once known (the first success signal), else ``None``.
     """
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, convention: str | None = None):
         super().__init__(env)
+        if convention not in (None, "final", "any"):
+            raise ValueError(f"success convention must be 'final', 'any' or None, got {convention!r}")
+        self._convention = convention
+        self.success_convention: str | None = convention
         self.reports_success = False
         self._episode_success = False
         self._kitchen_tasks: list[str] = []
 
+    def _reports(self, family_convention: str) -> None:
+        self.reports_success = True
+        if self.success_convention is None:
+            self.success_convention = self._convention or family_convention
+
     def _success(self, info: dict) -> bool:
         if "is_success" in info:
-            self.reports_success = True
+            self._reports("final")
             return bool(np.asarray(info["is_success"]).item())
         if "success" in info:
-            self.reports_success = True
+            self._reports("any")
             return bool(np.asarray(info["success"]).item())
         if "episode_task_completions" in info:
-            self.reports_success = True
+            self._reports("any")
             for key in ("episode_task_completions", "tasks_to_complete", "step_task_completions"):
                 if key in info:
                     info[key] = list(info[key])

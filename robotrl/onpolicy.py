@@ -295,6 +295,25 @@ class OnPolicyTrainer:
         c = self.cfg
         return self.iteration >= c.iterations or (c.max_env_steps is not None and self.step >= c.max_env_steps)
 
+    def _summary(self, resumed: bool) -> dict:
+        """Final and starting scores, and the onset dips (:func:`robotrl.report.onset_summary`, as the
+        off-policy :class:`~robotrl.trainer.Trainer`'s summary; updates start at env step 0)."""
+        from robotrl.report import format_onset, onset_summary
+
+        final, first = self.history[-1], self.history[0]
+        summary = {"title": self.title, "final_return": final["return_mean"],
+                   "final_normalized_score": final["normalized_score"], "final_success_rate": final["success_rate"],
+                   "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
+                   "success_metric": final.get("success_metric", "n/a"),
+                   "offline_return": first["return_mean"], "offline_success_rate": first["success_rate"],
+                   "online_steps": self.step, "iterations": self.iteration,
+                   "wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir)}
+        summary.update(onset_summary(self.history, online_start=0, first_update=0, budget=self.step))
+        line = format_onset(summary)
+        if self.cfg.progress and line:
+            print(line, flush=True)
+        return summary
+
     def fit(self) -> dict:
         """Run (or resume) fine-tuning; returns the summary (also written as the report)."""
         from robotrl.report import write_report
@@ -332,12 +351,7 @@ class OnPolicyTrainer:
                     self.save()
         finally:
             envs.close()
-        final, first = self.history[-1], self.history[0]
-        summary = {"title": self.title, "final_return": final["return_mean"],
-                   "final_normalized_score": final["normalized_score"], "final_success_rate": final["success_rate"],
-                   "offline_return": first["return_mean"], "offline_success_rate": first["success_rate"],
-                   "online_steps": self.step, "iterations": self.iteration,
-                   "wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir)}
+        summary = self._summary(resumed)
         paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
         summary["report_paths"] = {k: str(v) for k, v in paths.items()}
         return summary

@@ -9,11 +9,72 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+#: summary key -> evaluation key of the metrics whose onset dip the run report gives
+ONSET_METRICS = {"return": "return_mean", "success": "success_rate", "normalized_score": "normalized_score"}
+ONSET_DEFINITION = ("onset dip = lowest evaluation within 10 % of the online budget after gradient updates start "
+                    "(at least the first one after they start) - the last offline evaluation; n/a without an "
+                    "offline evaluation or with no online evaluation before the final one "
+                    "(robotrl.bench.stats.onset_dip, as in the bench tables)")
+
 
 def _fmt(x) -> str:
     if isinstance(x, float):
         return "n/a" if math.isnan(x) else f"{x:.3f}"
     return str(x)
+
+
+def onset_summary(history: list[dict], *, online_start: int, first_update: int = 0,
+                  budget: float | None = None) -> dict:
+    """Onset dips of a run from its evaluation history, by the bench suite's definition.
+
+    Calls :func:`robotrl.bench.stats.onset_dip` (the one definition; see
+    :data:`ONSET_DEFINITION`) on the online evaluations with env steps counted from the start
+    of the online phase.
+
+    Args:
+        history: evaluation records (``phase`` "offline"/"online", ``step``, metric keys).
+        online_start: the history ``step`` at which the online phase starts (the trainer's
+            ``offline_steps``; 0 for on-policy fine-tuning).
+        first_update: online env steps before gradient updates begin (a no-update warmup).
+        budget: online env steps of the run (``None``: the last evaluation's).
+
+    Returns:
+        ``{}`` without offline or online evaluations, else ``onset_dip_<metric>`` for return
+        (always), success and normalised score (where the evaluations have them; NaN where
+        :func:`onset_dip` is undefined) and ``onset_window_env_steps`` ``[lo, hi]``.
+    """
+    from robotrl.bench.stats import onset_dip
+
+    offline = [h for h in history if h.get("phase") == "offline"]
+    online = [h for h in history if h.get("phase") == "online"]
+    if not offline or not online:
+        return {}
+    out = {}
+    for name, key in ONSET_METRICS.items():
+        ref = float(offline[-1].get(key, float("nan")))
+        if name != "return" and math.isnan(ref):
+            continue
+        curve = [(h["step"] - online_start, float(h.get(key, float("nan")))) for h in online]
+        dip = onset_dip(ref, curve, budget, first_update)
+        out[f"onset_dip_{name}"] = float("nan") if dip is None else dip
+    b = float(budget) if budget is not None else float(online[-1]["step"] - online_start)
+    out["onset_window_env_steps"] = [int(first_update), int(first_update + 0.1 * b)]
+    return out
+
+
+def format_onset(summary: dict) -> str | None:
+    """One console line with the onset dips of ``summary`` (``None`` when it has none)."""
+    dips = [(k[len("onset_dip_"):], v) for k, v in summary.items() if k.startswith("onset_dip_")]
+    if not dips:
+        return None
+    lo, hi = summary.get("onset_window_env_steps", ("?", "?"))
+    return (f"onset dip (lowest online evaluation in env steps ({lo}, {hi}] - offline): "
+            + ", ".join(f"{k} {_fmt(v)}" for k, v in dips))
+
+
+def success_metric(history: list[dict]) -> str:
+    """Which success ``success_rate`` is in these evaluations: "final-step", "any-step" (or "n/a")."""
+    return next((h["success_metric"] for h in reversed(history) if h.get("success_metric")), "n/a")
 
 
 def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Path | None:
@@ -39,10 +100,12 @@ def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Pat
         if offline_end is not None:
             ax.axvline(offline_end, color="gray", ls="--", lw=1, label="online starts")
             ax.legend(loc="best", fontsize=8)
+        label = m
         if m == "success_rate":
             ax.set_ylim(-0.05, 1.05)
+            label = f"success rate ({success_metric(history)})"
         ax.set_xlabel("step (offline updates, then online env steps)")
-        ax.set_ylabel(m)
+        ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
@@ -65,10 +128,25 @@ def write_report(run_dir: Path, *, summary: dict, history: list[dict], config: d
     for k, v in summary.items():
         if k != "title" and not isinstance(v, (dict, list)):
             lines.append(f"| {k} | {_fmt(v)} |")
-    lines += ["", "## Evaluations", "", "| phase | step | return | normalized score | success rate | episodes |", "|---|---|---|---|---|---|"]
+        elif k == "onset_window_env_steps":
+            lines.append(f"| {k} | ({v[0]}, {v[1]}] |")
+    if any(k.startswith("onset_dip_") for k in summary):
+        lines += ["", f"_{ONSET_DEFINITION}._"]
+    metric = success_metric(history)
+    both = metric == "final-step"  # the convention is the final step: the any-step rate beside it
+    lines += ["", "## Evaluations", "",
+              f"| phase | step | return | normalized score | success rate ({metric}) |"
+              + (" success rate (any-step) |" if both else "") + " episodes |",
+              "|---|---|---|---|---|" + ("---|" if both else "") + "---|"]
+    nan = float("nan")
     for h in history:
-        lines.append(f"| {h.get('phase')} | {h['step']} | {_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', float('nan')))} | "
-                     f"{_fmt(h.get('normalized_score', float('nan')))} | {_fmt(h.get('success_rate', float('nan')))} | {int(h.get('episodes', 0))} |")
+        lines.append(f"| {h.get('phase')} | {h['step']} | {_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))} | "
+                     f"{_fmt(h.get('normalized_score', nan))} | {_fmt(h.get('success_rate', nan))} | "
+                     + (f"{_fmt(h.get('success_any_rate', nan))} | " if both else "") + f"{int(h.get('episodes', 0))} |")
+    if metric != "n/a":
+        from robotrl.evaluation import SUCCESS_CONVENTION
+
+        lines += ["", f"_Success: {SUCCESS_CONVENTION}._"]
     if "plot" in paths:
         lines += ["", f"![learning curve]({paths['plot'].name})"]
     paths["markdown"].write_text("\n".join(lines) + "\n")

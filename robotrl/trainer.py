@@ -46,7 +46,7 @@ from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import CheckpointError
 from robotrl.evaluation import evaluate
 from robotrl.policy import act, policy_state
-from robotrl.report import write_report
+from robotrl.report import format_onset, onset_summary, write_report
 from robotrl.utils import get_rng_state, set_rng_state
 
 
@@ -353,12 +353,13 @@ class Trainer:
     def _summary(self, resumed: bool) -> dict:
         final = self.history[-1]
         offline = [h for h in self.history if h["phase"] == "offline"]
-        online = [h for h in self.history if h["phase"] == "online"]
         out = {
             "title": self.title,
             "final_return": final["return_mean"],
             "final_normalized_score": final["normalized_score"],
             "final_success_rate": final["success_rate"],
+            "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
+            "success_metric": final.get("success_metric", "n/a"),
             "offline_steps": self.cfg.offline_steps,
             "online_steps": self.cfg.online_steps,
             "gradient_updates": self.updates,
@@ -369,6 +370,14 @@ class Trainer:
         if offline:
             out["offline_return"] = offline[-1]["return_mean"]
             out["offline_normalized_score"] = offline[-1]["normalized_score"]
-        if offline and online:
-            out["onset_dip_return"] = online[0]["return_mean"] - offline[-1]["return_mean"]
+            out["offline_success_rate"] = offline[-1]["success_rate"]
+        out.update(onset_summary(self.history, online_start=self.cfg.offline_steps,
+                                 first_update=self.cfg.online_warmup_steps, budget=self.cfg.online_steps))
+        dips = {k: v for k, v in out.items() if k.startswith("onset_dip_")}
+        if dips:
+            self._log("summary", dips, self.step)  # after fit() closed the writer: reopens, so close again
+            self.writer.close()
+            line = format_onset(out)
+            if self.cfg.progress and line:
+                print(line, flush=True)
         return out

@@ -149,7 +149,7 @@ def test_offline_only_bc_result_renders_scores_and_its_updates_per_s_part():
     learn, tp = normalize(doc, "bc")
     assert {r["method"] for r in learn["runs"] if r["peer"]} == {"d3rlpy BC"}
     text = learning_table(learn)
-    assert "| method | n | normalised score | success rate | wall s |" in text and "regret" not in text
+    assert "| method | n | normalised score | success rate (any-step) | wall s |" in text and "regret" not in text
     assert "| d3rlpy BC (peer) | 3 | 60.0 [60.0, 60.0] | 1.00 [1.00, 1.00] |" in text
     row = tp["rows"][0]
     assert row["what"] == "BC updates/s" and row["ratio"] == pytest.approx(2.0) and "2.00×" in throughput_table(tp)

@@ -46,8 +46,14 @@ def versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     return out
 
 
+def _success_convention() -> str:
+    from robotrl.evaluation import SUCCESS_CONVENTION  # success numbers measured from here on follow it
+
+    return SUCCESS_CONVENTION
+
+
 def environment(extra: tuple[str, ...] = ()) -> dict:
     """Machine (CPU count and model, load average, platform), versions and the UTC time."""
     return {"cpu_count": os.cpu_count(), "cpu_model": cpu_model(), "load_average": load_average(),
-            "platform": platform.platform(), "versions": versions(extra),
+            "platform": platform.platform(), "versions": versions(extra), "success_convention": _success_convention(),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

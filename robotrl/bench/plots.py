@@ -8,7 +8,7 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from robotrl.bench.stats import iqm, summarize  # noqa: E402
-from robotrl.bench.tables import METRIC_NAMES  # noqa: E402
+from robotrl.bench.tables import metric_name  # noqa: E402
 
 
 def _points(run: dict) -> dict[float, float]:
@@ -53,7 +53,7 @@ def learning_plot(doc: dict, path: str | Path) -> Path | None:
         if len(rs) > 1:
             ax.fill_between(steps, [s["lo"] for s in stats], [s["hi"] for s in stats], color=color, alpha=0.15)
     ax.set_xlabel("online env steps")
-    ax.set_ylabel(f"{METRIC_NAMES[doc['metric']]} (IQM over seeds, 95 % CI)")
+    ax.set_ylabel(f"{metric_name(doc)} (IQM over seeds, 95 % CI)")
     ax.set_title(f"{doc['benchmark']}: {doc.get('task', '')}"[:90], fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")

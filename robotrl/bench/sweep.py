@@ -87,6 +87,9 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
                      "seed": int(cfg.get("seed", len(runs))), "offline_score": off.get(key) if off else None,
                      "curve": curve, "success_curve": succ, "wall_s": doc.get("summary", {}).get("wall_time_s"),
                      "sweep_job": reports[len(runs)].parent.name})
-    return validate_learning({"benchmark": benchmark, "task": ", ".join(sorted(tasks)), "metric": metric,
-                              "budgets": sorted(budgets), "runs": runs, "command": command, "argv": list(argv),
-                              "environment": environment()})
+    kinds = {h.get("success_metric", "any-step") for d in docs for h in d["history"] if _finite(h.get("success_rate"))}
+    doc = {"benchmark": benchmark, "task": ", ".join(sorted(tasks)), "metric": metric, "budgets": sorted(budgets),
+           "runs": runs, "command": command, "argv": list(argv), "environment": environment()}
+    if kinds:  # reports written before final-step success existed counted any step
+        doc["success_metric"] = kinds.pop() if len(kinds) == 1 else "mixed (" + ", ".join(sorted(kinds)) + ")"
+    return validate_learning(doc)

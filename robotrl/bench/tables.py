@@ -16,6 +16,27 @@ from robotrl.bench.stats import METRIC_MAX, final_score, iqm, onset_dip, regret,
 METRIC_NAMES = {"return": "return", "success": "success rate", "normalized_score": "normalised score"}
 
 
+def success_metric(doc: dict) -> str:
+    """Which success a learning document's success rates are: ``"final-step"`` or ``"any-step"``.
+
+    The document's own ``success_metric`` when it has one (sweeps of ``robotrl train`` runs
+    record it); else, for results measured under :data:`robotrl.evaluation.SUCCESS_CONVENTION`
+    (their ``environment`` records it), final-step for Fetch tasks and any-step for the others;
+    results recorded before that counted a success at any step for every task.
+    """
+    if doc.get("success_metric"):
+        return str(doc["success_metric"])
+    if (doc.get("environment") or {}).get("success_convention"):
+        return "final-step" if "fetch" in str(doc.get("task", "")).lower() else "any-step"
+    return "any-step"
+
+
+def metric_name(doc: dict, metric: str | None = None) -> str:
+    """The metric's name for a table, success rates with the step that counts: "success rate (final-step)"."""
+    metric = metric or doc["metric"]
+    return f"success rate ({success_metric(doc)})" if metric == "success" else METRIC_NAMES[metric]
+
+
 def fmt(v, metric: str | None = None) -> str:
     """A number for a table: 2 decimals for success rates and small values, fewer for large ones; "—" for none."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -101,7 +122,7 @@ def offline_table(doc: dict) -> str:
     for r in doc["runs"]:
         methods.setdefault(r["method"], []).append(r)
     success = metric != "success" and any(r.get("offline_success") is not None for r in doc["runs"])
-    head = ["method", "n", METRIC_NAMES[metric]] + (["success rate"] if success else []) + ["wall s"]
+    head = ["method", "n", metric_name(doc)] + ([metric_name(doc, "success")] if success else []) + ["wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for m, s in st["methods"].items():
         name = f"{m} (peer)" if s["peer"] else m
@@ -109,7 +130,7 @@ def offline_table(doc: dict) -> str:
         if success:
             row.append(cell(summarize([r.get("offline_success") for r in methods[m]]), "success"))
         lines.append("| " + " | ".join(row + [cell(s["wall"])]) + " |")
-    lines += ["", f"Offline only (no online phase): {METRIC_NAMES[metric]} of the trained policy; cells: IQM over "
+    lines += ["", f"Offline only (no online phase): {metric_name(doc)} of the trained policy; cells: IQM over "
               "seeds [95 % bootstrap CI]; wall s: the run's wall time as the benchmark records it."]
     return "\n".join(lines)
 
@@ -132,7 +153,7 @@ def learning_table(doc: dict) -> str:
     best = st["best"]
     ref = ("the metric's maximum" if METRIC_MAX.get(metric) is not None else "the best final IQM in the table")
     lines.append("")
-    lines.append(f"Metric: {METRIC_NAMES[metric]}; cells: IQM over seeds [95 % bootstrap CI]; budgets in online env "
+    lines.append(f"Metric: {metric_name(doc)}; cells: IQM over seeds [95 % bootstrap CI]; budgets in online env "
                  f"steps; regret = mean over online evaluations of ({fmt(best, metric)} − score), {fmt(best, metric)} "
                  f"being {ref}; onset dip = lowest score within 10 % of the budget after gradient updates start (after a no-update warmup, if any) − offline score.")
     return "\n".join(lines)
