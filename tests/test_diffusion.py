@@ -43,7 +43,7 @@ def test_ddim_with_eta_one_on_consecutive_steps_is_the_ddpm_posterior():
     s = DiffusionSchedule(10, x0_clip=None)
     g = torch.Generator().manual_seed(0)
     x, eps = torch.randn(6, 4, 3, generator=g), torch.randn(6, 4, 3, generator=g)
-    k = torch.tensor([9, 7, 5, 3, 2, 1])
+    k = torch.tensor([9, 7, 5, 3, 1, 0])  # k = 0 too: the final step is noise-free in both (DPPO's clamped β̃_0)
     m1, s1 = s.ddpm_step(x, k, eps)
     m2, s2 = s.ddim_step(x, k, k - 1, eps, eta=1.0)
     torch.testing.assert_close(m1, m2, atol=1e-5, rtol=1e-4)

@@ -53,10 +53,7 @@ def _direct_logprob(agent: DPPOAgent, cond, x_prev, x_next, j: int, use_ddim: bo
     else:
         beta = 1 - a / a_prev
         mean = a_prev.sqrt() * beta / (1 - a) * x0 + (a / a_prev).sqrt() * (1 - a_prev) / (1 - a) * x
-        var = beta * (1 - a_prev) / (1 - a)
-        if t == 0:  # the clipped log-variance of DDPM: β̃_1 at k = 0
-            a1, a0 = ac[1], ac[0]
-            var = (1 - a1 / a0) * (1 - a0) / (1 - a1)
+        var = beta * (1 - a_prev) / (1 - a)  # 0 at t = 0 (DPPO clamps it to 1e-20): the floor decides
         sigma = var.sqrt()
     sigma = torch.clamp(torch.as_tensor(sigma, dtype=torch.float64), min=agent.min_logprob_std)
     return torch.distributions.Normal(mean, sigma).log_prob(x_next.double())
@@ -89,14 +86,58 @@ def test_rollout_chain_is_sampled_with_the_exploration_floor():
     actions, ext = agent.rollout_act(obs)
     chain = ext["chains"]
     assert actions.shape == (512, 2, 2) and (np.abs(actions) <= 1).all()
-    # last step: x_final = mean + max(σ_0, 0.1)·clip(ε, ±3) (σ_0 the clipped posterior std)
+    # last step: x_final = mean + 0.1·clip(ε, ±3) (σ_0 ≈ 0, the exploration floor decides)
     p, k = agent.policy, torch.zeros(512, dtype=torch.long)
     with torch.no_grad():
         mean, _ = p.schedule.ddpm_step(chain[:, -2], k, p.denoiser_ft(chain[:, -2], k, p.condition(torch.as_tensor(obs))))
     resid = chain[:, -1] - mean
-    sigma = max(float(p.schedule.post_logvar[0].mul(0.5).exp()), 0.1)
+    sigma = 0.1
     assert float(resid.std()) == pytest.approx(sigma, rel=0.1) and float(resid.abs().max()) <= 3 * sigma + 1e-5
     np.testing.assert_allclose(actions, chain[:, -1, :2].clamp(-1, 1).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("K", [5, 20])
+def test_final_denoising_step_std_is_the_floor(K):
+    """DPPO clamps the final step's posterior variance near 0 (``ddpm_logvar_clipped``), so the
+    0.1 exploration / log-prob floors set its std — for K=5 (the benchmark's policy) the copied
+    β̃_1 had given 0.283, for K=20 0.076 (below the floor, so the floor hid it there)."""
+    torch.manual_seed(0)
+    agent = _agent(denoising_steps=K, ft_denoising_steps=K, min_sampling_std=0.1, min_logprob_std=0.1)
+    p = agent.policy
+    assert float(p.schedule.post_logvar[0].mul(0.5).exp()) < 1e-6
+    # sampling: the final step's noise has std 0.1
+    obs = np.zeros((2048, 1, 8), np.float32)
+    chain = agent.rollout_act(obs)[1]["chains"]
+    cond = p.condition(torch.as_tensor(obs))
+    k0 = torch.zeros(2048, dtype=torch.long)
+    with torch.no_grad():
+        mean, std = p.schedule.ddpm_step(chain[:, -2], k0, p.denoiser_ft(chain[:, -2], k0, cond))
+    assert float(std.clamp(min=agent.min_sampling_std).max()) == pytest.approx(0.1)
+    assert float((chain[:, -1] - mean).std()) == pytest.approx(0.1, rel=0.03)
+    # log-prob: the final pair is scored under N(mean, 0.1²)
+    last = torch.full((2048,), agent.Kp - 1, dtype=torch.long)
+    with torch.no_grad():
+        got = agent.step_log_prob(cond, chain[:, -2], chain[:, -1], last)
+    torch.testing.assert_close(got, torch.distributions.Normal(mean, 0.1).log_prob(chain[:, -1]), atol=1e-4, rtol=1e-4)
+
+
+def test_checkpoint_with_the_old_final_step_variance_loads_the_dppo_one(tmp_path):
+    """A diffusion checkpoint written when k=0 carried β̃_1 is fine-tuned with DPPO's final-step variance."""
+    from robotrl.agents.diffusion import DiffusionPolicy
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.policy import policy_state
+
+    dp = DiffusionPolicy(8, 2, action_horizon=4, act_steps=2, denoising_steps=5, denoiser_kwargs={"hidden": [32, 32]})
+    dp.set_normalizers(ObservationNormalizer.identity(8), ActionScaler(-np.ones(2), np.ones(2)))
+    state = policy_state(dp)
+    old = state["state_dict"]["schedule.post_logvar"].clone()
+    old[0] = old[1]  # what checkpoints before the fix hold
+    state["state_dict"]["schedule.post_logvar"] = old
+    save_checkpoint(tmp_path / "old.pt", {"policy": state})
+    agent = _agent(denoising_steps=5, ft_denoising_steps=5)
+    agent.load_pretrained(str(tmp_path / "old.pt"))
+    assert float(agent.policy.schedule.post_logvar[0].mul(0.5).exp()) < 1e-6
+    assert float(load_policy(str(tmp_path / "old.pt")).schedule.post_logvar[0].mul(0.5).exp()) < 1e-6
 
 
 def test_clip_schedule_for_one_and_many_fine_tuned_steps():

@@ -13,7 +13,9 @@ Setting (chosen for a dense, low-variance signal; measured while designing, 1 to
   goal cell (top left) two cells apart, dense reward ``exp(-distance)``, goal kept fixed
   (``continuing_task=True, reset_target=False``), 50-step episodes.
 * DPPO: tiny denoiser (2x64 residual MLP), K = K' = 5, Ta = Te = 4, 10 envs x 2 episodes per
-  iteration (1,000 env steps), 40 iterations (40k env steps). In design runs (training seeds
+  iteration (1,000 env steps), 40 iterations (40k env steps). For a test-sized budget the trust
+  region is wider than the reference's (actor lr 1e-3, clip 0.1 / base 0.05, no KL stop);
+  ``benchmarks/bench_dppo_learning.py`` runs the reference values (lr 1e-4, clip 0.01, KL 1). In design runs (training seeds
   0, 1, 2, 30k steps) the return rose 9.2 -> 15.6, 9.3 -> 13.5, 9.4 -> 15.2.
 """
 

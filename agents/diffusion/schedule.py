@@ -42,6 +42,15 @@ def ddim_timesteps(K: int, n: int) -> torch.Tensor:
     return (torch.arange(n) * step).flip(0)
 
 
+def _post_logvar(K: int) -> torch.Tensor:
+    """``log(max(β̃_k, 1e-20))`` ``(K,)`` of the cosine schedule, ``β̃_k = β_k (1-ᾱ_{k-1})/(1-ᾱ_k)``
+    (``β̃_0 = 0``: the last reverse step is noise-free unless a std floor applies)."""
+    betas = cosine_betas(K)
+    ac = torch.cumprod(1 - betas, 0)
+    ac_prev = torch.cat([torch.ones(1), ac[:-1]])
+    return torch.log((betas * (1 - ac_prev) / (1 - ac)).clamp(min=1e-20))
+
+
 def _bcast(v: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Gather ``v[k]`` ``(B,)`` and shape it ``(B, 1, 1)`` to broadcast over ``(Ta, Da)``."""
     return v[k].view(-1, 1, 1)
@@ -64,17 +73,28 @@ class DiffusionSchedule(nn.Module):
         alphas = 1 - betas
         ac = torch.cumprod(alphas, 0)
         ac_prev = torch.cat([torch.ones(1), ac[:-1]])
-        post_var = betas * (1 - ac_prev) / (1 - ac)
         reg = self.register_buffer
         reg("betas", betas)
         reg("alphas_cumprod", ac)
         reg("alphas_cumprod_prev", ac_prev)
         reg("sqrt_ac", ac.sqrt())
         reg("sqrt_1m_ac", (1 - ac).sqrt())
-        # log of the posterior variance, clipped at k=0 where it is 0 (as DDPM/DPPO do)
-        reg("post_logvar", torch.log(torch.cat([post_var[1:2], post_var[1:]])) if K > 1 else torch.log(betas))
+        # log of the posterior variance, clamped at 1e-20 as DPPO does (``ddpm_logvar_clipped`` in
+        # irom-princeton/dppo model/diffusion/diffusion.py): the final step's (k=0) variance is 0,
+        # so its std is ~1e-10 and callers' floors decide it (DPPO: min_sampling/logprob std 0.1).
+        # Not the improved-DDPM copy of β̃_1 into k=0, which gave 0.28 at K=5 and out-ranked the floor.
+        reg("post_logvar", _post_logvar(K))
         reg("post_coef_x0", betas * ac_prev.sqrt() / (1 - ac))
         reg("post_coef_xk", (1 - ac_prev) * alphas.sqrt() / (1 - ac))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # the buffers are functions of K; ``post_logvar`` is recomputed rather than loaded, so a
+        # checkpoint written before the final-step variance followed DPPO (β̃_1 at k=0) samples
+        # and scores log-probs like a new one
+        key = prefix + "post_logvar"
+        if key in state_dict:
+            state_dict[key] = self.post_logvar.clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ------------------------------------------------------------------ training
     def q_sample(self, x0: torch.Tensor, k: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -91,7 +111,7 @@ class DiffusionSchedule(nn.Module):
         """DDPM reverse step ``p(x^{k-1} | x^k)``: returns ``(mean (B,Ta,Da), std (B,1,1))``.
 
         mean = posterior mean of ``q(x^{k-1} | x^k, x0̂)`` with the clamped ``x0̂``; std =
-        ``exp(0.5·log β̃_k)`` (clipped log-variance). Callers floor the std (DPPO).
+        ``exp(0.5·log max(β̃_k, 1e-20))`` (~1e-10 at ``k = 0``). Callers floor the std (DPPO).
         """
         x0 = self.predict_x0(x, k, eps)
         mean = _bcast(self.post_coef_x0, k) * x0 + _bcast(self.post_coef_xk, k) * x

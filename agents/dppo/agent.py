@@ -56,7 +56,8 @@ class DPPOAgent:
         gamma, gae_lambda, gamma_denoising: discounts (per chunk step) and GAE λ.
         clip, clip_base, clip_rate: clip schedule (ε of the final step, ε_base, growth rate 3).
         actor_lr, critic_lr, critic_hidden, critic_act: optimisers and value net.
-        n_epochs, batch_size: epochs and minibatch size in pairs ``M``.
+        n_epochs, batch_size: epochs and minibatch size in pairs ``M`` (``max(1, ⌊pairs/M⌋)`` minibatches
+            per epoch, the remainder of the shuffled pairs skipped, as DPPO does).
         target_kl: early-stop threshold on approx KL (``None``: off).
         vf_coef, max_grad_norm, critic_warmup_iters, reward_scaling: as named.
         device, seed: torch device; seed of sampling noise and minibatch order.
@@ -218,8 +219,8 @@ class DPPOAgent:
         for _ in range(self.n_epochs):
             perm = torch.randperm(P, generator=self.gen, device=self.device)
             stop = False
-            for s in range(0, P, self.batch_size):
-                out = self._minibatch(d, perm[s: s + self.batch_size], train_actor)
+            for b in range(max(1, P // self.batch_size)):  # as DPPO: whole minibatches, the remainder skipped
+                out = self._minibatch(d, perm[b * self.batch_size: (b + 1) * self.batch_size], train_actor)
                 for k, v in out.items():
                     stats.setdefault(k, []).append(float(v))
                 if train_actor and self.target_kl is not None and float(out["approx_kl"]) > self.target_kl:
