@@ -149,3 +149,46 @@ def test_fetch_offpolicy_experiment_composes_resfit_schedule():
     assert m.obs_std_floor == 0.1 and m.critic_layer_norm
     assert cfg.agent.reward_bias == 1.0  # Fetch's sparse −1/0 reward becomes ResFiT's 0/1 success reward
     assert m.base_noise_steps == t.online_warmup_steps
+
+
+def test_fetch_residual_ppo_experiment_composes_resip_defaults_scaled_to_the_cpu():
+    cfg = _compose(["experiment=fetch-push-residual-ppo"])
+    o, m = cfg.agent.onpolicy, cfg.agent.model
+    # large batches per update: was 16-32 envs × 50 steps (800-1600 samples) over 10 epochs
+    assert o.num_envs * o.steps_per_iter >= 6400 and m.batch_size >= 3200 and m.n_epochs == 50
+    assert m.gamma == pytest.approx(1 - 1 / 50)  # fitted to Fetch's 50-step horizon, not 0.999
+    assert (m.clip, m.gae_lambda, m.target_kl, m.max_grad_norm, m.vf_coef) == (0.2, 0.95, 0.1, 1.0, 1.0)
+    assert (m.residual_scale, m.init_log_std, m.learn_log_std, m.obs_clip) == (0.1, -1.0, False, 3.0)
+    from hydra.utils import instantiate
+
+    agent = instantiate(m, obs_dim=DO, action_dim=DA, obs_normalizer=ObservationNormalizer.identity(DO),
+                        action_scaler=SCALER, base=_base(), _convert_="all")
+    obs = _obs(8)
+    assert torch.equal(agent.policy(obs), agent.policy.base(obs))  # zero-initialised output: exactly the base
+    assert not agent.policy.log_std.requires_grad and float(agent.policy.log_std.mean()) == -1.0
+
+
+def test_success_termination_ends_training_episodes_at_success_only():
+    from test_residual_learning import ENV, KW, biased_pd_base
+
+    from robotrl.agents.residual import make_success_terminating_envs
+    from robotrl.envs import make_env
+    from robotrl.policy import act
+
+    base = biased_pd_base(bias=0.0)  # reaches the goal (success 1.0 over 50 episodes)
+    for wrapped in (True, False):
+        kw = dict(num_envs=2, seed=0, vectorization="sync", max_episode_steps=100, env_kwargs=KW)
+        envs = make_success_terminating_envs(ENV, **kw) if wrapped else make_env(ENV, **kw)
+        obs, _ = envs.reset(seed=0)
+        first_success, first_term = None, None
+        for t in range(100):
+            obs, r, term, trunc, info = envs.step(act(base, obs))
+            if first_success is None and info["success"][0]:
+                first_success = t
+            if first_term is None and term[0]:
+                first_term = t
+            if first_term is not None:
+                break
+        envs.close()
+        assert first_success is not None and first_success < 99
+        assert first_term == (first_success if wrapped else None)
