@@ -178,6 +178,12 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     trainer = build_trainer(cfg, run_dir)
     # `robotrl train` has no success-termination switch yet: swap in training envs that end at success
     trainer.make_train_envs = _train_env_factory(task, int(cfg.trainer.num_envs), seed, success_termination)
+    if success_termination:  # the demonstrations end at success too (as ResFiT's), with the 0/1 reward
+        from robotrl.agents.residual import terminate_at_success
+
+        fetch_success_reward = 0.0  # Fetch's sparse reward at success, before the agent's scale/bias
+        terminate_at_success(trainer.offline, float(cfg.agent.reward_scale) * fetch_success_reward
+                             + float(cfg.agent.reward_bias))
     summary = trainer.fit()
     wall = time.time() - t
     return {**final_step_success(trainer.agent.policy, task, eval_episodes),

@@ -192,3 +192,20 @@ def test_success_termination_ends_training_episodes_at_success_only():
         envs.close()
         assert first_success is not None and first_success < 99
         assert first_term == (first_success if wrapped else None)
+
+
+def test_terminate_at_success_cuts_nstep_returns_of_demos_that_go_on_after_success():
+    from robotrl.agents.residual import terminate_at_success
+    from robotrl.data import ReplayBuffer
+
+    buf = ReplayBuffer(16, 2, 1, gamma=0.9, num_envs=1, seed=0)
+    rewards = [0.0, 0.0, 1.0, 1.0, 1.0]  # a demo that reaches the goal at step 2 and stays (no termination)
+    for t, r in enumerate(rewards):
+        o = np.full((1, 2), t, np.float32)
+        buf.add(o, np.zeros((1, 1), np.float32), np.array([r], np.float32), o + 1, np.array([False]),
+                np.array([t == len(rewards) - 1]))
+    before = buf.sample(1, n_step=3, indices=np.array([1]))
+    assert not bool(before.terminated[0]) and float(before.rewards[0]) == pytest.approx(0.9 + 0.81)
+    assert terminate_at_success(buf, 1.0) == 3
+    after = buf.sample(1, n_step=3, indices=np.array([1]))
+    assert bool(after.terminated[0]) and float(after.rewards[0]) == pytest.approx(0.9)  # stops at the success

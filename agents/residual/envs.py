@@ -54,3 +54,19 @@ def make_success_terminating_envs(name: str, *, num_envs: int, seed: int | None 
     if seed is not None:
         venv.action_space.seed(int(seed))
     return venv
+
+
+def terminate_at_success(buffer, success_reward: float = 1.0) -> int:
+    """Mark every transition of ``buffer`` whose reward is ``success_reward`` as terminated; returns how many.
+
+    Offline demonstrations recorded in non-terminating envs (Fetch) go on after their success;
+    ResFiT's demos end there (``done`` = reward = 1). Without this, a critic trained on such demos
+    and on success-terminated online data gets two targets for reaching the goal: ``1`` online,
+    ``1 + γ Q(s', a')`` (up to ``1/(1 − γ)``) offline. n-step sums stop at terminated steps
+    (:meth:`robotrl.data.ReplayBuffer.sample`), so marking is enough. For 0/1 success rewards
+    (Fetch with ``reward_bias: 1``) ``success_reward`` is 1.
+    """
+    n = len(buffer)
+    hit = buffer.rewards[:n] == float(success_reward)
+    buffer.terminated[:n] |= hit
+    return int(hit.sum())
