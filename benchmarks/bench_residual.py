@@ -4,14 +4,25 @@ For each seed, at the same env-step budget:
 
 1. **base** — BC (MLP) trained on a few noisy scripted demonstrations
    (``robotrl.collect.collect_fetch(task, "noisy", demos)``), evaluated as is;
-2. **residual PPO** (ResiP, :class:`robotrl.agents.residual.ResidualPPOAgent`) on the frozen base;
-3. **off-policy residual** (ResFiT, :class:`robotrl.agents.residual.ResidualOffPolicyAgent`,
-   TD3-style, ensemble critic, n-step 3, half of each batch from the demonstrations);
+2. **residual PPO** (ResiP, :class:`robotrl.agents.residual.ResidualPPOAgent`) on the frozen base,
+   with the agent's ResiP defaults (α 0.1, fixed log-std −1, 50 epochs, target KL 0.1) and the
+   config's collection (``--num-envs`` × ``--steps-per-iter`` = 32 × 200 = 6400 samples per
+   update, γ ``--gamma`` 0.98 = 1 − 1/H);
+3. **off-policy residual** (ResFiT, :class:`robotrl.agents.residual.ResidualOffPolicyAgent`
+   through ``robotrl train``'s ``experiment=fetch-<task>-residual-offpolicy``: TD3 residual α 0.1
+   with noise σ 0.05 on the scaled residual, target actor, ``--critic-n`` 10 LayerNorm heads,
+   n-step 3, UTD ``--utd`` 4 on one env, 0/1 success reward, half of each batch from the
+   demonstrations; ``--hidden`` sets actor and critic widths — 256 as the config, 128 to fit
+   a 2-core budget);
 4. **full fine-tuning** of the base with Gaussian PPO (:class:`robotrl.agents.ppo.PPOAgent`
-   initialised from the BC run, i.e. DPPO's Gaussian baseline).
+   initialised from the BC run, i.e. DPPO's Gaussian baseline), same collection and γ.
 
-It records final success rate (``evaluate``, ``--eval-episodes`` episodes, seeds 10 000+),
-env steps actually used and wall time of each run, and writes JSON plus a markdown table.
+Training envs end episodes on success (ResiP/ResFiT; :func:`robotrl.agents.residual.make_success_terminating_envs`,
+``--no-success-termination`` to turn it off); evaluation envs keep Fetch's 50-step episodes.
+Success is measured at the FINAL step of each evaluation episode (``success``: the object is at
+the goal when the episode ends; ``--eval-episodes`` episodes, seeds 10 000+) and also at any step
+(``success_any_step``, what ``robotrl.evaluation.evaluate`` reported when this was written).
+It records env steps actually used and wall time of each run, and writes JSON plus a markdown table.
 The JSON (under ``benchmarks/results/``, rewritten after every run with ``"partial": true``
 until the end) is in the normalised learning form of ``robotrl.bench.schema`` (``runs``,
 ``budgets``, ``metric`` "success", ``command``, ``environment``) plus ``args``, ``summary``,
@@ -21,6 +32,9 @@ Usage (one torch thread, as on the shared 2-core machine)::
 
     python benchmarks/bench_residual.py --task push --seeds 0 1 2 --budget 20000
     python benchmarks/bench_residual.py --quick          # smoke run: 1 seed, tiny budgets (~3 min)
+
+``--budget`` is the env-step budget of every method; ``--offpolicy-budget`` overrides it for the
+off-policy residual (its UTD-4 updates cost far more CPU per env step than PPO's).
 """
 
 from __future__ import annotations
@@ -56,16 +70,56 @@ def _data_overrides(task: str, demos: int) -> list[str]:
             "+dataset.recipe_args.ref_episodes=5", "torch_threads=1", "trainer.progress=false"]
 
 
+def final_step_success(policy, task: str, episodes: int, seed: int = 10_000, num_envs: int = 10) -> dict:
+    """Success at the final step and at any step of ``episodes`` Fetch episodes (fixed 50-step length, no termination)."""
+    from robotrl.envs import make_env
+    from robotrl.policy import act
+
+    final, anyst = [], []
+    envs = make_env(f"fetch-{task}", num_envs=num_envs, seed=seed, vectorization="sync")
+    try:
+        for r in range(-(-episodes // num_envs)):
+            obs, _ = envs.reset(seed=seed + r * num_envs)
+            policy.reset()
+            ever = np.zeros(num_envs, bool)
+            done = np.zeros(num_envs, bool)
+            while not done.all():
+                obs, _, term, trunc, info = envs.step(act(policy, obs))
+                succ = np.asarray(info["success"], bool)
+                ever |= succ & ~done
+                ended = (term | trunc) & ~done
+                for i in np.flatnonzero(ended):
+                    final.append(bool(succ[i]))
+                    anyst.append(bool(ever[i]))
+                done |= term | trunc
+    finally:
+        envs.close()
+    return {"success": float(np.mean(final[:episodes])), "success_any_step": float(np.mean(anyst[:episodes]))}
+
+
 def train_base(task: str, demos: int, bc_steps: int, seed: int, run_dir: Path, eval_episodes: int) -> dict:
     """BC on ``demos`` noisy demonstrations through ``robotrl train`` machinery; returns its summary."""
     from robotrl.experiment import build_trainer
+    from robotrl.policy import load_policy
 
     cfg = _compose([f"experiment=fetch-{task}-residual-base", *_data_overrides(task, demos), f"seed={seed}",
                     f"trainer.offline_steps={bc_steps}", f"trainer.eval_every={bc_steps}",
                     f"trainer.checkpoint_every={bc_steps}", f"trainer.eval_episodes={eval_episodes}"])
     t = time.time()
     summary = build_trainer(cfg, run_dir).fit()
-    return {"success": summary["final_success_rate"], "wall_s": time.time() - t}
+    wall = time.time() - t
+    return {**final_step_success(load_policy(run_dir), task, eval_episodes), "trainer_success": summary["final_success_rate"],
+            "wall_s": wall}
+
+
+def _train_env_factory(task: str, num_envs: int, seed: int, success_termination: bool):
+    from robotrl.agents.residual import make_success_terminating_envs
+    from robotrl.envs import make_env
+
+    name = f"fetch-{task}"
+    if success_termination:
+        return lambda: make_success_terminating_envs(name, num_envs=num_envs, seed=seed, vectorization="sync")
+    return lambda: make_env(name, num_envs=num_envs, seed=seed, vectorization="sync")
 
 
 def _sizes(task: str, demos: int):
@@ -78,51 +132,63 @@ def _sizes(task: str, demos: int):
 
 
 def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, budget: int, num_envs: int,
-                 run_dir: Path, eval_episodes: int) -> dict:
-    """Residual PPO (``kind="residual_ppo"``) or full Gaussian-PPO fine-tuning (``"full_ppo"``) for ``budget`` env steps."""
+                 run_dir: Path, eval_episodes: int, steps_per_iter: int = 200, gamma: float = 0.98,
+                 success_termination: bool = True) -> dict:
+    """Residual PPO (``kind="residual_ppo"``, ResiP defaults) or full Gaussian-PPO fine-tuning (``"full_ppo"``)."""
     from robotrl.agents.ppo import PPOAgent
     from robotrl.agents.residual import ResidualPPOAgent
     from robotrl.envs import make_env
     from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 
     info, obs_norm, scaler = _sizes(task, demos)
-    common = dict(obs_normalizer=obs_norm, action_scaler=scaler, seed=seed, gamma=0.99)
-    if kind == "residual_ppo":
-        agent = ResidualPPOAgent(info.obs_dim, info.action_dim, base=base_dir, residual_scale=0.2, n_epochs=10,
-                                 batch_size=1024, critic_warmup_iters=1, **common)
+    common = dict(obs_normalizer=obs_norm, action_scaler=scaler, seed=seed, gamma=gamma)
+    if kind == "residual_ppo":  # the agent's ResiP defaults: α 0.1, 50 epochs, minibatch 3200, target KL 0.1
+        agent = ResidualPPOAgent(info.obs_dim, info.action_dim, base=base_dir, critic_warmup_iters=1, **common)
     else:
         agent = PPOAgent(info.obs_dim, info.action_dim, n_epochs=10, batch_size=1024, critic_warmup_iters=1, **common)
         agent.load_pretrained(str(base_dir))
-    steps = 50  # one Fetch episode per env per iteration
-    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=steps, num_envs=num_envs, eval_every=10**6,
+    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=steps_per_iter, num_envs=num_envs, eval_every=10**6,
                          eval_episodes=eval_episodes, eval_envs=10, checkpoint_every=10**6, max_env_steps=budget,
                          progress=False)
     name = f"fetch-{task}"
     t = time.time()
     summary = OnPolicyTrainer(agent, run_dir, cfg, seed=seed,
-                              make_train_envs=lambda: make_env(name, num_envs=num_envs, seed=seed, vectorization="sync"),
+                              make_train_envs=_train_env_factory(task, num_envs, seed, success_termination),
                               make_eval_env=lambda: make_env(name)).fit()
-    return {"success": summary["final_success_rate"], "start_success": summary["offline_success_rate"],
-            "env_steps": summary["online_steps"], "wall_s": time.time() - t}
+    wall = time.time() - t
+    return {**final_step_success(agent.policy, task, eval_episodes), "trainer_success": summary["final_success_rate"],
+            "trainer_start_success": summary["offline_success_rate"], "env_steps": summary["online_steps"],
+            "wall_s": wall}
 
 
 def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int, run_dir: Path,
-                  eval_episodes: int, warmup: int, utd: int) -> dict:
-    """ResFiT (TD3 residual) for ``budget`` env steps with demonstrations at offline ratio 0.5."""
+                  eval_episodes: int, warmup: int, utd: int, critic_n: int = 10, hidden: int = 256,
+                  success_termination: bool = True) -> dict:
+    """ResFiT (TD3 residual, the experiment's reference defaults) for ``budget`` env steps, demos at offline ratio 0.5."""
     from robotrl.experiment import build_trainer
 
     cfg = _compose([f"experiment=fetch-{task}-residual-offpolicy", *_data_overrides(task, demos), f"seed={seed}",
                     f"agent.model.base={base_dir}", f"agent.model.base_noise_steps={warmup}",
-                    f"agent.model.critic_warmup_updates={warmup}", "agent.model.residual_scale=0.2",
-                    "agent.model.critic_n=4", "agent.model.actor_lr=3e-4",
+                    f"agent.model.critic_warmup_updates={warmup}", f"agent.model.critic_n={critic_n}",
+                    f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
                     f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
                     f"trainer.eval_every={budget}", f"trainer.checkpoint_every={budget}",
                     f"trainer.eval_episodes={eval_episodes}"])
     t = time.time()
     trainer = build_trainer(cfg, run_dir)
+    # `robotrl train` has no success-termination switch yet: swap in training envs that end at success
+    trainer.make_train_envs = _train_env_factory(task, int(cfg.trainer.num_envs), seed, success_termination)
+    if success_termination:  # the demonstrations end at success too (as ResFiT's), with the 0/1 reward
+        from robotrl.agents.residual import terminate_at_success
+
+        fetch_success_reward = 0.0  # Fetch's sparse reward at success, before the agent's scale/bias
+        terminate_at_success(trainer.offline, float(cfg.agent.reward_scale) * fetch_success_reward
+                             + float(cfg.agent.reward_bias))
     summary = trainer.fit()
-    return {"success": summary["final_success_rate"], "env_steps": budget, "updates": summary["gradient_updates"],
-            "wall_s": time.time() - t}
+    wall = time.time() - t
+    return {**final_step_success(trainer.agent.policy, task, eval_episodes),
+            "trainer_success": summary["final_success_rate"], "env_steps": budget,
+            "updates": summary["gradient_updates"], "wall_s": wall}
 
 
 def main() -> None:
@@ -131,9 +197,16 @@ def main() -> None:
     p.add_argument("--demos", type=int, default=20, help="noisy demonstrations for the BC base")
     p.add_argument("--bc-steps", type=int, default=5000)
     p.add_argument("--budget", type=int, default=20000, help="env steps per fine-tuning method")
-    p.add_argument("--num-envs", type=int, default=16, help="envs of the on-policy methods")
-    p.add_argument("--utd", type=int, default=1, help="off-policy updates per env step")
+    p.add_argument("--offpolicy-budget", type=int, default=None, help="env steps of the off-policy residual (default: --budget)")
+    p.add_argument("--num-envs", type=int, default=32, help="envs of the on-policy methods")
+    p.add_argument("--steps-per-iter", type=int, default=200, help="on-policy rollout steps per env per update")
+    p.add_argument("--gamma", type=float, default=0.98, help="on-policy discount (1 - 1/H for 50-step episodes)")
+    p.add_argument("--utd", type=int, default=4, help="off-policy updates per env step (ResFiT 4)")
+    p.add_argument("--critic-n", type=int, default=10, help="off-policy critic heads (ResFiT 10)")
+    p.add_argument("--hidden", type=int, default=256, help="off-policy actor/critic width (2 layers)")
     p.add_argument("--warmup", type=int, default=1000, help="off-policy base+noise steps and critic-only updates")
+    p.add_argument("--no-success-termination", dest="success_termination", action="store_false",
+                   help="training episodes run to the time limit instead of ending at success")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--methods", nargs="+", default=["residual_ppo", "residual_offpolicy", "full_ppo"])
@@ -143,6 +216,7 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.seeds, args.bc_steps, args.budget, args.eval_episodes, args.warmup = [0], 400, 1600, 10, 200
+        args.steps_per_iter, args.num_envs, args.critic_n, args.hidden = 50, 16, 4, 64
     set_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench_residual_"))
     os.environ["MINARI_DATASETS_PATH"] = str(work / "minari")
@@ -152,17 +226,20 @@ def main() -> None:
             base_dir = work / f"base_s{seed}"
             results["base"].append({"seed": seed, **train_base(args.task, args.demos, args.bc_steps, seed, base_dir,
                                                                args.eval_episodes)})
-            print(f"[seed {seed}] base success {results['base'][-1]['success']:.2f}", flush=True)
+            print(f"[seed {seed}] base final-step success {results['base'][-1]['success']:.2f} "
+                  f"(any step {results['base'][-1]['success_any_step']:.2f})", flush=True)
             for m in args.methods:
                 rd = work / f"{m}_s{seed}"
                 if m == "residual_offpolicy":
-                    r = run_offpolicy(args.task, args.demos, base_dir, seed, args.budget, rd, args.eval_episodes,
-                                      args.warmup, args.utd)
+                    r = run_offpolicy(args.task, args.demos, base_dir, seed, args.offpolicy_budget or args.budget, rd,
+                                      args.eval_episodes, args.warmup, args.utd, args.critic_n, args.hidden,
+                                      args.success_termination)
                 else:
                     r = run_onpolicy(m, args.task, args.demos, base_dir, seed, args.budget, args.num_envs, rd,
-                                     args.eval_episodes)
+                                     args.eval_episodes, args.steps_per_iter, args.gamma, args.success_termination)
                 results[m].append({"seed": seed, **r})
-                print(f"[seed {seed}] {m}: success {r['success']:.2f} in {r['wall_s']:.0f} s", flush=True)
+                print(f"[seed {seed}] {m}: final-step success {r['success']:.2f} (any step {r['success_any_step']:.2f}) "
+                      f"in {r['wall_s']:.0f} s", flush=True)
                 _write(args, results, partial=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -179,16 +256,18 @@ def normalised_runs(results: dict[str, list[dict]], budget: int) -> list[dict]:
                 runs.append({"method": LABELS[m], "family": "bc", "peer": False, "seed": r["seed"],
                              "offline_score": r["success"], "curve": [], "wall_s": r["wall_s"]})
                 continue
-            start = r.get("start_success", base.get(r["seed"]))
+            start = base.get(r["seed"])  # residuals start exactly at the base; full PPO from the BC run's mean
+            steps = int(r.get("env_steps") or budget)
             runs.append({"method": LABELS.get(m, m), "family": m, "peer": False, "seed": r["seed"], "offline_score": start,
-                         "curve": ([[0, start]] if start is not None else []) + [[budget, r["success"]]],
+                         "curve": ([[0, start]] if start is not None else []) + [[steps, r["success"]]],
                          "wall_s": r["wall_s"]})
     return runs
 
 
 def _write(args, results: dict, partial: bool) -> None:
     """Markdown table to stdout (final) and JSON under ``benchmarks/results/`` (also after every run)."""
-    table = ["| method | success (mean ± std over seeds) | per seed | wall time s (mean) |", "|---|---|---|---|"]
+    table = ["| method | final-step success (mean ± std over seeds) | per seed | any-step success (mean) | "
+             "env steps | wall time s (mean) |", "|---|---|---|---|---|---|"]
     summary = {}
     for m, runs in results.items():
         if not runs:
@@ -197,7 +276,10 @@ def _write(args, results: dict, partial: bool) -> None:
         w = [r["wall_s"] for r in runs]
         summary[m] = {"success_mean": float(np.mean(s)), "success_std": float(np.std(s)),
                       "wall_s_mean": float(statistics.mean(w))}
+        anys = [r.get("success_any_step", float("nan")) for r in runs]
+        steps = sorted({int(r.get("env_steps", 0)) for r in runs})
         table.append(f"| {m} | {np.mean(s):.2f} ± {np.std(s):.2f} | {', '.join(f'{x:.2f}' for x in s)} | "
+                     f"{np.mean(anys):.2f} | {'/'.join(str(x) for x in steps) if steps != [0] else '—'} | "
                      f"{statistics.mean(w):.0f} |")
     if not partial:
         print("\n".join(table))

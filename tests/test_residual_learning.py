@@ -94,8 +94,9 @@ def _offpolicy_agent(**kw) -> ResidualOffPolicyAgent:
 def test_offpolicy_critic_scores_the_combined_action():
     agent = _offpolicy_agent(actor="td3", base_noise_steps=0, critic_warmup_updates=0, actor_delay=1,
                              target_noise=0.0)
-    with torch.no_grad():  # a non-zero residual, so combined and base actions differ
+    with torch.no_grad():  # a non-zero residual (and target actor), so combined and base actions differ
         agent.policy.residual.net[-1].bias.copy_(torch.tensor([-0.5, 0.3]))
+        agent.actor_target.load_state_dict(agent.policy.residual.state_dict())
     envs = _train_envs(4, 0)()
     buf = ReplayBuffer(400, 8, 2, gamma=0.95, num_envs=4, seed=0)
     obs, _ = envs.reset(seed=0)

@@ -11,13 +11,18 @@ All in normalised units: ``o_n`` the clamped normalised observation, actions in 
 - Actor: the residual of a :class:`~robotrl.agents.residual.policy.ResidualPolicy` on
   ``[o_n, a_base]``: deterministic ``tanh`` (TD3-style, ``actor="td3"``) or a tanh-Gaussian
   (``actor="sac"``); zero-initialised output layer; combined action
-  ``a = clip(a_base + α r)``.
+  ``a = clip(a_base + α r)``. TD3 keeps a Polyak target actor (``actor_target``, rate
+  ``tau``, moved after every actor step) for ``a'``.
+- Observation statistics: the residual's (and critic's) observation std is floored at
+  ``obs_std_floor`` (ResFiT ``min_state_std`` 0.1) before normalising; the frozen base keeps its own.
 - Critic: the batched ensemble :class:`robotrl.agents.qlearning.networks.EnsembleCritic`
   (``N`` heads, LayerNorm) scoring ``Q(o_n, a)`` of the COMBINED executed action — the
   buffer's action (online: what was executed; offline demos: the demonstrated action).
   Target: ``y = R_n + γ^m (1 − terminated) min_{2 random heads} Q'(s', a')`` with
-  ``a' = clip(a_base(s') + α r'(s'))`` (TD3: plus clipped target noise on ``r'``; SAC:
-  minus ``α_ent log π``), losses :func:`robotrl.agents.qlearning.loss.td_target` /
+  ``a' = clip(a_base(s') + clip(α r'(s') + ε, ±1))`` (TD3: ``r'`` from the target actor,
+  ``ε ~ N(0, target_noise²)`` clipped to ``±target_noise_clip``, both in normalised env action
+  units, i.e. on the SCALED residual as ResFiT's ``TruncatedNormal(α·μ, σ)``; SAC: the
+  current actor's sample, minus ``α_ent log π``), losses :func:`robotrl.agents.qlearning.loss.td_target` /
   :func:`~robotrl.agents.qlearning.loss.critic_td_loss`; n-step sums come from the
   buffer (``trainer.n_step``).
 - Base actions are recomputed from observations at update time: offline demonstrations
@@ -28,8 +33,32 @@ All in normalised units: ``o_n`` the clamped normalised observation, actions in 
 - Exploration (``explore``): the first ``base_noise_steps`` calls act with the base plus
   Gaussian noise (``base_noise_std``, normalised units) — set ``trainer.online_warmup_steps``
   to the same number so no update happens before; the first ``critic_warmup_updates``
-  updates train only the critic; afterwards TD3 adds ``explore_std`` noise to ``r`` and SAC
-  samples. ``progressive_steps = H > 0`` (Policy Decorator) switches the residual on per
+  updates train only the critic; afterwards TD3 executes ``clip(a_base + clip(α r + ε, ±1))``
+  with ``ε ~ N(0, explore_std²)`` in normalised env action units (on the scaled residual, so
+  the executed noise has std ``explore_std`` whatever ``α`` is; unclipped, as ResFiT's
+  ``act``) and SAC samples.
+
+Reference defaults (ResFiT ``ResidualTD3AlgoConfig``/``QAgentConfig``) and the deviations
+from them, all deliberate:
+
+- same: α 0.1 (the paper's box-cleanup runs use 0.2), σ 0.05 exploration and target noise,
+  target clip 0.3, N=10 LayerNorm critic heads, min over 2 random heads in the target,
+  actor on the mean over heads (``policy_gradient_type="ensemble_mean"``), τ 0.005 for
+  critic and actor targets, γ 0.99, grad clip 1, zero-initialised residual output, obs std
+  floor 0.1, UTD 4 with one actor update per 4 critic updates (``actor_delay=4``, with
+  ``trainer.utd=4`` and ``trainer.num_envs=1`` — ResFiT asserts one env), n-step 3, batch
+  256, offline fraction 0.5, demos relabelled with base actions.
+- different: MLPs of 256×2 without LayerNorm in the actor (ResFiT: 1024-wide, LayerNorm,
+  on image features) for 2-core CPUs; actor lr 1e-4 and critic lr 3e-4 (ResFiT: 1e-6–5e-6
+  and 1e-4, tuned for 300k-step image runs; far too slow for the budgets here); base+noise
+  collection is Gaussian (``base_noise_std``) where ResFiT draws uniform noise of scale
+  0.2; warmup lengths are set per experiment (ResFiT 10k env steps, 10k critic updates).
+- rewards/termination: ResFiT trains on 0/1 success rewards with termination on success;
+  here rewards come from the env through ``reward_scale``/``reward_bias`` (Fetch's sparse
+  −1/0 become 0/1 with ``reward_bias: 1``), and termination on success needs the training
+  env to end episodes at success (:class:`~robotrl.agents.residual.envs.SuccessTermination`;
+  ``robotrl train`` has no switch for it yet). Offline demonstrations are not cut at their
+  first success. ``progressive_steps = H > 0`` (Policy Decorator) switches the residual on per
   env and step with probability ``min(t/H, 1)``, ``t`` counting explore calls after the
   base-noise phase; otherwise the base acts alone.
 """
@@ -61,12 +90,16 @@ class ResidualOffPolicyAgent:
         base_overrides: constructor kwargs replaced in the base's spec.
         actor: ``"td3"`` (deterministic tanh residual) or ``"sac"`` (tanh-Gaussian).
         hidden, act, residual_scale, obs_clip: residual actor (ResFiT α = 0.1).
+        obs_std_floor: lower bound of the observation std used by residual and critic (ResFiT 0.1).
         critic_n, critic_subset, critic_hidden, critic_layer_norm: ensemble critic (ResFiT:
             10 heads, min over 2 random, LayerNorm).
         actor_lr, critic_lr, tau, gamma: Adam rates, Polyak factor, discount.
-        actor_delay: actor (and target) update every ``actor_delay`` critic updates (TD3).
-        target_noise, target_noise_clip: TD3 target smoothing on ``r'`` (residual units).
-        explore_std: TD3 exploration noise on ``r``.
+        actor_delay: actor (and target) update every ``actor_delay`` critic updates (ResFiT: 4,
+            one actor update per UTD-4 iteration).
+        target_noise, target_noise_clip: TD3 target smoothing noise, added to the scaled
+            residual ``α r'`` (normalised env action units; ResFiT 0.05, clip 0.3).
+        explore_std: TD3 exploration noise added to the scaled residual ``α r`` (normalised env
+            action units; ResFiT 0.05).
         base_noise_steps, base_noise_std: base-plus-noise collection before learning.
         critic_warmup_updates: updates that train only the critic.
         progressive_steps: Policy Decorator's ``H`` (0: off).
@@ -81,11 +114,11 @@ class ResidualOffPolicyAgent:
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, base=None, base_overrides: dict | None = None, actor: str = "td3",
                  hidden: Sequence[int] = (256, 256), act: str = "relu", residual_scale: float = 0.1,
-                 obs_clip: float | None = 3.0, critic_n: int = 10, critic_subset: int = 2,
+                 obs_clip: float | None = 3.0, obs_std_floor: float = 0.1, critic_n: int = 10, critic_subset: int = 2,
                  critic_hidden: Sequence[int] = (256, 256), critic_layer_norm: bool = True,
                  actor_lr: float = 1e-4, critic_lr: float = 3e-4, tau: float = 0.005, gamma: float = 0.99,
-                 actor_delay: int = 2, target_noise: float = 0.2, target_noise_clip: float = 0.5,
-                 explore_std: float = 0.1, base_noise_steps: int = 0, base_noise_std: float = 0.1,
+                 actor_delay: int = 4, target_noise: float = 0.05, target_noise_clip: float = 0.3,
+                 explore_std: float = 0.05, base_noise_steps: int = 0, base_noise_std: float = 0.1,
                  critic_warmup_updates: int = 0, progressive_steps: int = 0, init_temperature: float = 0.1,
                  target_entropy: float | None = None, grad_clip: float | None = 1.0,
                  device: str | torch.device = "cpu", seed: int = 0):
@@ -100,9 +133,13 @@ class ResidualOffPolicyAgent:
         obs_norm = ObservationNormalizer(obs_normalizer.mean.cpu().numpy(), obs_normalizer.std.cpu().numpy(), clip=obs_clip)
         self._identity_obs_norm = bool((obs_normalizer.mean == 0).all() and (obs_normalizer.std == 1).all())
         self.policy.set_normalizers(obs_norm, action_scaler)
+        self.obs_std_floor = float(obs_std_floor)
+        self.policy.floor_obs_std(self.obs_std_floor)
         self.policy.to(self.device).eval()
         if base is not None:
             self.set_base(load_base(base, self.base_overrides, self.device))
+        # TD3 target actor for a' (ResFiT's actor_target); the SAC variant samples the current actor
+        self.actor_target = copy.deepcopy(self.policy.residual).requires_grad_(False)
         self.critic = EnsembleCritic(obs_dim, action_dim, critic_n, critic_hidden, layer_norm=critic_layer_norm).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_opt = torch.optim.Adam(self.policy.residual.parameters(), lr=actor_lr)
@@ -134,6 +171,7 @@ class ResidualOffPolicyAgent:
         self.policy.set_base(base)
         if self._identity_obs_norm:  # no dataset statistics given: use the base's own
             self.policy.use_base_obs_statistics()
+            self.policy.floor_obs_std(self.obs_std_floor)
 
     @torch.no_grad()
     def base_actions(self, obs: torch.Tensor) -> torch.Tensor:
@@ -144,8 +182,19 @@ class ResidualOffPolicyAgent:
         return self.policy.base_action(obs)
 
     # ------------------------------------------------------------------ actor pieces
-    def _residual(self, x: torch.Tensor, *, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(r (B, Da) in [-1, 1], log π(r) (B,) or None)``."""
+    def _noise(self, shape, std: float, clip: float | None = None) -> torch.Tensor:
+        eps = std * torch.randn(shape, generator=self.gen, device=self.device)
+        return eps if clip is None else eps.clamp(-clip, clip)
+
+    def _noisy_delta(self, r: torch.Tensor, std: float, clip: float | None) -> torch.Tensor:
+        """ResFiT's ``TruncatedNormal(α r, std).sample(clip)``: ``clip(α r + ε, ±1)`` in normalised action units."""
+        return (self.policy.residual_scale * r + self._noise(r.shape, std, clip)).clamp(-1.0, 1.0)
+
+    def _residual(self, x: torch.Tensor, *, deterministic: bool,
+                  net: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(r (B, Da) in [-1, 1], log π(r) (B,) or None)``; ``net``: another residual network (target actor)."""
+        if net is not None:
+            return torch.tanh(net(x)), None
         mean, log_std = self.policy.residual_params(x)
         if self.actor == "td3" or deterministic:
             return torch.tanh(mean), None
@@ -175,13 +224,15 @@ class ResidualOffPolicyAgent:
             return sc.unnormalize(a.clamp(-1, 1)).cpu().numpy()
         x = self.policy.features(o, base_raw)
         r, _ = self._residual(x, deterministic=self.actor == "td3")
-        if self.actor == "td3":
-            r = (r + self.explore_std * torch.randn(r.shape, generator=self.gen, device=self.device)).clamp(-1, 1)
+        if self.actor == "td3":  # noise on the scaled residual (env action units), unclipped as ResFiT's act
+            delta = self._noisy_delta(r, self.explore_std, None)
+        else:
+            delta = self.policy.residual_scale * r
         if self.progressive_steps > 0:
             p = min((self.num_explore - self.base_noise_steps) / self.progressive_steps, 1.0)
-            on = torch.rand(r.shape[0], generator=self.gen, device=self.device) < p
-            r = r * on[:, None]
-        return self.policy.combine(base_raw, r).cpu().numpy()
+            on = torch.rand(delta.shape[0], generator=self.gen, device=self.device) < p
+            delta = delta * on[:, None]
+        return self.policy.combine_delta(base_raw, delta).cpu().numpy()
 
     # ------------------------------------------------------------------ update
     def _clip(self, params) -> torch.Tensor:
@@ -197,12 +248,13 @@ class ResidualOffPolicyAgent:
         with torch.no_grad():
             nbase = self.base_actions(nobs)
             nx = self.policy.features(nobs, nbase)
-            r2, logp2 = self._residual(nx, deterministic=False)
-            if self.actor == "td3":
-                noise = (self.target_noise * torch.randn(r2.shape, generator=self.gen, device=dev)).clamp(
-                    -self.target_noise_clip, self.target_noise_clip)
-                r2 = (r2 + noise).clamp(-1, 1)
-            a2 = self.policy.combine_normalized(nbase, r2)
+            if self.actor == "td3":  # target actor; smoothing noise on the scaled residual
+                r2, logp2 = self._residual(nx, deterministic=True, net=self.actor_target)
+                delta2 = self._noisy_delta(r2, self.target_noise, self.target_noise_clip)
+            else:
+                r2, logp2 = self._residual(nx, deterministic=False)
+                delta2 = self.policy.residual_scale * r2
+            a2 = self.policy.action_scaler.normalize(self.policy.combine_delta(nbase, delta2)).clamp(-1.0, 1.0)
             heads = torch.randperm(self.critic.n, generator=self.gen, device=dev)[: self.critic_subset]
             nq = subset_min(self.critic_target(no_n, a2), heads)
             if logp2 is not None:
@@ -235,6 +287,9 @@ class ResidualOffPolicyAgent:
         self.actor_opt.step()
         self.policy.eval()
         out = {"actor_loss": loss.detach(), "actor_grad_norm": gn.detach()}
+        with torch.no_grad():
+            for pt, p in zip(self.actor_target.parameters(), self.policy.residual.parameters()):
+                pt.lerp_(p, self.tau)
         if logp is not None:
             t_loss = temperature_loss(self.log_alpha, logp, self.target_entropy)
             self.alpha_opt.zero_grad(set_to_none=True)
@@ -247,7 +302,8 @@ class ResidualOffPolicyAgent:
     def state_dict(self) -> dict:
         """Residual policy (with base descriptor/weights), critics, optimizers, counters, RNG."""
         return {"policy_spec": self.policy.spec(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "actor_opt": self.actor_opt.state_dict(),
+                "critic_target": self.critic_target.state_dict(),
+                "actor_target": self.actor_target.state_dict(), "actor_opt": self.actor_opt.state_dict(),
                 "critic_opt": self.critic_opt.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
                 "alpha_opt": self.alpha_opt.state_dict(), "num_updates": self.num_updates,
                 "num_explore": self.num_explore, "gen": self.gen.get_state()}
@@ -260,6 +316,10 @@ class ResidualOffPolicyAgent:
         self.policy.load_state_dict(state["policy"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
+        if "actor_target" in state:  # checkpoints from before the target actor: start it at the actor
+            self.actor_target.load_state_dict(state["actor_target"])
+        else:
+            self.actor_target.load_state_dict(self.policy.residual.state_dict())
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         with torch.no_grad():

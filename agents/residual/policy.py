@@ -134,6 +134,13 @@ class ResidualPolicy(nn.Module):
             self.obs_normalizer.std.copy_(norm.std)
         return True
 
+    def floor_obs_std(self, floor: float) -> None:
+        """Raise the residual's observation std to at least ``floor`` (ResFiT: 0.1), so dimensions that
+        barely vary in a few demonstrations (Fetch's fingers: std ~1e-4) do not normalise to ``|z| >> 3``."""
+        if floor > 0:
+            with torch.no_grad():
+                self.obs_normalizer.std.clamp_(min=float(floor))
+
     def train(self, mode: bool = True) -> "ResidualPolicy":
         """Train mode for the residual only; the frozen base stays in eval mode."""
         super().train(mode)
@@ -183,8 +190,13 @@ class ResidualPolicy(nn.Module):
 
     def combine(self, base_raw: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """Raw combined action ``clip(a_base + α · r · (high - low)/2, low, high)`` ``(B, Da)``."""
+        return self.combine_delta(base_raw, self.residual_scale * r)
+
+    def combine_delta(self, base_raw: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """Raw ``clip(a_base + δ · (high - low)/2, low, high)`` for an offset ``δ (B, Da)`` already in
+        normalised action units (``δ = α r`` plus any exploration noise, which ResFiT adds there)."""
         sc = self.action_scaler
-        a = base_raw + self.residual_scale * r * (0.5 * (sc.high - sc.low))
+        a = base_raw + delta * (0.5 * (sc.high - sc.low))
         return torch.maximum(torch.minimum(a, sc.high), sc.low)
 
     def combine_normalized(self, base_raw: torch.Tensor, r: torch.Tensor) -> torch.Tensor:

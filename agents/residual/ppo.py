@@ -12,9 +12,24 @@ action size. Per step the base gives ``a_base``; the residual samples
 frozen and part of the environment from the residual's point of view); the value
 function ``V(x)`` sees the same input ``x``. ``log_std`` is fixed (ResiP: −1) or learned.
 
-Defaults follow ResiP: ``α = 0.1``, obs clamp ±3, clip 0.2, γ 0.999, λ 0.95, target KL
-0.1, grad clip 1 (ResiP runs 50 epochs on large batches; the defaults here are smaller
-for CPU budgets).
+Defaults follow ResiP (``src/config/base_residual_rl.yaml``, ``actor/residual_diffusion.yaml``):
+``α = 0.1``, obs clamp ±3, zero-initialised residual output, fixed ``log_std`` −1, 256×2
+actor and value MLPs, clip 0.2, λ 0.95, target KL 0.1 (early stop of the epoch loop), grad
+clip 1, ``vf_coef`` 1, 50 epochs, actor lr 3e-4, running reward normalisation. Scaled to a
+CPU (``configs/agent/residual-ppo.yaml``):
+
+- batch per update: ResiP collects 1024 envs × 700 steps (716 800 samples) and takes full-batch
+  steps; the config here collects 32 envs × 200 steps = 6 400 samples per update (four 50-step
+  Fetch episodes per env, fewer when success ends them) in minibatches of 3 200 — as many envs
+  as a 2-core machine steps at full speed in one process (sync vector envs: more envs do not
+  add throughput there, they only lengthen an iteration).
+- γ fitted to the horizon: ResiP's 0.999 over ~700-step episodes is ``1 − 1/(1.4 H)``; for
+  Fetch's 50-step episodes ``1 − 1/H = 0.98`` (the class default keeps 0.999).
+- success ends the episode in ResiP (``reset_on_success``); Fetch never terminates, so training
+  envs must be wrapped (:func:`robotrl.agents.residual.make_success_terminating_envs`, used by
+  ``benchmarks/bench_residual.py``; ``robotrl train`` has no switch for it yet).
+- critic lr 1e-3 constant (ResiP 5e-3 with a cosine schedule), ``mish`` value MLP (ResiP ReLU),
+  no reward clip at ±5.
 """
 
 from __future__ import annotations
@@ -65,7 +80,7 @@ class ResidualPPOAgent:
                  obs_clip: float | None = 3.0, init_log_std: float = -1.0, learn_log_std: bool = False,
                  critic_hidden: Sequence[int] = (256, 256), critic_act: str = "mish",
                  actor_lr: float = 3e-4, critic_lr: float = 1e-3, gamma: float = 0.999, gae_lambda: float = 0.95,
-                 clip: float = 0.2, vf_coef: float = 0.5, n_epochs: int = 10, batch_size: int = 1024,
+                 clip: float = 0.2, vf_coef: float = 1.0, n_epochs: int = 50, batch_size: int = 3200,
                  target_kl: float | None = 0.1, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
                  reward_scaling: bool = True, device: str | torch.device = "cpu", seed: int = 0):
         self.device = torch.device(device)
