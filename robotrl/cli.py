@@ -6,7 +6,7 @@
     robotrl train agent=bc env=hopper dataset=hopper-medium trainer.offline_steps=50000
     robotrl train -m seed=0,1,2                     # Hydra multirun sweep
     robotrl collect recipe=fetch-push-expert num_episodes=200
-    robotrl eval checkpoint=runs/bc_pointmaze-umaze/<time>
+    robotrl eval checkpoint=runs/bc-ppo_pointmaze-umaze/<time>
     robotrl bench quick                             # benchmark suite (plain options, not Hydra)
 
 Errors in the input (missing dataset, mismatched spaces, bad checkpoint, ...) print one

@@ -304,7 +304,7 @@ def test_missing_peer_skips_the_task_or_runs_it_without_the_peer(tmp_path, monke
 
 def test_train_sweep_task_converts_a_real_multirun(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    tiny = ("agent=bc", "dataset.id=robotrl/pointmaze/umaze-bench-test-v0", "dataset.recipe_args.num_steps=2000",
+    tiny = ("agent=bc", "dataset=pointmaze-umaze-planner", "dataset.id=robotrl/pointmaze/umaze-bench-test-v0", "dataset.recipe_args.num_steps=2000",
             "+dataset.recipe_args.ref_episodes=2", "trainer.eval_episodes=2", "trainer.eval_envs=2", "torch_threads=1",
             "trainer.offline_steps=40", "trainer.eval_every=20", "trainer.checkpoint_every=40")
     task = Task("sweep", "train-sweep", ("robotrl", "train", "-m", "seed=0,1", *tiny), "out/sweep.json")

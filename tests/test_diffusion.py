@@ -16,7 +16,7 @@ from robotrl.experiment import build_trainer
 from robotrl.policy import load_policy
 
 DATASET_ID = "robotrl/pointmaze/umaze-diffusion-test-v0"
-TINY = [f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=3000", "+dataset.recipe_args.ref_episodes=3",
+TINY = ["dataset=pointmaze-umaze-planner", f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=3000", "+dataset.recipe_args.ref_episodes=3",
         "trainer.eval_episodes=4", "trainer.eval_envs=4", "trainer.progress=false", "torch_threads=1",
         "agent=diffusion", "agent.model.denoising_steps=10", "agent.model.denoiser_kwargs.hidden=[128,128]",
         "agent.model.ema_start=50", "agent.model.lr=1e-3"]

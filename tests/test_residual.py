@@ -21,7 +21,7 @@ from robotrl.onpolicy import RolloutCollector
 from robotrl.policy import load_policy, policy_state
 
 DATASET_ID = "robotrl/pointmaze/umaze-residual-test-v0"
-TINY = ["agent=bc", f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=2000", "+dataset.recipe_args.ref_episodes=2",
+TINY = ["agent=bc", "dataset=pointmaze-umaze-planner", f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=2000", "+dataset.recipe_args.ref_episodes=2",
         "trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.progress=false", "torch_threads=1",
         "trainer.offline_steps=50", "trainer.eval_every=50", "trainer.checkpoint_every=50"]
 

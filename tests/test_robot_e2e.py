@@ -32,7 +32,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("minari")
     mp = pytest.MonkeyPatch()
     mp.setenv("MINARI_DATASETS_PATH", str(root))
-    overrides = ["agent=bc", "dataset.id=robotrl/pointmaze/umaze-robot-v0", "dataset.recipe_args.num_steps=3000",
+    overrides = ["agent=bc", "dataset=pointmaze-umaze-planner", "dataset.id=robotrl/pointmaze/umaze-robot-v0", "dataset.recipe_args.num_steps=3000",
                  "+dataset.recipe_args.ref_episodes=2", "trainer.offline_steps=600", "trainer.eval_every=100000",
                  "trainer.checkpoint_every=600", "trainer.eval_episodes=1", "trainer.eval_envs=1", "trainer.progress=false",
                  "torch_threads=1"]

@@ -22,6 +22,7 @@ from robotrl.experiment import build_trainer
 DATASET_ID = "robotrl/pointmaze/umaze-test-v0"
 TINY = [
     "agent=bc",
+    "dataset=pointmaze-umaze-planner",
     f"dataset.id={DATASET_ID}",
     "dataset.recipe_args.num_steps=3000",
     "+dataset.recipe_args.ref_episodes=3",
@@ -208,7 +209,8 @@ def test_default_main_job_is_offline_to_online():
 def test_bc_then_ppo_in_one_run_pretrains_evaluates_then_fine_tunes(minari_module_root, tmp_path):
     """`robotrl train agent=bc-ppo`: BC on the data, the offline evaluation (the gain's reference),
     a checkpoint, then PPO iterations from the pretrained actor; a restart resumes online."""
-    over = [*TINY[1:], "agent=bc-ppo", "agent.onpolicy.pretrain_steps=300", "agent.onpolicy.iterations=2",
+    over = [*(o for o in TINY[2:] if not o.startswith("dataset.id=")), "dataset.id=robotrl/pointmaze/umaze-slow-test-v1",
+            "agent=bc-ppo", "agent.onpolicy.pretrain_steps=300", "agent.onpolicy.iterations=2",
             "agent.onpolicy.steps_per_iter=40", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
             "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=40",
             "device=cpu"]

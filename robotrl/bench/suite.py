@@ -111,7 +111,9 @@ QUICK = [
          note="DPPO vs Gaussian PPO fine-tuning of a weakened policy"),
     Task("residual", "learning", ("benchmarks/bench_residual.py", "--task", "push", "--seeds", "0", "1", "2",
                                   "--bc-steps", "400", "--budget", "1600", "--eval-episodes", "10", "--warmup", "200",
-                                  "--out", "quick/residual.json"),
+                                  # CPU-sized for the quick tier (the script's defaults are ResFiT's/ResiP's)
+                                  "--utd", "1", "--critic-n", "4", "--hidden", "64", "--num-envs", "16",
+                                  "--steps-per-iter", "50", "--out", "quick/residual.json"),
          f"{Q}/residual.json", note="residual RL vs full fine-tuning on FetchPush (tiny budget)"),
     Task("bc", "learning", ("benchmarks/bench_bc.py", *QUICK_BC_ARGS, "--out", "quick/bc.json"), f"{Q}/bc.json",
          peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
