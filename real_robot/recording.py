@@ -89,6 +89,14 @@ def record_dataset(dataset_id: str, logs: list[EpisodeLog], spec: RobotSpec, *, 
         if layout is not None and layout.size != spec.observation.dim:
             layout = None
     prov = {"source": "robotrl.real_robot", "robot": spec.name, "robot_spec": spec.to_dict(), **dict(provenance or {})}
-    return write_dataset(dataset_id, episodes, env=spec.gym_env_id, observation_space=obs_space, action_space=act_space,
+    env = spec.gym_env_id
+    if env and (spec.extra.get("gym_env_kwargs") or spec.extra.get("max_episode_steps")):
+        import copy
+
+        env = copy.deepcopy(gym.spec(env))  # the twin's task as it ran: kwargs and time limit recorded too
+        env.kwargs = {**env.kwargs, **dict(spec.extra.get("gym_env_kwargs") or {})}
+        if spec.extra.get("max_episode_steps"):
+            env.max_episode_steps = int(spec.extra["max_episode_steps"])
+    return write_dataset(dataset_id, episodes, env=env, observation_space=obs_space, action_space=act_space,
                          provenance=prov, obs_layout=layout, root=root, overwrite=overwrite,
                          description=f"episodes deployed on {spec.name} through the robotrl real-robot bridge")

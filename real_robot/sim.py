@@ -101,8 +101,17 @@ class MuJoCoTwin:
             act = ArraySpec.unnamed("act", info.action_dim, "1", info.action_low, info.action_high)
         hold = np.clip(np.zeros(info.action_dim), info.action_low, info.action_high)
         self._spec = RobotSpec(f"sim:{self.task}", obs, act, 1.0 / self._dt_s, tuple(map(float, hold)), gym_env_id=info.gym_id,
-                         episodic=True, extra={"max_episode_steps": self._max_steps or info.max_episode_steps})
+                         episodic=True, extra={"max_episode_steps": self._max_steps or info.max_episode_steps,
+                                               "gym_env_kwargs": self._task_kwargs()})
         return self._spec
+
+    def _task_kwargs(self) -> dict:
+        """The ``gymnasium.make`` kwargs of the twin's task (robotrl's table, then ``env_kwargs``),
+        so recordings name the MDP the episodes ran in, not only its id."""
+        from robotrl.envs.registry import resolve_env
+
+        _, kwargs = resolve_env(self.task)
+        return {**kwargs, **{k: v for k, v in self._env_kwargs.items() if k != "render_mode"}}
 
     @staticmethod
     def _probe_dt(task: str, env_kwargs: dict) -> float:

@@ -87,8 +87,11 @@ def weakened(tmp_path_factory, one_thread):
     try:
         from robotrl.collect import collect_pointmaze
 
+        # D4RL maze2d's moving-goal continuing collection: long episodes covering the maze (the demos this test
+        # was designed with); the test env below is its own dense fixed-goal task
         path = collect_pointmaze("umaze", num_steps=20_000, seed=0, dataset_id="robotrl/pointmaze/umaze-dppo-test-v0",
-                                 root=root, progress=False, ref_episodes=2)
+                                 root=root, progress=False, ref_episodes=2,
+                                 env_kwargs={"continuing_task": True, "reset_target": True})
         data = load_dataset(str(path))
     finally:
         if old is None:

@@ -160,7 +160,9 @@ class MazePlanner:
         elif cell != self._wp_cell and self.next_cell(cell, goal_cell) != self._wp_cell:
             # pushed off the route (noise, collisions): replan from where the ball is
             self._set_waypoint(self.next_cell(cell, goal_cell), goal_cell, goal_xy)
-        action = self.scale * np.clip(self.kp * (self._wp_xy - xy) - self.kd * vel, -1.0, 1.0)
+        action = self.kp * (self._wp_xy - xy) - self.kd * vel
+        if self.scale != 1.0:  # a slower demonstrator: a fraction of the actuators' range (scale 1: Minari's planner)
+            action = self.scale * np.clip(action, -1.0, 1.0)
         if self.noise:
             action = action + self.rng.normal(0.0, self.noise, size=2)
         return np.clip(action, -1.0, 1.0).astype(np.float32)
@@ -184,6 +186,7 @@ def collect_pointmaze(
     action_noise: float = 0.5,
     action_scale: float = 1.0,
     max_episode_steps: int | None = None,
+    env_kwargs: dict | None = None,
     ref_episodes: int = 100,
 ) -> Path:
     """Generate a PointMaze goal-reaching dataset with the waypoint planner and write it with Minari.
@@ -203,6 +206,9 @@ def collect_pointmaze(
             Minari's planner; e.g. 0.1: a slow demonstrator, success ~0.7 on UMaze's 300 steps).
         max_episode_steps: the task's time limit (``None``: the env id's); recorded in the
             env spec, so fine-tuning and evaluation use it too.
+        env_kwargs: ``gymnasium.make`` kwargs replacing the goal-reaching task's
+            (:data:`TASK_KWARGS`), e.g. ``{"continuing_task": True, "reset_target": True}`` for
+            D4RL maze2d's moving-goal collection; recorded in the env spec like every kwarg.
         ref_episodes: task-env episodes for each reference score (Minari default 100).
 
     Returns:
@@ -219,7 +225,8 @@ def collect_pointmaze(
         raise ConfigError(f"action_scale must be in (0, 1], got {action_scale}")
     dataset_id = dataset_id or f"robotrl/pointmaze/{maze}-v1"
     env_id = MAZES[maze]
-    env = make_env(env_id, **TASK_KWARGS, **({"max_episode_steps": int(max_episode_steps)} if max_episode_steps else {}))
+    task_kwargs = {**TASK_KWARGS, **(env_kwargs or {})}
+    env = make_env(env_id, **task_kwargs, **({"max_episode_steps": int(max_episode_steps)} if max_episode_steps else {}))
     rng = np.random.default_rng(seed)
     planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, action_scale=action_scale,
                           waypoint_jitter=0.1, rng=rng)
@@ -239,7 +246,7 @@ def collect_pointmaze(
     prov = base_provenance(
         f"pointmaze-{maze}",
         env_id=env_id,
-        env_kwargs=dict(TASK_KWARGS),
+        env_kwargs=task_kwargs,
         policy="Q-iteration waypoint planner + PD controller (kp=10, kd=1, waypoint threshold 0.1 m)",
         action_noise_std=action_noise,
         action_scale=action_scale,
