@@ -103,9 +103,7 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) or {}
     configured = {"name": env_cfg.name, "env_kwargs": kwargs, "max_episode_steps": env_cfg.max_episode_steps}
     spec_json = data.metadata.get("env_spec") if data is not None else None
-    if not spec_json:
-        return configured
-    if not env_cfg.get("match_dataset", True):
+    if not spec_json or not env_cfg.get("match_dataset", True):
         return configured
     spec = json.loads(spec_json)
     data_id, data_kwargs, data_limit = spec["id"], spec.get("kwargs") or {}, spec.get("max_episode_steps")

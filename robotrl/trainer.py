@@ -127,6 +127,7 @@ class Trainer:
         self.step = 0  # offline updates done, then offline_steps + online env steps
         self.updates = 0
         self.online: ReplayBuffer | None = None
+        self._ready = False  # the online buffer can feed updates (stays so: ended episodes stay ended)
         self.wall_time = 0.0
         self._writer = None
         if config.online_steps > 0 and make_train_envs is None:
@@ -275,9 +276,9 @@ class Trainer:
         return bool(getattr(self.agent, "needs_mc_returns", False))
 
     def _online_ready(self) -> bool:
-        if self._needs_mc:
-            return self.online.complete_indices().size > 0
-        return len(self.online) > 0
+        if not self._ready:  # checked every env step: scan the buffer only until the answer is yes
+            self._ready = (self.online.complete_indices().size if self._needs_mc else len(self.online)) > 0
+        return self._ready
 
     def _online_batch(self, sampler):
         n, mc = self.cfg.batch_size, self._needs_mc
@@ -344,8 +345,8 @@ class Trainer:
         self.wall_time += time.time() - self._t0
         self._t0 = time.time()
         self.save()
-        self.writer.close()
         summary = self._summary(resumed)
+        self.writer.close()
         paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
         summary["report_paths"] = {k: str(v) for k, v in paths.items()}
         return summary
@@ -375,8 +376,7 @@ class Trainer:
                                  first_update=self.cfg.online_warmup_steps, budget=self.cfg.online_steps))
         dips = {k: v for k, v in out.items() if k.startswith("onset_dip_")}
         if dips:
-            self._log("summary", dips, self.step)  # after fit() closed the writer: reopens, so close again
-            self.writer.close()
+            self._log("summary", dips, self.step)
             line = format_onset(out)
             if self.cfg.progress and line:
                 print(line, flush=True)
