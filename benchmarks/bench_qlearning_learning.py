@@ -11,9 +11,9 @@ at the same online env-step budgets. Run from the repository root, in the d3rlpy
 
 Contenders (the online phase starts at env step 0 for all):
 
-- ``robotrl-wsrl``: ``experiment=pointmaze-calql`` pretraining, then
-  ``experiment=pointmaze-wsrl`` (init from that checkpoint, empty online buffer).
-- ``robotrl-calql-online``: the same checkpoint, ``experiment=pointmaze-calql-online``.
+- ``robotrl-wsrl``: ``experiment=calql`` pretraining, then
+  ``experiment=wsrl`` (init from that checkpoint, empty online buffer).
+- ``robotrl-calql-online``: the same checkpoint, ``experiment=calql-online``.
 - ``d3rlpy-calql``: d3rlpy 2.8 ``CalQL`` ``fit`` on the same data, then ``fit_online``
   on a buffer that holds the offline episodes (its documented fine-tuning recipe).
 - ``sb3-sac``: stable-baselines3 SAC from scratch (no data), default hyper-parameters.
@@ -58,7 +58,7 @@ def robotrl_runs(args, seed: int, work: Path) -> dict:
         common.append(f"dataset.recipe_args.num_steps={args.dataset_steps}")
     pre_dir = work / f"calql-s{seed}"
     t = time.time()
-    pre = build_trainer(_compose(["experiment=pointmaze-calql", *common, f"trainer.offline_steps={args.offline_steps}",
+    pre = build_trainer(_compose(["experiment=calql", *common, f"trainer.offline_steps={args.offline_steps}",
                                   f"trainer.eval_every={args.offline_steps}", f"run_dir={pre_dir}", *args.robotrl_extra]),
                         pre_dir)
     pre.fit()
@@ -68,7 +68,7 @@ def robotrl_runs(args, seed: int, work: Path) -> dict:
         t = time.time()
         # --warmup is WSRL's no-update warmup only; Cal-QL online keeps its config's (0: updates from step 0)
         warm = [f"trainer.online_warmup_steps={args.warmup}"] if mode == "wsrl" else []
-        tr = build_trainer(_compose([f"experiment=pointmaze-{mode}", *common, f"trainer.init_from={pre_dir}",
+        tr = build_trainer(_compose([f"experiment={mode}", *common, f"trainer.init_from={pre_dir}",
                                      f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
                                      *warm, f"run_dir={d}", *args.robotrl_extra]), d)
         tr.fit()

@@ -3,7 +3,7 @@
 ``bench_qlearning.py`` shows that ``agent.model.matmul_dtype=bfloat16`` (bf16 matmuls with
 fp32 accumulation; weights, optimizer state and losses fp32) makes updates 2-4x faster on
 CPUs with native bf16 (AVX512-BF16 / AMX) and GPUs. This script checks what it costs in
-learning: the same offline pretraining (``experiment=pointmaze-calql`` through robotrl's
+learning: the same offline pretraining (``experiment=calql`` through robotrl's
 trainer, same seed, same data, same updates) in float32 and in bfloat16, evaluated with
 the same episodes, with the training wall time of each. The critic is the one the
 throughput benchmark times against d3rlpy: 2 heads, 256x256 ReLU, no LayerNorm.
@@ -38,7 +38,7 @@ def run(args, seed: int, dtype: str, work: Path) -> dict:
     from robotrl.experiment import build_trainer
 
     run_dir = work / f"{dtype}-s{seed}"
-    overrides = [f"experiment=pointmaze-{args.algo}", f"seed={seed}", f"dataset.id={args.dataset_id}",
+    overrides = [f"experiment={args.algo}", f"seed={seed}", f"dataset.id={args.dataset_id}",
                  f"trainer.offline_steps={args.updates}", f"trainer.eval_every={args.updates}",
                  f"trainer.checkpoint_every={args.updates}", f"trainer.eval_episodes={args.eval_episodes}",
                  "trainer.progress=false", f"torch_threads={args.threads}", f"run_dir={run_dir}", "device=cpu",

@@ -9,7 +9,7 @@ For each seed, at the same env-step budget:
    config's collection (``--num-envs`` × ``--steps-per-iter`` = 32 × 200 = 6400 samples per
    update, γ ``--gamma`` 0.98 = 1 − 1/H);
 3. **off-policy residual** (ResFiT, :class:`robotrl.agents.residual.ResidualOffPolicyAgent`
-   through ``robotrl train``'s ``experiment=fetch-<task>-residual-offpolicy``: TD3 residual α 0.1
+   through ``robotrl train``'s ``experiment=residual-offpolicy env=fetch-<task>``: TD3 residual α 0.1
    with noise σ 0.05 on the scaled residual, target actor, ``--critic-n`` 10 LayerNorm heads,
    n-step 3, UTD ``--utd`` 4 on one env, 0/1 success reward, half of each batch from the
    demonstrations; ``--hidden`` sets actor and critic widths — 256 as the config, 128 to fit
@@ -102,7 +102,7 @@ def train_base(task: str, demos: int, bc_steps: int, seed: int, run_dir: Path, e
     from robotrl.experiment import build_trainer
     from robotrl.policy import load_policy
 
-    cfg = _compose([f"experiment=fetch-{task}-residual-base", *_data_overrides(task, demos), f"seed={seed}",
+    cfg = _compose([f"experiment=residual-base", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
                     f"trainer.offline_steps={bc_steps}", f"trainer.eval_every={bc_steps}",
                     f"trainer.checkpoint_every={bc_steps}", f"trainer.eval_episodes={eval_episodes}"])
     t = time.time()
@@ -167,7 +167,7 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     """ResFiT (TD3 residual, the experiment's reference defaults) for ``budget`` env steps, demos at offline ratio 0.5."""
     from robotrl.experiment import build_trainer
 
-    cfg = _compose([f"experiment=fetch-{task}-residual-offpolicy", *_data_overrides(task, demos), f"seed={seed}",
+    cfg = _compose([f"experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
                     f"agent.model.base={base_dir}", f"agent.model.base_noise_steps={warmup}",
                     f"agent.model.critic_warmup_updates={warmup}", f"agent.model.critic_n={critic_n}",
                     f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",

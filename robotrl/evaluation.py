@@ -25,6 +25,16 @@ SUCCESS_CONVENTION = ("success_rate = success at the episode's final step for ta
 SUCCESS_METRICS = {"final": "final-step", "any": "any-step"}
 
 
+def _reports_success(env: gym.Env) -> bool | None:
+    """Whether the task has a success signal (robotrl's ``SuccessInfo`` wrapper knows once it
+    saw one; it puts ``info["success"] = False`` on every step of tasks without one, such as
+    locomotion); ``None`` for an env without the wrapper."""
+    try:
+        return bool(env.get_wrapper_attr("reports_success"))
+    except AttributeError:
+        return None
+
+
 def success_convention(env: gym.Env, saw_is_success: bool = False) -> str:
     """``"final"`` or ``"any"``: the env's :class:`~robotrl.envs.wrappers.SuccessInfo` convention, else
     ``"final"`` when it reported only ``info["is_success"]`` (a goal env), else ``"any"``."""
@@ -114,6 +124,7 @@ def evaluate(
                     active[i] = False
                     if next_ep < num_episodes:
                         start(i)
+        has_success = has_success and _reports_success(envs[0]) is not False  # locomotion: False on every step, no signal
         ret = np.asarray(returns)
         nan = float("nan")
         any_rate = float(np.mean(successes)) if has_success else nan

@@ -30,23 +30,77 @@ if TYPE_CHECKING:
     from robotrl.onpolicy import OnPolicyTrainer
 
 
+def local_dataset_ids(root: str | Path | None = None) -> list[str]:
+    """Ids of the datasets present under the local Minari directory (``root`` or
+    ``$MINARI_DATASETS_PATH`` / ``~/.minari/datasets``), sorted."""
+    from robotrl.data import datasets_root
+
+    base = Path(root) if root is not None else datasets_root()
+    if not base.is_dir():
+        return []
+    return sorted(str(m.parent.parent.relative_to(base)) for m in base.glob("**/data/metadata.json"))
+
+
+def _missing_dataset(ds_id: str, recipe: str | None, why: str) -> DatasetNotFoundError:
+    """The error for a dataset id that is neither present nor generated: the closest local
+    and recipe names, every local dataset, and the ways out."""
+    import difflib
+
+    from robotrl.collect import RECIPES
+
+    local = local_dataset_ids()
+    known = sorted(set(local) | {r.dataset_id for r in RECIPES.values()})
+    close = difflib.get_close_matches(ds_id, known, n=3, cutoff=0.6)
+    parts = [f"dataset {ds_id!r} is not present locally and {why}; nothing was generated."]
+    if close:
+        parts.append(f"Closest names: {', '.join(close)}.")
+    parts.append(f"Local datasets: {', '.join(local) if local else 'none'}.")
+    parts.append("Fix dataset.id (a Minari id or a dataset directory), pick a dataset config (dataset=<name>), "
+                 "or generate one with `robotrl collect recipe=<name>` (`robotrl collect list=true` lists recipes).")
+    return DatasetNotFoundError(" ".join(parts))
+
+
 def ensure_dataset(ds_cfg: DictConfig) -> str:
-    """The dataset id of ``ds_cfg``, generating it with its recipe on first use.
+    """The dataset id (or path) of ``ds_cfg``, generating it with its recipe on first use.
+
+    A recipe generates only what it really produces under its own name
+    (:func:`robotrl.collect.registry.recipe_writes`): its own id, or a variant id when the
+    config gives recipe arguments. Any other missing id is an error, never a new dataset
+    written under a mistyped name.
 
     Raises:
-        DatasetNotFoundError: missing and no recipe (or ``generate: false``).
+        ConfigError: ``dataset.id`` is not set.
+        DatasetNotFoundError: missing and not generated; the message lists the closest
+            names and the local datasets.
     """
+    from robotrl.collect.registry import recipe_writes
+
+    ds_id = ds_cfg.get("id")
+    if not ds_id:
+        raise ConfigError("dataset.id is not set: give your dataset's Minari id or directory, "
+                          "e.g. dataset.id=me/reacher/expert-v0 (README: Train on your own data)")
+    ds_id = str(ds_id)
     try:
-        resolve_dataset_path(ds_cfg.id)
-        return ds_cfg.id
+        resolve_dataset_path(ds_id)
+        return ds_id
     except DatasetNotFoundError:
-        if not ds_cfg.get("recipe") or not ds_cfg.get("generate", True):
-            raise
+        pass
+    recipe = ds_cfg.get("recipe")
+    raw_args = ds_cfg.get("recipe_args")
+    args = OmegaConf.to_container(raw_args, resolve=True) if isinstance(raw_args, DictConfig) else dict(raw_args or {})
+    if not recipe:
+        raise _missing_dataset(ds_id, None, "its dataset config names no recipe to generate it with")
+    if not ds_cfg.get("generate", True):
+        raise _missing_dataset(ds_id, recipe, "the dataset config says generate: false")
+    if not recipe_writes(recipe, ds_id, bool(args)):
+        from robotrl.collect import recipe_dataset_id
+
+        raise _missing_dataset(ds_id, recipe, f"recipe {recipe!r} writes {recipe_dataset_id(recipe)!r}"
+                               + (" (or variants of it)" if args else "") + ", not that id")
     from robotrl.collect import ensure_dataset as generate_once
 
-    print(f"dataset {ds_cfg.id} not found locally: generating it with recipe {ds_cfg.recipe} (cached for later runs)")
-    args = OmegaConf.to_container(ds_cfg.get("recipe_args") or {}, resolve=True)
-    return generate_once(ds_cfg.recipe, **{**args, "dataset_id": ds_cfg.id})  # one generator at a time
+    print(f"dataset {ds_id} not found locally: generating it with recipe {recipe} (cached for later runs)")
+    return generate_once(recipe, **{**args, "dataset_id": ds_id})  # one generator at a time
 
 
 #: ``gymnasium.make`` kwargs that change how an env is rendered, never its rewards or dynamics.
@@ -103,12 +157,23 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) or {}
     configured = {"name": env_cfg.name, "env_kwargs": kwargs, "max_episode_steps": env_cfg.max_episode_steps}
     spec_json = data.metadata.get("env_spec") if data is not None else None
+    if env_cfg.name is None:  # env=gym: the dataset's env
+        if not spec_json:
+            raise ConfigError("env.name is not set and there is no dataset env_spec to take it from: name a "
+                              "registered gymnasium id (env.name=InvertedPendulum-v5) or a robotrl env (env=hopper)")
+        spec = json.loads(spec_json)
+        render = {k: v for k, v in kwargs.items() if k in RENDER_KWARGS}
+        configured = {"name": spec["id"], "env_kwargs": {**(spec.get("kwargs") or {}), **kwargs},
+                      "max_episode_steps": env_cfg.max_episode_steps or spec.get("max_episode_steps")}
+        if set(kwargs) - set(render) or env_cfg.max_episode_steps is not None:
+            env_cfg = OmegaConf.merge(env_cfg, {"name": spec["id"]})  # configured kwargs: checked below
+        else:
+            return configured
     if not spec_json or not env_cfg.get("match_dataset", True):
         return configured
     spec = json.loads(spec_json)
     data_id, data_kwargs, data_limit = spec["id"], spec.get("kwargs") or {}, spec.get("max_episode_steps")
-    fix = ("pick the env the dataset was recorded in (its env_spec above), or set env.match_dataset=false "
-           "to fine-tune and evaluate in another MDP on purpose")
+    fix = ("or set env.match_dataset=false to fine-tune and evaluate in another MDP on purpose")
     cfg_id, table_kwargs = resolve_env(env_cfg.name)
     want, have = _full_kwargs(data_id, data_kwargs), _full_kwargs(cfg_id, {**table_kwargs, **kwargs})
     diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
@@ -117,10 +182,10 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
         raise ConfigError(
             f"env {env_cfg.name!r} ({cfg_id}) is not the MDP dataset {data.metadata.get('dataset_id')!r} was recorded "
             f"in ({data_id}); differing kwargs (configured, recorded): {shown}. Its rewards would differ from the "
-            f"data's; {fix}")
+            f"data's. {_env_fix(data_id, want, cfg_id)} {fix}")
     if env_cfg.max_episode_steps is not None and data_limit is not None and int(env_cfg.max_episode_steps) != int(data_limit):
         raise ConfigError(f"env.max_episode_steps={env_cfg.max_episode_steps} differs from the dataset's time limit "
-                          f"{data_limit}; {fix}")
+                          f"{data_limit}: drop the override (or set env.max_episode_steps={data_limit}), {fix}")
     eval_json = data.metadata.get("eval_env_spec")
     if eval_json:
         ev = json.loads(eval_json)
@@ -133,6 +198,44 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
     render = {k: v for k, v in kwargs.items() if k in RENDER_KWARGS}
     return {"name": data_id, "env_kwargs": {**{k: v for k, v in data_kwargs.items() if k not in RENDER_KWARGS}, **render},
             "max_episode_steps": data_limit if env_cfg.max_episode_steps is None else env_cfg.max_episode_steps}
+
+
+def _env_groups() -> dict[str, tuple[str, dict[str, Any]]]:
+    """``configs/env`` groups that name a fixed env: group -> (gym id, full constructor kwargs)."""
+    from importlib import resources
+
+    import yaml
+
+    from robotrl.envs.registry import resolve_env
+
+    out = {}
+    for f in sorted(resources.files("robotrl.configs").joinpath("env").iterdir(), key=lambda f: f.name):
+        if not f.name.endswith(".yaml"):
+            continue
+        doc = yaml.safe_load(f.read_text()) or {}
+        if not doc.get("name"):
+            continue
+        try:
+            gid, table = resolve_env(doc["name"])
+        except ConfigError:
+            continue
+        out[f.name[:-5]] = (gid, _full_kwargs(gid, {**table, **(doc.get("kwargs") or {})}))
+    return out
+
+
+def _env_fix(data_id: str, data_kwargs: dict[str, Any], cfg_id: str) -> str:
+    """Which overrides resolve an env/dataset mismatch: the env config of the data's MDP
+    (or ``env=gym``, which takes the dataset's env) and the env config of the configured id
+    (its own dataset comes with it)."""
+    groups = _env_groups()
+    data_group = next((g for g, (gid, kw) in groups.items() if gid == data_id and kw == data_kwargs), None)
+    own = f"env={data_group}" if data_group else "env=gym"
+    cfg_groups = [g for g, (gid, _) in groups.items() if gid == cfg_id]
+    other = (f"env={cfg_groups[0]} (selects its own dataset too)" if cfg_groups
+             else f"env=gym env.name={cfg_id} dataset.id=<a dataset recorded on {cfg_id}>")
+    return (f"To train on this dataset in its own env: {own} (env=gym takes the dataset's env: id "
+            f"{data_id}, its kwargs and time limit). To train on {cfg_id}: {other}, or dataset.id=<a dataset "
+            f"recorded on {cfg_id}>;")
 
 
 def eval_env_args(env_cfg: DictConfig, data: OfflineData | None, task: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -166,8 +269,76 @@ def trainer_config(cfg: DictConfig) -> TrainerConfig:
     return TrainerConfig(**given)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path) -> "Trainer | OnPolicyTrainer":
+#: ``agent.model`` keys that define the networks (layer sizes, activations, ensemble size, normaliser
+#: clipping, diffusion horizons): a warm start takes them from the checkpoint it loads.
+ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_n", "critic_layer_norm", "actor_layer_norm",
+                     "layer_norm", "act", "critic_act", "gaussian", "dropout", "obs_clip", "obs_horizon",
+                     "action_horizon", "act_steps", "denoising_steps", "denoiser", "denoiser_kwargs")
+
+
+def _explicit_model_keys(overrides: list[str] | None) -> set[str]:
+    """``agent.model`` keys set on the command line (``agent.model.hidden=[64,64]``, ``+``/``++`` forms)."""
+    keys = set()
+    for o in overrides or []:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key.startswith("agent.model."):
+            keys.add(key[len("agent.model."):].split(".", 1)[0])
+    return keys
+
+
+def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
+    """``cfg`` with the network architecture of the checkpoint it warm-starts from.
+
+    A warm start (``trainer.init_from``, or ``agent.onpolicy.init_from`` for PPO/DPPO)
+    loads weights, so the fine-tuning run must build the networks the pretraining run
+    built: every :data:`ARCHITECTURE_KEYS` entry of the checkpoint's recorded
+    ``agent.model`` that this agent also has is taken from the checkpoint (normalisers come
+    with the loaded policy). Nothing has to be repeated on the command line.
+
+    Args:
+        cfg: the composed run config.
+        overrides: the command-line overrides (Hydra's ``overrides.task``); a key set there
+            to another value than the checkpoint's is a conflict. ``None``: none known.
+
+    Returns:
+        ``cfg`` itself when nothing changes, else a merged copy.
+
+    Raises:
+        ConfigError: an explicit override conflicts with the checkpoint (both values named).
+        CheckpointError: the checkpoint cannot be read.
+    """
+    from robotrl.checkpoint import load_checkpoint
+
+    source = cfg.trainer.get("init_from") or (cfg.agent.get("onpolicy") or {}).get("init_from")
+    if not source or not Path(str(source)).exists():
+        return cfg  # missing: the trainer's own warm start raises the clear error
+    recorded = (load_checkpoint(source).get("config") or {}).get("agent", {}).get("model") or {}
+    explicit, adopt = _explicit_model_keys(overrides), {}
+    for key in ARCHITECTURE_KEYS:
+        if key not in recorded or key not in cfg.agent.model:
+            continue
+        mine = OmegaConf.to_container(cfg.agent.model, resolve=True)[key]
+        if mine == recorded[key]:
+            continue
+        if key in explicit:
+            raise ConfigError(
+                f"agent.model.{key}={mine} conflicts with the warm-start checkpoint {source}, whose networks were "
+                f"built with agent.model.{key}={recorded[key]}; drop the override (a warm start takes the "
+                f"architecture from its checkpoint) or pretrain again with agent.model.{key}={mine}")
+        adopt[key] = recorded[key]
+    if not adopt:
+        return cfg
+    print(f"warm start from {source}: architecture taken from the checkpoint: "
+          + ", ".join(f"{k}={v}" for k, v in adopt.items()))
+    return OmegaConf.merge(cfg, {"agent": {"model": adopt}})
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> "Trainer | OnPolicyTrainer":
     """Dataset, envs, normalisers, agent, buffer and trainer for one run.
+
+    ``overrides``: the command-line overrides, to tell an explicit network setting from a
+    default when warm-starting (:func:`warm_start_architecture`); ``None``: read Hydra's
+    when it runs, else none.
 
     Agents whose config has an ``onpolicy`` section (DPPO, Gaussian PPO, residual PPO) get
     the on-policy loop (:class:`robotrl.onpolicy.OnPolicyTrainer`); the others the
@@ -182,6 +353,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> "Trainer | OnPolicyTrainer"
     set_seed(int(cfg.seed))
     device = resolve_device(cfg.device)
     tcfg = trainer_config(cfg)
+    if overrides is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    cfg = warm_start_architecture(cfg, overrides)
 
     data = None
     samples_offline = tcfg.offline_steps > 0 or tcfg.offline_ratio > 0
@@ -216,7 +392,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> "Trainer | OnPolicyTrainer"
                            "device": str(device),
                            "dataset_transitions": data.num_transitions if data is not None else 0,
                            "ref_scores": list(ref_scores) if ref_scores else None}
-    title = f"{cfg.agent.name} on {cfg.env.name}"
+    title = f"{cfg.agent.name} on {cfg.env.name or task['name']}"
 
     if cfg.agent.get("onpolicy") is not None:  # DPPO / Gaussian PPO / residual PPO: the on-policy loop
         from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer

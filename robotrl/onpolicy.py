@@ -40,7 +40,7 @@ import torch
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
 from robotrl.evaluation import evaluate
 from robotrl.policy import act, policy_state
-from robotrl.utils import get_rng_state, set_rng_state
+from robotrl.utils import check_schedule, get_rng_state, set_rng_state
 
 
 # ---------------------------------------------------------------------- GAE
@@ -223,6 +223,13 @@ class OnPolicyConfig:
     vectorization: str = "sync"
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        """Raises ConfigError on a count that cannot work (zero envs, negative budgets, ...)."""
+        check_schedule(self, "agent.onpolicy", positive=("iterations", "steps_per_iter", "num_envs", "eval_every",
+                                                         "eval_episodes", "eval_envs", "checkpoint_every",
+                                                         "pretrain_batch_size"),
+                       non_negative=("max_env_steps", "pretrain_steps"))
+
 
 class OnPolicyTrainer:
     """Iterations of rollout → ``agent.update_rollout``, with evaluation and resumable checkpoints.
@@ -263,6 +270,10 @@ class OnPolicyTrainer:
                        num_envs=self.cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
         res.update(phase=phase, step=self.step, updates=self.iteration, eval_seconds=time.time() - t)
         self.history.append(res)
+        if self.cfg.progress:
+            from robotrl.report import format_eval
+
+            print(format_eval(res), flush=True)
         return res
 
     def save(self) -> Path:
@@ -298,7 +309,7 @@ class OnPolicyTrainer:
     def _summary(self, resumed: bool) -> dict:
         """Final and starting scores, and the onset dips (:func:`robotrl.report.onset_summary`, as the
         off-policy :class:`~robotrl.trainer.Trainer`'s summary; updates start at env step 0)."""
-        from robotrl.report import format_onset, onset_summary
+        from robotrl.report import drop_missing, format_onset, onset_summary
 
         final, first = self.history[-1], self.history[0]
         summary = {"title": self.title, "final_return": final["return_mean"],
@@ -312,7 +323,7 @@ class OnPolicyTrainer:
         line = format_onset(summary)
         if self.cfg.progress and line:
             print(line, flush=True)
-        return summary
+        return drop_missing(summary)
 
     def fit(self) -> dict:
         """Run (or resume) fine-tuning; returns the summary (also written as the report)."""

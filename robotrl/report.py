@@ -72,9 +72,51 @@ def format_onset(summary: dict) -> str | None:
             + ", ".join(f"{k} {_fmt(v)}" for k, v in dips))
 
 
+def format_eval(res: dict) -> str:
+    """One console line for an evaluation record (``phase``, ``step``, metrics): the return,
+    and the normalised score and success rate only where the task has them (never a
+    ``success 0.00`` for a task without a success signal)."""
+    what = {"offline": "offline" if res.get("step", 0) else "start (pretrained policy)"}.get(res.get("phase"), res.get("phase"))
+    parts = [f"[eval {what} step {res.get('step', 0)}] return {res['return_mean']:.2f}"]
+    score, succ = res.get("normalized_score", float("nan")), res.get("success_rate", float("nan"))
+    if not math.isnan(score):
+        parts.append(f"score {score:.1f}")
+    if not math.isnan(succ):
+        parts.append(f"success {succ:.2f} ({res.get('success_metric', 'n/a')})")
+    return "  ".join(parts)
+
+
+def drop_missing(summary: dict) -> dict:
+    """``summary`` without the success and normalised-score entries a task does not have
+    (NaN: no success signal, no reference scores), so reports and the console show only
+    what was measured."""
+    def missing(k, v):
+        if k == "success_metric":
+            return v == "n/a"
+        return ("success" in k or "normalized_score" in k) and isinstance(v, float) and math.isnan(v)
+
+    return {k: v for k, v in summary.items() if not missing(k, v)}
+
+
+def online_start_step(history: list[dict]) -> int | None:
+    """The step at which the online phase starts: the last offline evaluation's (the warm-start
+    evaluation at 0 for a run that starts online), ``None`` without both phases."""
+    offline = [h["step"] for h in history if h.get("phase") == "offline"]
+    if not offline or not any(h.get("phase") == "online" for h in history):
+        return None
+    return max(offline)
+
+
 def success_metric(history: list[dict]) -> str:
     """Which success ``success_rate`` is in these evaluations: "final-step", "any-step" (or "n/a")."""
     return next((h["success_metric"] for h in reversed(history) if h.get("success_metric")), "n/a")
+
+
+def plotted_metrics(history: list[dict]) -> list[str]:
+    """The evaluation metrics a run has (one plot panel each): the return always, the
+    normalised score and the success rate only where some evaluation measured them."""
+    return [m for m in ("return_mean", "normalized_score", "success_rate")
+            if m == "return_mean" or any(not math.isnan(h.get(m, float("nan"))) for h in history)]
 
 
 def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Path | None:
@@ -87,10 +129,9 @@ def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Pat
     if not history:
         return None
     steps = [h["step"] for h in history]
-    metrics = [m for m in ("return_mean", "normalized_score", "success_rate")
-               if any(not math.isnan(h.get(m, float("nan"))) for h in history)]
+    metrics = plotted_metrics(history)
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
-    offline_end = next((h["step"] for h in history if h.get("phase") == "online"), None)
+    offline_end = online_start_step(history)
     for ax, m in zip(axes[0], metrics):
         ax.plot(steps, [h.get(m, float("nan")) for h in history], marker="o")
         if m == "return_mean":
@@ -133,16 +174,19 @@ def write_report(run_dir: Path, *, summary: dict, history: list[dict], config: d
     if any(k.startswith("onset_dip_") for k in summary):
         lines += ["", f"_{ONSET_DEFINITION}._"]
     metric = success_metric(history)
-    both = metric == "final-step"  # the convention is the final step: the any-step rate beside it
-    lines += ["", "## Evaluations", "",
-              f"| phase | step | return | normalized score | success rate ({metric}) |"
-              + (" success rate (any-step) |" if both else "") + " episodes |",
-              "|---|---|---|---|---|" + ("---|" if both else "") + "---|"]
+    shown = plotted_metrics(history)
+    score, succ = "normalized_score" in shown, "success_rate" in shown
+    both = succ and metric == "final-step"  # the convention is the final step: the any-step rate beside it
+    cols = (["phase", "step", "return"] + (["normalized score"] if score else [])
+            + ([f"success rate ({metric})"] if succ else []) + (["success rate (any-step)"] if both else []) + ["episodes"])
+    lines += ["", "## Evaluations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     nan = float("nan")
     for h in history:
-        lines.append(f"| {h.get('phase')} | {h['step']} | {_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))} | "
-                     f"{_fmt(h.get('normalized_score', nan))} | {_fmt(h.get('success_rate', nan))} | "
-                     + (f"{_fmt(h.get('success_any_rate', nan))} | " if both else "") + f"{int(h.get('episodes', 0))} |")
+        row = [str(h.get("phase")), str(h["step"]), f"{_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))}"]
+        row += [_fmt(h.get("normalized_score", nan))] if score else []
+        row += [_fmt(h.get("success_rate", nan))] if succ else []
+        row += [_fmt(h.get("success_any_rate", nan))] if both else []
+        lines.append("| " + " | ".join(row + [str(int(h.get("episodes", 0)))]) + " |")
     if metric != "n/a":
         from robotrl.evaluation import SUCCESS_CONVENTION
 

@@ -46,8 +46,8 @@ from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import CheckpointError
 from robotrl.evaluation import evaluate
 from robotrl.policy import act, policy_state
-from robotrl.report import format_onset, onset_summary, write_report
-from robotrl.utils import get_rng_state, set_rng_state
+from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
+from robotrl.utils import check_schedule, get_rng_state, set_rng_state
 
 
 @dataclass
@@ -72,6 +72,14 @@ class TrainerConfig:
     init_from: str | None = None
     init_parts: list[str] | None = None
     warmup_updates: int = 0
+
+    def __post_init__(self) -> None:
+        """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""
+        check_schedule(self, "trainer", positive=("batch_size", "n_step", "eval_every", "eval_episodes", "eval_envs",
+                                                  "checkpoint_every", "log_every", "num_envs", "online_buffer_size",
+                                                  "utd"),
+                       non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates"),
+                       fractions=("offline_ratio",))
 
 
 class Trainer:
@@ -159,6 +167,10 @@ class Trainer:
         self.history.append(res)
         self._log("eval", {k: v for k, v in res.items() if isinstance(v, float)}, self.step)
         self.writer.flush()
+        if self.cfg.progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(format_eval(res))
         return res
 
     # ------------------------------------------------------------------ checkpoints
@@ -309,9 +321,7 @@ class Trainer:
             self._log(f"train_{phase}", metrics, self.step)
             bar.set_postfix({k: f"{float(v):.3g}" for k, v in list(metrics.items())[:3]})
         if self.step % cfg.eval_every == 0:
-            res = self._evaluate(phase)
-            bar.write(f"[{phase} step {self.step}] return {res['return_mean']:.2f}  "
-                      f"score {res['normalized_score']:.1f}  success {res['success_rate']:.2f}")
+            self._evaluate(phase)
         if self.step % cfg.checkpoint_every == 0:
             self.wall_time += time.time() - self._t0
             self._t0 = time.time()
@@ -380,4 +390,4 @@ class Trainer:
             line = format_onset(out)
             if self.cfg.progress and line:
                 print(line, flush=True)
-        return out
+        return drop_missing(out)

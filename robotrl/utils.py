@@ -53,3 +53,36 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def check_schedule(obj, section: str, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = (),
+                   fractions: tuple[str, ...] = ()) -> None:
+    """Validate the counts of a schedule dataclass (``TrainerConfig``, ``OnPolicyConfig``).
+
+    Args:
+        obj: the dataclass instance.
+        section: its config prefix for the message (``"trainer"``, ``"agent.onpolicy"``).
+        positive: fields that must be integers >= 1 (batch sizes, intervals, env counts).
+        non_negative: fields that must be integers >= 0 (step budgets, warmups); ``None`` allowed.
+        fractions: fields that must lie in [0, 1].
+
+    Raises:
+        ConfigError: the first bad field, its value and the allowed range.
+    """
+    from robotrl.errors import ConfigError
+
+    def integral(v) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    for name in positive:
+        v = getattr(obj, name)
+        if not integral(v) or v < 1:
+            raise ConfigError(f"{section}.{name}={v!r} must be a whole number >= 1")
+    for name in non_negative:
+        v = getattr(obj, name)
+        if v is not None and (not integral(v) or v < 0):
+            raise ConfigError(f"{section}.{name}={v!r} must be a whole number >= 0")
+    for name in fractions:
+        v = getattr(obj, name)
+        if not isinstance(v, (int, float, np.number)) or isinstance(v, bool) or not 0.0 <= float(v) <= 1.0:
+            raise ConfigError(f"{section}.{name}={v!r} must lie in [0, 1]")

@@ -1,6 +1,6 @@
 """Every warm-start Q-learning mode, run briefly through the real trainer on a generated PointMaze dataset.
 
-Real MuJoCo, real Minari files, the real experiment configs (``configs/experiment/pointmaze-*``)
+Real MuJoCo, real Minari files, the real experiment configs (``configs/experiment/{calql,wsrl,...}``)
 with small networks and budgets. Rewards get ``reward_bias=-1`` and Cal-QL's sparse fill
 (``mc_sparse_fill=0``): then every transition has a substantial known Monte Carlo
 return-to-go (``-1/(1-γ) = -10`` with ``γ = 0.9`` for never-solved episodes), and the learnable quantity each
@@ -90,7 +90,7 @@ def test_offline_pretraining_fits_the_mc_returns(pretrained, algo):
 
 
 def test_offline_cql_prefers_data_actions_to_uniform_ones(minari_module_root, tmp_path):
-    cfg = _compose(["experiment=pointmaze-calql", *SMALL, "agent=cql", "trainer.offline_steps=300", f"run_dir={tmp_path}"])
+    cfg = _compose(["experiment=calql", *SMALL, "agent=cql", "trainer.offline_steps=300", f"run_dir={tmp_path}"])
     trainer = build_trainer(cfg, tmp_path)
     b = trainer.offline.sample(512)
     agent = trainer.agent
@@ -109,7 +109,7 @@ def test_offline_cql_prefers_data_actions_to_uniform_ones(minari_module_root, tm
 def _online_run(mode: str, run_dir, extra: list[str]):
     keys = {e.split("=")[0] for e in extra}
     base = [o for o in ONLINE if o.split("=")[0] not in keys]
-    cfg = _compose([f"experiment=pointmaze-{mode}", *SMALL, *base, *extra, f"run_dir={run_dir}"])
+    cfg = _compose([f"experiment={mode}", *SMALL, *base, *extra, f"run_dir={run_dir}"])
     trainer = build_trainer(cfg, run_dir)
     if trainer.cfg.init_from:  # the state right after the warm start (fit() applies the same init again)
         trainer.init_from(trainer.cfg.init_from, trainer.cfg.init_parts)
@@ -167,7 +167,7 @@ def test_calql_online_updates_only_on_ended_episodes(pretrained, tmp_path):
     """Cal-QL online (no warmup): updates start once the first online episode has ended, and
     every online row carries a known MC return (never a -inf bound)."""
     pre_dir = pretrained["calql"][0]
-    cfg = _compose(["experiment=pointmaze-calql-online", *SMALL, "trainer.online_steps=150",
+    cfg = _compose(["experiment=calql-online", *SMALL, "trainer.online_steps=150",
                     "trainer.online_warmup_steps=0", "trainer.batch_size=64", f"trainer.init_from={pre_dir}",
                     f"run_dir={tmp_path}"])
     trainer = build_trainer(cfg, tmp_path)
@@ -194,7 +194,7 @@ def test_actor_maximises_the_min_over_heads_except_rlpd():
 
 
 def test_wsrl_in_one_run_pretrains_with_calql_and_fine_tunes_with_sac(minari_module_root, tmp_path):
-    cfg = _compose(["experiment=pointmaze-calql", *SMALL, "trainer.offline_steps=60", "trainer.online_steps=120",
+    cfg = _compose(["experiment=calql", *SMALL, "trainer.offline_steps=60", "trainer.online_steps=120",
                     "trainer.online_warmup_steps=60", "trainer.offline_ratio=0.0", "agent.model.online_algo=sac",
                     f"run_dir={tmp_path}"])
     trainer = build_trainer(cfg, tmp_path)
@@ -240,7 +240,7 @@ def test_porl_keeps_only_the_policy_and_fits_the_critic_first(pretrained, tmp_pa
 
 def test_porl_starts_from_the_pretrained_policy_and_a_fresh_critic(pretrained, tmp_path):
     pre_dir, pre = pretrained["calql"][0], pretrained["calql"][1].agent
-    cfg = _compose(["experiment=pointmaze-porl", *SMALL, *ONLINE, f"trainer.init_from={pre_dir}", f"run_dir={tmp_path}"])
+    cfg = _compose(["experiment=porl", *SMALL, *ONLINE, f"trainer.init_from={pre_dir}", f"run_dir={tmp_path}"])
     trainer = build_trainer(cfg, tmp_path)
     trainer.init_from(trainer.cfg.init_from, trainer.cfg.init_parts)
     for k, v in pre.policy.state_dict().items():
@@ -254,7 +254,7 @@ def test_iql_online_continues_and_checkpoint_evaluates_and_resumes(pretrained, m
     trainer, summary, batches, before, after = _online_run("iql-online", tmp_path, [*extra, "trainer.online_steps=200"])
     assert trainer.agent.algo == "iql" and all(float(f.sum()) == 32.0 for f in batches)
     # resume: same run dir, longer budget -> continues from step 200, no second warm start
-    cont = build_trainer(_compose(["experiment=pointmaze-iql-online", *SMALL, *ONLINE, *extra,
+    cont = build_trainer(_compose(["experiment=iql-online", *SMALL, *ONLINE, *extra,
                                    f"run_dir={tmp_path}"]), tmp_path)
     idx = _known(trainer.online)
     res = cont.fit()
@@ -289,7 +289,7 @@ def test_every_mode_resumes_after_a_kill_and_its_checkpoint_runs_in_robotrl_eval
     offline = mode == "calql"
     budget = "trainer.offline_steps" if offline else "trainer.online_steps"
     init = [f"trainer.init_from={pretrained[MODES[mode][0]][0]}"] if MODES[mode] else []
-    args = [sys.executable, "-m", "robotrl.cli", "train", f"experiment=pointmaze-{mode}", *SMALL, *init,
+    args = [sys.executable, "-m", "robotrl.cli", "train", f"experiment={mode}", *SMALL, *init,
             "trainer.online_warmup_steps=50", "trainer.batch_size=64", "trainer.checkpoint_every=100",
             f"run_dir={run_dir}"] + ([] if offline else ["trainer.offline_steps=0"])
     killed_at = kill_after_checkpoint([*args, f"{budget}=1000000"], env, run_dir)

@@ -142,7 +142,7 @@ def _compose(overrides):
 
 
 def test_fetch_offpolicy_experiment_composes_resfit_schedule():
-    cfg = _compose(["experiment=fetch-push-residual-offpolicy"])
+    cfg = _compose(["experiment=residual-offpolicy", "env=fetch-push", "dataset=fetch-push-noisy-20ep"])
     m, t = cfg.agent.model, cfg.trainer
     assert (t.utd, t.n_step, t.num_envs, t.batch_size, t.offline_ratio) == (4, 3, 1, 256, 0.5)
     assert (m.explore_std, m.target_noise, m.target_noise_clip, m.actor_delay, m.critic_n) == (0.05, 0.05, 0.3, 4, 10)
@@ -152,7 +152,7 @@ def test_fetch_offpolicy_experiment_composes_resfit_schedule():
 
 
 def test_fetch_residual_ppo_experiment_composes_resip_defaults_scaled_to_the_cpu():
-    cfg = _compose(["experiment=fetch-push-residual-ppo"])
+    cfg = _compose(["experiment=residual-ppo", "env=fetch-push", "dataset=fetch-push-noisy-20ep"])
     o, m = cfg.agent.onpolicy, cfg.agent.model
     # large batches per update: was 16-32 envs × 50 steps (800-1600 samples) over 10 epochs
     assert o.num_envs * o.steps_per_iter >= 6400 and m.batch_size >= 3200 and m.n_epochs == 50

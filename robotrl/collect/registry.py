@@ -19,7 +19,7 @@ from robotrl.collect._common import dataset_exists
 from robotrl.data.writer import dataset_dir
 from robotrl.errors import ConfigError, DatasetExistsError
 
-__all__ = ["Recipe", "RECIPES", "collect", "ensure_dataset", "recipe_dataset_id"]
+__all__ = ["Recipe", "RECIPES", "collect", "ensure_dataset", "recipe_dataset_id", "recipe_writes"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,30 @@ def recipe_dataset_id(name: str, **overrides) -> str:
         ConfigError: unknown recipe name.
     """
     return overrides.get("dataset_id") or _recipe(name).dataset_id
+
+
+def recipe_writes(name: str, dataset_id: str, has_args: bool) -> bool:
+    """Whether recipe ``name`` produces ``dataset_id`` under its own name.
+
+    That is the recipe's own id (``robotrl/walker2d/medium-v0``), or, when the dataset
+    config gives the recipe arguments (a variant: fewer episodes, more steps), a variant
+    of it: the own id's stem plus a suffix, same version (``robotrl/fetch-push/noisy-20ep-v0``
+    for ``robotrl/fetch-push/noisy-v0``). Any other id is a typo or someone else's
+    dataset, which no recipe should write silently.
+
+    Raises:
+        ConfigError: unknown recipe name.
+    """
+    import re
+
+    own = _recipe(name).dataset_id
+    if dataset_id == own:
+        return True
+    m = re.fullmatch(r"(.+)-(v\d+)", own)
+    if not (has_args and m):
+        return False
+    stem, version = m.groups()
+    return dataset_id.startswith(stem + "-") and dataset_id.endswith("-" + version) and len(dataset_id) > len(own)
 
 
 def collect(name: str, **overrides) -> Path:

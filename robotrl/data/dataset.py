@@ -271,10 +271,12 @@ def check_spaces(data: OfflineData, observation_space: gym.Space, action_space: 
     if flat_dim(observation_space) != data.obs_dim:
         raise SpaceMismatchError(
             f"dataset observations have Do={data.obs_dim} but the environment's have Do={flat_dim(observation_space)}; "
-            f"the dataset was recorded on {data.env_id!r}: use that env or another dataset"
+            f"the dataset was recorded on {data.env_id!r}: train in that env (`env=gym` takes the dataset's env; "
+            f"`env=gym env.name={data.env_id}` names it) or pick a dataset recorded on this env (`dataset.id=...`)"
         )
     if flat_dim(action_space) != data.action_dim:
         raise SpaceMismatchError(
             f"dataset actions have Da={data.action_dim} but the environment's have Da={flat_dim(action_space)}; "
-            f"the dataset was recorded on {data.env_id!r}: use that env or another dataset"
+            f"the dataset was recorded on {data.env_id!r}: train in that env (`env=gym` takes the dataset's env; "
+            f"`env=gym env.name={data.env_id}` names it) or pick a dataset recorded on this env (`dataset.id=...`)"
         )
