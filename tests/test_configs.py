@@ -25,16 +25,40 @@ def _compose(name: str, overrides: list[str]):
 @pytest.mark.parametrize("env", _options("env"))
 def test_each_env_composes_with_its_default_dataset(env):
     cfg = _compose("train", [f"env={env}"])
-    assert cfg.env.name == env
-    assert cfg.dataset.id  # dataset group follows the env
+    if env == "gym":  # any gymnasium env: taken from the user's dataset (dataset group gym: id required)
+        assert cfg.env.name is None and cfg.dataset.id is None and not cfg.dataset.generate
+    else:
+        assert cfg.env.name == env
+        assert cfg.dataset.id  # dataset group follows the env
     OmegaConf.to_container(cfg, resolve=True)
 
 
-@pytest.mark.parametrize("dataset", _options("dataset"))
+@pytest.mark.parametrize("dataset", [d for d in _options("dataset") if d != "gym"])
 def test_each_dataset_composes(dataset):
     cfg = _compose("train", [f"dataset={dataset}"])
     assert "/" in cfg.dataset.id
     assert (cfg.dataset.recipe is None) == (not cfg.dataset.generate)
+
+
+def test_every_experiment_composes_with_each_env_family():
+    """One experiment per algorithm, any env= (and its dataset): all resolve, and the dataset,
+    the warm-start path and the reward transform follow the env, never another env's."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        for experiment in _options("experiment"):
+            for env in ("pointmaze-umaze", "hopper", "fetch-push", "gym"):  # one per reward family, and yours
+                extra = ["dataset.id=me/own-v0"] if env == "gym" else []
+                cfg = compose(config_name="train", overrides=[f"experiment={experiment}", f"env={env}", *extra])
+                resolved = OmegaConf.to_container(cfg, resolve=True)
+                slug = cfg.dataset.id.replace("/", "-")
+                for path in (resolved.get("run_dir"), resolved["trainer"].get("init_from"),
+                             (resolved["agent"].get("onpolicy") or {}).get("init_from"),
+                             resolved["agent"]["model"].get("base")):
+                    if path:
+                        assert f"/{slug}/seed0" in path, (experiment, env, path)
+                if "reward_scale" in resolved["agent"] and experiment != "residual-offpolicy":
+                    assert resolved["agent"]["reward_scale"] == resolved["env"]["reward_transform"]["scale"]
 
 
 @pytest.mark.parametrize("agent", _options("agent"))

@@ -173,7 +173,8 @@ def test_only_a_recipes_own_id_or_its_variants_are_generated():
     assert not recipe_writes("walker2d-medium", "robotrl/walker2d/medium-big-v0", has_args=False)  # no args: no variant
     assert recipe_writes("fetch-push-noisy", "robotrl/fetch-push/noisy-20ep-v0", has_args=True)
     assert not recipe_writes("fetch-push-noisy", "robotrl/fetch-push/nosy-20ep-v0", has_args=True)
-    assert not recipe_writes("fetch-push-noisy", "robotrl/fetch-push/noisy-20ep-v1", has_args=True)
+    assert not recipe_writes("fetch-push-noisy", "robotrl/fetch-push/noisy", has_args=True)  # no version
+    assert recipe_writes("pointmaze-umaze", "robotrl/pointmaze/umaze-bench-v0", has_args=True)
 
 
 def test_an_env_that_is_not_the_datas_is_an_error_naming_the_overrides(own_data, tmp_path):

@@ -120,7 +120,7 @@ def recipe_writes(name: str, dataset_id: str, has_args: bool) -> bool:
 
     That is the recipe's own id (``robotrl/walker2d/medium-v0``), or, when the dataset
     config gives the recipe arguments (a variant: fewer episodes, more steps), a variant
-    of it: the own id's stem plus a suffix, same version (``robotrl/fetch-push/noisy-20ep-v0``
+    of it: the own id's stem plus a suffix and a version (``robotrl/fetch-push/noisy-20ep-v0``
     for ``robotrl/fetch-push/noisy-v0``). Any other id is a typo or someone else's
     dataset, which no recipe should write silently.
 
@@ -135,8 +135,9 @@ def recipe_writes(name: str, dataset_id: str, has_args: bool) -> bool:
     m = re.fullmatch(r"(.+)-(v\d+)", own)
     if not (has_args and m):
         return False
-    stem, version = m.groups()
-    return dataset_id.startswith(stem + "-") and dataset_id.endswith("-" + version) and len(dataset_id) > len(own)
+    stem = m.group(1)
+    return dataset_id.startswith(stem + "-") and re.search(r"-v\d+$", dataset_id) is not None \
+        and len(dataset_id) > len(own) - 3
 
 
 def collect(name: str, **overrides) -> Path:
