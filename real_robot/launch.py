@@ -22,7 +22,10 @@ class ServerProcess:
     """A robot server in a child process.
 
     Args:
-        key_file: the bridge key file (mode 0600).
+        key_file: the bridge key file (mode 0600); the e-stop latch persists beside it
+            (``<key_file>.estop``) unless the overrides set ``+latch_file=...``.
+        endpoint: where to bind (default: a free loopback port; give a fixed one to
+            restart a server on the same endpoint).
         overrides: extra Hydra overrides, e.g. ``["robot.task=hopper"]``.
         start_timeout_s: how long to wait for the server to bind (s).
 
@@ -34,8 +37,8 @@ class ServerProcess:
     """
 
     def __init__(self, key_file: str | os.PathLike, overrides: list[str] = (), start_timeout_s: float = 60.0,
-                 stop_timeout_s: float = 10.0, env: dict | None = None):
-        self.key_file, self.overrides = str(key_file), list(overrides)
+                 stop_timeout_s: float = 10.0, env: dict | None = None, endpoint: str = "tcp://127.0.0.1:0"):
+        self.key_file, self.overrides, self.bind_endpoint = str(key_file), list(overrides), endpoint
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
         self.env = env
         self._dir = Path(tempfile.mkdtemp(prefix="robot-server-"))
@@ -45,9 +48,10 @@ class ServerProcess:
         self.endpoint = ""
 
     def start(self) -> ServerProcess:
-        cmd = [sys.executable, "-m", "robotrl.real_robot.cli", "robot-server", "endpoint=tcp://127.0.0.1:0",
+        cmd = [sys.executable, "-m", "robotrl.real_robot.cli", "robot-server", f"endpoint={self.bind_endpoint}",
                f"key_file={self.key_file}", f"ready_file={self.ready_file}", *self.overrides]
-        self._log = open(self.log_file, "w")
+        self._log = open(self.log_file, "a")
+        self.ready_file.unlink(missing_ok=True)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
         end = time.monotonic() + self.start_timeout_s
         while not self.ready_file.exists():
