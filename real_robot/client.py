@@ -94,7 +94,7 @@ class RobotClient:
         self._connected = False
         self._ever_connected = False
         self._disconnected_at: float | None = None
-        self._last_answer = time.monotonic()
+        self._waiting_since: float | None = None
         self.timeouts = 0
         self.reconnects = 0
         self.handshakes = 0
@@ -200,15 +200,17 @@ class RobotClient:
 
     def _exchange(self, type_: str, body: dict | None, timeout_s: float | None) -> dict:
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
-        dst = self.robot_id if (self.robot_id and type_ != "hello") else (self._expected_id or "")
+        dst = "" if type_ == "hello" else (self.robot_id or "")  # hello may be unaddressed; its answer names the robot
         while True:
             frames, seq = self.auth.seal(type_, body, dst=dst, epoch=self.epoch or "")
             self._sock.send_multipart(frames)
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
             ans = self._await(seq, timeout, type_)
             if ans is not None:
                 return ans
             self.timeouts += 1
-            silent = time.monotonic() - self._last_answer
+            silent = time.monotonic() - self._waiting_since
             if silent > self.link_timeout_s:
                 err = self._silence_error(silent)
                 self.reconnect()
@@ -230,7 +232,7 @@ class RobotClient:
                 continue  # counted in self.auth.rejected
             if type_ != "hello" and self.robot_id is not None and msg["src"] != self.robot_id:
                 continue  # another robot's answer (cannot happen on one connection; belt and braces)
-            self._last_answer = time.monotonic()
+            self._waiting_since = None  # the server answers (silence counts from the first unanswered request)
             if msg["body"].get("re") == seq:
                 return msg["body"]
 
