@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
+import math
 import os
 import secrets
 import struct
@@ -122,7 +123,7 @@ def _make_ext_hook(limits: Limits):
         if ndim > 4 or len(data) < 2 + 4 * ndim:
             raise ProtocolError(f"array header with ndim={ndim} is invalid (at most 4 dims)")
         shape = struct.unpack(f"<{ndim}I", data[2:2 + 4 * ndim])
-        n = int(np.prod(shape, dtype=np.int64)) if ndim else 1
+        n = math.prod(shape)  # 1 for ndim 0
         body = data[2 + 4 * ndim:]
         if n > limits.max_elems or len(body) != n * dtype.itemsize:
             raise ProtocolError(f"array of shape {shape} does not match its {len(body)} data bytes or exceeds {limits.max_elems} elements")

@@ -11,8 +11,12 @@ request ``a`` (``(Da,)``, the robot's action units) it computes the applied acti
    * absolute bounds ``[low, high]``,
    * maximum change per step ``|a_t - a_{t-1}| <= max_delta``,
    * velocity limit ``|a_t - a_{t-1}| / dt <= max_velocity`` (``dt = 1 / rate_hz``, s),
-   * workspace box (see :class:`WorkspaceBox`).
-   These are hard limits; the request is clipped into the interval.
+   * workspace box (see :class:`WorkspaceBox`): for an action box, the box; for an
+     observation box, beyond (or on) a face only commands that do not push further out
+     pass. Where a position limit and the change limit cannot both hold, the position
+     limit wins (the command jumps to the nearest admissible point / the hold value).
+   These are hard limits; the request is clipped into the interval, in float32 rounded
+   inward (also the hold action), so the applied float32 action never leaves them.
 4. Acceleration limit ``|v_t - v_{t-1}| / dt <= max_acceleration`` with
    ``v_t = (a_t - a_{t-1}) / dt``: applied inside the hard interval; where the two
    cannot both hold (the previous step was fast toward a bound) the hard interval wins
@@ -45,8 +49,12 @@ class WorkspaceBox:
             position targets (they are clipped into the box), or ``"observation"`` when
             the position is measured in the observation components ``indices`` and the
             action components ``action_indices`` push along those axes (force/velocity
-            commands): a component that pushes further out of the box while the
-            measured position is at or beyond a face is set to the hold value.
+            commands): while the measured position is at or beyond a face, the
+            component may not push further out than the hold value (whatever the
+            change-per-step limit allows); a non-finite position allows only the hold value.
+            The config is validated at start: finite box with low <= high, distinct
+            non-negative indices, and for an action box an overlap with the bounds and the
+            hold action inside it (a hold outside would pin the robot at the face).
         indices: action or observation indices of the x, y(, z) coordinates.
         action_indices: for ``source="observation"``, the action component per axis.
         low, high: box corners in m.
