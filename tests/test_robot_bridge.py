@@ -7,11 +7,13 @@ has room on a shared 2-core machine.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import minari
 import numpy as np
@@ -165,9 +167,12 @@ def test_estop_latches_over_the_bridge_until_rearm(server, keyfile):
         c.rearm(operator="test")
         ans = c.step(a)
         assert np.array_equal(ans["applied"], a) and not ans["held"]
-        bad = c.step(np.array([np.nan, 0.0], np.float32))  # NaN trips the e-stop
+        bad = c.step(np.array([np.nan, 0.0], np.float32))  # NaN trips the e-stop ...
         assert bad["flags"] == ["nonfinite"] and c.status()["estopped"]
+        latch = json.loads(Path(str(keyfile) + ".estop").read_text())  # ... which is persisted like an estop request
+        assert latch["estopped"] is True and latch["reason"] == "nonfinite action"
         c.rearm(operator="test")
+        assert json.loads(Path(str(keyfile) + ".estop").read_text())["estopped"] is False
 
 
 def test_modes_teleop_takeover_and_a_slow_chunked_policy_never_stall_the_loop(server, keyfile):
