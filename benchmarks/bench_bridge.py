@@ -34,7 +34,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
-from robotrl.real_robot.client import RobotClient
+from robotrl.real_robot.client import RobotClient, RobotCommandError
 from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
 from robotrl.real_robot.launch import ServerProcess
 from robotrl.real_robot.protocol import load_key, write_key_file
@@ -119,17 +119,25 @@ def under_flood(client: RobotClient, n: int, mode: str, nice: int) -> dict:
 
 
 def bridge(client: RobotClient, n: int) -> tuple[dict, int]:
+    """Step round trips (s) of ``n`` steps after 100 warm-up steps; an ``expired`` answer (the step
+    arrived more than 2 control periods after it was sent: not applied) is a round trip too and is
+    counted in ``expired``."""
     client.reset(0)
-    a, out, size = np.zeros(2, np.float32), [], 0
+    a, out, expired = np.zeros(2, np.float32), [], 0
     for i in range(n + 100):
         if i % 250 == 0:
             client.reset(i)
         t = time.perf_counter()
-        client.step(a)
+        try:
+            client.step(a)
+        except RobotCommandError as exc:
+            if exc.kind != "expired":
+                raise
+            expired += i >= 100
         if i >= 100:
             out.append(time.perf_counter() - t)
     size = len(client.auth.seal("step", {"action": a, "deadline": time.time()}, dst=client.robot_id, epoch=client.epoch)[0][0])
-    return latency_stats(out), size
+    return {**latency_stats(out), "expired": expired}, size
 
 
 def jitter(client: RobotClient, rate: float, seconds: float) -> dict:

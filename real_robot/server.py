@@ -337,7 +337,9 @@ class RobotServer:
             why = (f"it was sent {age * 1000:.1f} ms ago (limit {self.deadline_periods:g} periods = "
                    f"{self.horizon_s * 1000:.1f} ms)" if age > self.horizon_s else f"its deadline passed {(now - deadline) * 1000:.1f} ms ago")
             return _err("expired", f"step not applied: {why}; send a fresh command")
-        action = body.get("action", "missing")
+        if "action" not in body:
+            return _err("bad_request", f"step body needs 'action': a float array of shape ({self.supervisor.da},) or null (hold)")
+        action = body["action"]
         if action is None:  # shadow mode / explicit hold
             self._enter_hold("shadow")
             self._last_cmd, applied, flags = time.monotonic(), self.supervisor.last_applied, ["hold"]
