@@ -452,12 +452,21 @@ class RobotServer:
                     except zmq.Again:
                         break
                     self._serve_guarded(frames)
-                    self.check_watchdog()
+                    self._watchdog_guarded()
                     if self.crashed:
                         break
-            self.check_watchdog()
+            self._watchdog_guarded()
             if self.crashed:
                 raise RobotConnectionError(self.crashed)
+
+    def _watchdog_guarded(self) -> None:
+        try:
+            self.check_watchdog()
+        except RobotConnectionError as exc:
+            self.crashed = self.crashed or str(exc)
+        except Exception:  # a driver bug in hold(): log it, keep serving (counted in status.internal_errors)
+            self.internal_errors += 1
+            self._log(f"internal error in the watchdog hold:\n{traceback.format_exc()}")
 
     def _serve_guarded(self, frames: list) -> None:
         try:
