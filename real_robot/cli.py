@@ -4,7 +4,14 @@ Registered in ``robotrl/cli.py``'s ``_COMMANDS``; also runnable stand-alone as
 ``python -m robotrl.real_robot.cli {robot-server,deploy} [overrides]``.
 
 Exit status: 0 done; 2 bad input (one ``robotrl: error:`` line); 3 the robot or the
-link failed (the robot server's watchdog holds the robot; recorded episodes are kept).
+link failed (the message says what is known: server ended, silent, wrong key...;
+recorded episodes are kept).
+
+``robot-server`` reads these optional keys too (``+key=value`` on the command line when
+the config lacks them): ``robot_id`` (default ``<robot name>@<endpoint>``),
+``latch_file`` (default ``<key_file>.estop``), ``deadline_periods`` (default 2),
+``lease_timeout_s`` (default max(1 s, 10 watchdog periods)), ``max_request_bytes``
+(default 4096).
 """
 
 from __future__ import annotations
@@ -37,11 +44,24 @@ def _key(cfg: DictConfig) -> bytes:
     return load_key(cfg.key_file)
 
 
+def _latch_file(cfg: DictConfig) -> Path:
+    """Where the e-stop latch persists: ``latch_file``, else ``<key_file>.estop``, else the user's state directory."""
+    import os
+
+    if cfg.get("latch_file"):
+        return Path(cfg.latch_file)
+    if cfg.key_file:
+        return Path(str(cfg.key_file) + ".estop")
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "robotrl"
+    state.mkdir(parents=True, exist_ok=True)
+    return state / "robot-server.estop"
+
+
 def run_server(cfg: DictConfig) -> int:
     """Body of ``robotrl robot-server``; returns the exit status."""
     from robotrl.real_robot.factory import make_robot, make_supervisor
     from robotrl.real_robot.interface import RobotConnectionError
-    from robotrl.real_robot.protocol import Limits
+    from robotrl.real_robot.protocol import Limits, key_fingerprint
     from robotrl.real_robot.server import RobotServer, check_endpoint
 
     robot_cfg = OmegaConf.to_container(cfg.robot, resolve=True)
@@ -56,16 +76,23 @@ def run_server(cfg: DictConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    latch = _latch_file(cfg)
     with robot:
         server = RobotServer(robot, supervisor, key, cfg.endpoint, allow_remote=bool(cfg.allow_remote),
-                             limits=Limits(max_bytes=int(cfg.max_message_bytes), max_skew_s=float(cfg.max_skew_s)))
+                             limits=Limits(max_bytes=int(cfg.max_message_bytes), max_skew_s=float(cfg.max_skew_s),
+                                           max_request_bytes=int(cfg.get("max_request_bytes") or 4096)),
+                             robot_id=cfg.get("robot_id"), latch_file=latch,
+                             deadline_periods=float(cfg.get("deadline_periods") or 2.0),
+                             lease_timeout_s=cfg.get("lease_timeout_s"))
         endpoint = server.bind()
         if cfg.ready_file:
             tmp = Path(str(cfg.ready_file) + ".tmp")
             tmp.write_text(json.dumps({"endpoint": endpoint, "pid": __import__("os").getpid()}))
             tmp.replace(cfg.ready_file)
         print(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
-              f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms)", flush=True)
+              f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms, step deadline {server.horizon_s * 1000:.0f} ms); "
+              f"robot_id {server.robot_id!r}, epoch {server.epoch}, key fingerprint {key_fingerprint(key)}, "
+              f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''}", flush=True)
         try:
             server.serve(lambda: stop["flag"])
         except RobotConnectionError as exc:
@@ -114,16 +141,16 @@ def run_deploy(cfg: DictConfig) -> dict:
         scheduler.warmup(np.zeros(spec.observation.dim, np.float32))
         loop = ControlLoop(client, scheduler, rate_hz=float(cfg.rate_hz or spec.control_rate_hz), hold_action=spec.hold_action,
                            mode=cfg.mode, scale=float(cfg.scale), teleop=teleop, deadline_frac=float(cfg.deadline_frac))
-        stopped = ""
+        stopped, stop_reason = "", ""
         for i in range(int(cfg.episodes)):
             log = loop.run_episode(seed=int(cfg.seed) + i, max_steps=cfg.max_steps)
             logs.append(log)
-            stopped = log.stopped
+            stopped, stop_reason = log.stopped, log.reason
             if stopped not in ("episode_end", "max_steps"):
                 break
         scheduler.close()
         steps = [s for log in logs for s in log.steps]
-        summary = {"robot": spec.name, "mode": cfg.mode, "episodes": len(logs), "stopped": stopped,
+        summary = {"robot": spec.name, "mode": cfg.mode, "episodes": len(logs), "stopped": stopped, "stop_reason": stop_reason,
                    "success_rate": float(sum(log.success for log in logs) / max(1, len(logs))),
                    "returns": [log.ret for log in logs], "successes": [log.success for log in logs],
                    "steps": len(steps), "late_inference": scheduler.late, "missed_deadlines": loop.missed,
@@ -160,8 +187,8 @@ def deploy_main(cfg: DictConfig) -> None:
     if cfg.output:
         Path(cfg.output).write_text(text)
     if summary.get("stopped") not in ("episode_end", "max_steps"):
-        _fail(f"deployment stopped early ({summary.get('stopped')}): the robot server at {cfg.endpoint} failed or stopped "
-              f"answering; the robot's watchdog holds it. {summary.get('episodes', 0)} episode(s) recorded", 3)
+        _fail(f"deployment stopped early ({summary.get('stopped')}): {summary.get('stop_reason') or 'see above'}. "
+              f"{summary.get('episodes', 0)} episode(s) recorded", 3)
 
 
 COMMANDS = {"robot-server": robot_server_main, "deploy": deploy_main}

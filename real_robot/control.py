@@ -133,6 +133,7 @@ class EpisodeLog:
     final_obs: Observation | None = None
     seed: int | None = None
     stopped: str = ""  # "", "episode_end", "max_steps", "link_lost", "robot_crashed"
+    reason: str = ""  # what is known about an early stop (the link's or the server's message)
 
     @property
     def success(self) -> bool:
@@ -218,6 +219,9 @@ class ControlLoop:
                 consecutive += 1
                 if consecutive >= self.max_missed:
                     log.stopped = "link_lost"
+                    log.reason = (f"{consecutive} step requests in a row got no answer within one period from the robot "
+                                  f"server at {self.client.endpoint}; it may be overloaded or gone. Its watchdog holds "
+                                  "the robot if the server still runs")
                     break
                 k += 1
                 continue
@@ -226,9 +230,10 @@ class ControlLoop:
                     k += 1
                     continue
                 log.stopped = "robot_crashed" if exc.kind == "robot_crashed" else f"error: {exc}"
+                log.reason = str(exc)
                 break
-            except RobotConnectionError:
-                log.stopped = "link_lost"
+            except RobotConnectionError as exc:
+                log.stopped, log.reason = "link_lost", str(exc)
                 break
             nxt = ans["obs"]
             rec = StepRecord(obs.state, a_pol, a_cmd, np.asarray(ans["applied"], np.float32), list(ans["flags"]),

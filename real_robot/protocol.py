@@ -1,25 +1,35 @@
-"""Bridge messages: msgpack only (never pickle), HMAC-SHA256 authenticated, replay-checked.
+"""Bridge messages: msgpack only (never pickle), HMAC-SHA256 authenticated, bound to one robot.
 
-Wire format: a ZeroMQ multipart message ``[payload, mac]`` where ``payload`` is a
-msgpack map ::
+The normative description (for writing a client in another language) is
+``docs/protocol.md``; this is a summary.
 
-    {"v": 1, "type": "step", "seq": 17, "ts": 1712345678.123, "peer": "a1b2...", "body": {...}}
+Wire format: a ZeroMQ multipart message ``[payload, mac]`` (the server's ROUTER socket
+sees ``[routing id, payload, mac]``) where ``payload`` is a msgpack map ::
 
-and ``mac = HMAC-SHA256(key, payload)`` (32 bytes). NumPy arrays travel as msgpack
-extension type 1: one dtype byte (``f4 f8 i8 u1 b1``), one ndim byte, ``ndim`` uint32
-dims, then the raw little-endian data; nothing else can be decoded into an object.
+    {"v": 2, "type": "step", "dir": "req", "src": "c1a2...", "dst": "sim:pointmaze-umaze@tcp://127.0.0.1:5555",
+     "epoch": "9f3e...", "seq": 17, "ts": 1712345678.123, "body": {...}}
 
-A receiver (:class:`Authenticator`) checks, in order, and counts each rejection in
-:attr:`Authenticator.rejected`:
+and ``mac = HMAC-SHA256(key, payload)`` (32 bytes): the MAC covers every field, so a
+message is bound to its sender (``src``), its target robot (``dst``), its direction
+(``dir``: ``"req"`` client→server, ``"rep"`` server→client) and the server instance
+(``epoch``, a random id per server start). NumPy arrays travel as msgpack extension
+type 1: one ASCII dtype code byte (``f`` float32, ``d`` float64, ``q`` int64, ``B``
+uint8, ``?`` bool), one ndim byte (0..4), ``ndim`` little-endian uint32 dims, then the
+raw little-endian C-order data; nothing else can be decoded into an object.
+
+A receiver (:class:`Authenticator`) checks, cheapest first, and counts each rejection
+in :attr:`Authenticator.rejected`:
 
 1. ``malformed``: not exactly two frames;
-2. ``oversized``: payload larger than :attr:`Limits.max_bytes` (before any decoding);
+2. ``oversized``: payload larger than the receive limit (before any hashing/decoding);
 3. ``unauthenticated``: wrong MAC (constant-time comparison; nothing is decoded);
 4. ``malformed``: msgpack that does not decode within the limits, or fields missing or
    of the wrong type;
-5. ``stale``: ``|ts - now| > max_skew_s`` (the clocks of both ends are the same host's
-   on loopback; across hosts use NTP/PTP);
-6. ``replayed``: ``seq`` not larger than the last accepted ``seq`` of that ``peer``.
+5. ``misdirected``: ``dir`` is not the expected direction, or ``dst`` is not this end's
+   id (a request may use ``dst = ""`` only for ``hello``);
+6. ``stale``: ``|ts - now| > max_skew_s``;
+7. ``replayed``: ``seq`` not larger than the last accepted ``seq`` of that sender
+   (for replies: of that sender in that epoch).
 
 The key is a shared secret of at least 16 bytes, given as hex in ``$ROBOTRL_ROBOT_KEY``
 or in a key file (``robotrl robot-server`` creates one with mode 0600 on request).
@@ -32,6 +42,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
+import math
 import os
 import secrets
 import struct
@@ -45,30 +56,43 @@ import numpy as np
 from robotrl.errors import ConfigError
 from robotrl.real_robot.interface import ProtocolError
 
-VERSION = 1
+VERSION = 2
 MAC_BYTES = 32
+DEFAULT_PORT = 5555
 _EXT_NDARRAY = 1
 _DTYPES = {b"f": np.dtype("<f4"), b"d": np.dtype("<f8"), b"q": np.dtype("<i8"), b"B": np.dtype("u1"), b"?": np.dtype("?")}
 _CODES = {v: k for k, v in _DTYPES.items()}
-REJECT_REASONS = ("malformed", "oversized", "unauthenticated", "stale", "replayed")
+REJECT_REASONS = ("malformed", "oversized", "unauthenticated", "misdirected", "stale", "replayed")
 KEY_ENV = "ROBOTRL_ROBOT_KEY"
+FIELDS = ("v", "type", "dir", "src", "dst", "epoch", "seq", "ts", "body")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Size limits of one message.
+    """Size and time limits of messages.
 
     Attributes:
-        max_bytes: largest accepted payload (bytes); 64 KiB fits state vectors with room.
+        max_bytes: largest accepted reply payload (bytes); 64 KiB fits state vectors with room.
+        max_request_bytes: largest accepted request payload (bytes) at the server. Requests
+            carry one action, so 4 KiB is ample; larger junk is dropped before any hashing.
         max_elems: largest array (elements).
         max_len: longest string/bytes/list/map (entries).
-        max_skew_s: largest accepted ``|ts - now|`` (s).
+        max_skew_s: largest accepted ``|ts - now|`` (s) of any message (steps have a
+            much tighter deadline, see :class:`~robotrl.real_robot.server.RobotServer`).
     """
 
     max_bytes: int = 65536
+    max_request_bytes: int = 4096
     max_elems: int = 16384
     max_len: int = 4096
     max_skew_s: float = 2.0
+
+    def __post_init__(self):
+        if self.max_bytes < 256 or self.max_request_bytes < 256:
+            raise ConfigError(f"message limits must be >= 256 bytes, got max_bytes={self.max_bytes}, "
+                              f"max_request_bytes={self.max_request_bytes}")
+        if not self.max_skew_s > 0:
+            raise ConfigError(f"max_skew_s must be > 0 s, got {self.max_skew_s}")
 
 
 def _encode_default(obj):
@@ -79,6 +103,8 @@ def _encode_default(obj):
         code = _CODES.get(arr.dtype)
         if code is None:
             raise ProtocolError(f"cannot send arrays of dtype {arr.dtype}; use float32/float64/int64/uint8/bool")
+        if arr.ndim > 4:
+            raise ProtocolError(f"cannot send a {arr.ndim}-d array; at most 4 dims")
         head = code + struct.pack("<B", arr.ndim) + struct.pack(f"<{arr.ndim}I", *arr.shape)
         return msgpack.ExtType(_EXT_NDARRAY, head + arr.tobytes())
     if isinstance(obj, np.generic):
@@ -97,7 +123,7 @@ def _make_ext_hook(limits: Limits):
         if ndim > 4 or len(data) < 2 + 4 * ndim:
             raise ProtocolError(f"array header with ndim={ndim} is invalid (at most 4 dims)")
         shape = struct.unpack(f"<{ndim}I", data[2:2 + 4 * ndim])
-        n = int(np.prod(shape, dtype=np.int64)) if ndim else 1
+        n = math.prod(shape)  # 1 for ndim 0
         body = data[2 + 4 * ndim:]
         if n > limits.max_elems or len(body) != n * dtype.itemsize:
             raise ProtocolError(f"array of shape {shape} does not match its {len(body)} data bytes or exceeds {limits.max_elems} elements")
@@ -111,20 +137,26 @@ def encode(msg: dict) -> bytes:
     return msgpack.packb(msg, default=_encode_default, use_bin_type=True)
 
 
-def decode(payload: bytes, limits: Limits = Limits()) -> dict:
+def decode(payload: bytes, limits: Limits = Limits(), max_bytes: int | None = None) -> dict:
     """Decode one payload into a message dict, enforcing ``limits``.
+
+    Args:
+        payload: the msgpack bytes.
+        limits: :class:`Limits`.
+        max_bytes: size limit (bytes); default ``limits.max_bytes``.
 
     Raises:
         ProtocolError: oversized, undecodable, not a map, or fields missing/mistyped.
     """
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise ProtocolError(f"payload must be bytes, got {type(payload).__name__}")
-    if len(payload) > limits.max_bytes:
-        raise ProtocolError(f"message of {len(payload)} bytes exceeds the limit of {limits.max_bytes}")
+    cap = limits.max_bytes if max_bytes is None else max_bytes
+    if len(payload) > cap:
+        raise ProtocolError(f"message of {len(payload)} bytes exceeds the limit of {cap}")
     try:
         msg = msgpack.unpackb(bytes(payload), raw=False, strict_map_key=True, ext_hook=_make_ext_hook(limits),
-                              max_str_len=limits.max_len, max_bin_len=limits.max_bytes, max_array_len=limits.max_len,
-                              max_map_len=limits.max_len, max_ext_len=limits.max_bytes, use_list=True)
+                              max_str_len=limits.max_len, max_bin_len=cap, max_array_len=limits.max_len,
+                              max_map_len=limits.max_len, max_ext_len=cap, use_list=True)
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack raises many types (ExtraData, StackError, ValueError, UnicodeDecodeError...)
@@ -136,14 +168,18 @@ def decode(payload: bytes, limits: Limits = Limits()) -> dict:
 def _check_fields(msg) -> None:
     if not isinstance(msg, dict):
         raise ProtocolError(f"message must be a map, got {type(msg).__name__}")
-    spec = {"v": int, "type": str, "seq": int, "ts": (float, int), "peer": str, "body": dict}
+    spec = {"v": int, "type": str, "dir": str, "src": str, "dst": str, "epoch": str, "seq": int, "ts": (float, int),
+            "body": dict}
     for k, t in spec.items():
         if k not in msg or not isinstance(msg[k], t) or isinstance(msg[k], bool):
             raise ProtocolError(f"message field {k!r} missing or not a {t}")
     if msg["v"] != VERSION:
         raise ProtocolError(f"protocol version {msg['v']} is not supported (this side speaks {VERSION}); update both ends")
-    if not (0 <= msg["seq"] < 2**63) or not (0 < len(msg["peer"]) <= 64) or not np.isfinite(msg["ts"]):
-        raise ProtocolError("message seq, peer or ts out of range")
+    if msg["dir"] not in ("req", "rep"):
+        raise ProtocolError(f"message dir must be 'req' or 'rep', got {msg['dir']!r}")
+    if not (0 <= msg["seq"] < 2**63) or not (0 < len(msg["src"]) <= 128) or len(msg["dst"]) > 128 \
+            or len(msg["epoch"]) > 64 or not np.isfinite(msg["ts"]):
+        raise ProtocolError("message seq, src, dst, epoch or ts out of range")
 
 
 def mac(key: bytes, payload: bytes) -> bytes:
@@ -156,35 +192,64 @@ class Authenticator:
 
     Args:
         key: shared secret (>= 16 bytes).
-        peer: this end's id, sent with every message (random if ``None``).
+        ident: this end's id, sent as ``src`` and expected as ``dst`` (random if ``None``;
+            a server uses its robot id).
         limits: :class:`Limits`.
+        role: ``"server"`` (receives requests, size limit ``max_request_bytes``) or
+            ``"client"`` (receives replies, size limit ``max_bytes``).
+        remember_peers: senders whose last ``seq`` is kept (oldest forgotten first).
 
     Attributes:
         rejected: ``Counter`` of rejections per reason (see the module doc).
         accepted: number of accepted messages.
+
+    Raises:
+        ConfigError: a key shorter than 16 bytes or an unknown role.
     """
 
-    def __init__(self, key: bytes, peer: str | None = None, limits: Limits = Limits(), remember_peers: int = 1024):
+    def __init__(self, key: bytes, ident: str | None = None, limits: Limits = Limits(), role: str = "client",
+                 remember_peers: int = 1024):
         if not isinstance(key, (bytes, bytearray)) or len(key) < 16:
             raise ConfigError("the bridge key must be at least 16 bytes; create one with robotrl.real_robot.protocol.write_key_file")
-        self.key, self.limits = bytes(key), limits
-        self.peer = peer or secrets.token_hex(8)
+        if role not in ("server", "client"):
+            raise ConfigError(f"Authenticator role must be 'server' or 'client', got {role!r}")
+        self.key, self.limits, self.role = bytes(key), limits, role
+        self.ident = ident or secrets.token_hex(8)
+        self.expect_dir = "req" if role == "server" else "rep"
+        self.send_dir = "rep" if role == "server" else "req"
+        self.max_in = limits.max_request_bytes if role == "server" else limits.max_bytes
+        self.max_out = limits.max_bytes if role == "server" else limits.max_request_bytes
         self._seq = 0
-        self._last_seq: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._last_seq: collections.OrderedDict[tuple[str, str], int] = collections.OrderedDict()
         self._remember = remember_peers
         self.rejected: collections.Counter = collections.Counter({r: 0 for r in REJECT_REASONS})
         self.accepted = 0
 
     def next_seq(self) -> int:
+        """The next outgoing sequence number (1, 2, ...)."""
         self._seq += 1
         return self._seq
 
-    def seal(self, type_: str, body: dict | None = None, seq: int | None = None) -> tuple[list[bytes], int]:
-        """Frames ``[payload, mac]`` of a new message and its ``seq``."""
+    def seal(self, type_: str, body: dict | None = None, *, dst: str = "", epoch: str = "",
+             seq: int | None = None) -> tuple[list[bytes], int]:
+        """Frames ``[payload, mac]`` of a new message to ``dst`` and its ``seq``.
+
+        Args:
+            type_: message type (``"step"``, ``"reply"``...).
+            body: the body map.
+            dst: the receiver's id (``""`` only for a ``hello`` request).
+            epoch: the server instance: a client gives the epoch it addresses, a server its own.
+            seq: explicit sequence number (default: the next one).
+
+        Raises:
+            ProtocolError: unsupported values, or larger than the receiver's limit.
+        """
         seq = self.next_seq() if seq is None else seq
-        payload = encode({"v": VERSION, "type": type_, "seq": seq, "ts": time.time(), "peer": self.peer, "body": body or {}})
-        if len(payload) > self.limits.max_bytes:
-            raise ProtocolError(f"outgoing {type_} message of {len(payload)} bytes exceeds the limit of {self.limits.max_bytes}; raise limits.max_bytes on both ends")
+        payload = encode({"v": VERSION, "type": type_, "dir": self.send_dir, "src": self.ident, "dst": dst,
+                          "epoch": epoch, "seq": seq, "ts": time.time(), "body": body or {}})
+        if len(payload) > self.max_out:
+            raise ProtocolError(f"outgoing {type_} message of {len(payload)} bytes exceeds the limit of {self.max_out}; "
+                                "raise the message limits on both ends")
         return [payload, mac(self.key, payload)], seq
 
     def _reject(self, reason: str, text: str) -> ProtocolError:
@@ -193,30 +258,38 @@ class Authenticator:
         err.reason = reason
         return err
 
-    def open(self, frames: list[bytes]) -> dict:
+    def open(self, frames: list) -> dict:
         """Check and decode incoming ``[payload, mac]``; returns the message dict.
+
+        Frames may be ``bytes`` or ``zmq.Frame`` (read without copying until the MAC holds).
 
         Raises:
             ProtocolError: with ``.reason`` in ``REJECT_REASONS`` (also counted).
         """
         if len(frames) != 2:
             raise self._reject("malformed", f"expected 2 frames [payload, mac], got {len(frames)}")
-        payload, tag = bytes(frames[0]), bytes(frames[1])
-        if len(payload) > self.limits.max_bytes:
-            raise self._reject("oversized", f"{len(payload)} bytes > limit {self.limits.max_bytes}")
-        if len(tag) != MAC_BYTES or not hmac.compare_digest(tag, mac(self.key, payload)):
+        payload, tag = (getattr(f, "buffer", f) for f in frames)
+        if len(payload) > self.max_in:
+            raise self._reject("oversized", f"{len(payload)} bytes > limit {self.max_in}")
+        if len(tag) != MAC_BYTES or not hmac.compare_digest(bytes(tag), mac(self.key, payload)):
             raise self._reject("unauthenticated", "bad MAC: the sender does not hold this robot's key")
         try:
-            msg = decode(payload, self.limits)
+            msg = decode(payload, self.limits, self.max_in)
         except ProtocolError as exc:
             raise self._reject("malformed", str(exc)) from None
-        if abs(msg["ts"] - time.time()) > self.limits.max_skew_s:
-            raise self._reject("stale", f"timestamp off by {msg['ts'] - time.time():+.3f} s (limit {self.limits.max_skew_s} s)")
-        last = self._last_seq.get(msg["peer"], -1)
+        if msg["dir"] != self.expect_dir:
+            raise self._reject("misdirected", f"a {msg['dir']!r} message where {self.expect_dir!r} was expected")
+        if msg["dst"] != self.ident and not (msg["dst"] == "" and msg["type"] == "hello" and self.role == "server"):
+            raise self._reject("misdirected", f"message for {msg['dst']!r}, this is {self.ident!r}")
+        skew = msg["ts"] - time.time()
+        if abs(skew) > self.limits.max_skew_s:
+            raise self._reject("stale", f"timestamp off by {skew:+.3f} s (limit {self.limits.max_skew_s} s)")
+        sender = (msg["src"], msg["epoch"] if msg["dir"] == "rep" else "")
+        last = self._last_seq.get(sender, -1)
         if msg["seq"] <= last:
-            raise self._reject("replayed", f"seq {msg['seq']} from peer {msg['peer']} is not after {last}")
-        self._last_seq[msg["peer"]] = msg["seq"]
-        self._last_seq.move_to_end(msg["peer"])
+            raise self._reject("replayed", f"seq {msg['seq']} from {msg['src']} is not after {last}")
+        self._last_seq[sender] = msg["seq"]
+        self._last_seq.move_to_end(sender)
         while len(self._last_seq) > self._remember:
             self._last_seq.popitem(last=False)
         self.accepted += 1
@@ -224,7 +297,7 @@ class Authenticator:
 
 
 def write_key_file(path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Create a random 32-byte key as hex in ``path`` with mode 0600; returns the path.
+    """Create a random 32-byte key as 64 hex characters plus a newline in ``path``, mode 0600; returns the path.
 
     Raises:
         FileExistsError: the file exists and ``overwrite`` is false.
@@ -263,3 +336,9 @@ def load_key(key_file: str | os.PathLike | None = None) -> bytes:
     if len(key) < 16:
         raise ConfigError(f"the bridge key has {len(key)} bytes; use at least 16 (64 hex characters recommended)")
     return key
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A short public fingerprint of ``key`` (first 8 hex chars of SHA-256 over ``b"robotrl-key" + key``),
+    safe to print so two ends can compare keys without revealing them."""
+    return hashlib.sha256(b"robotrl-key" + key).hexdigest()[:8]

@@ -11,8 +11,12 @@ request ``a`` (``(Da,)``, the robot's action units) it computes the applied acti
    * absolute bounds ``[low, high]``,
    * maximum change per step ``|a_t - a_{t-1}| <= max_delta``,
    * velocity limit ``|a_t - a_{t-1}| / dt <= max_velocity`` (``dt = 1 / rate_hz``, s),
-   * workspace box (see :class:`WorkspaceBox`).
-   These are hard limits; the request is clipped into the interval.
+   * workspace box (see :class:`WorkspaceBox`): for an action box, the box; for an
+     observation box, beyond (or on) a face only commands that do not push further out
+     pass. Where a position limit and the change limit cannot both hold, the position
+     limit wins (the command jumps to the nearest admissible point / the hold value).
+   These are hard limits; the request is clipped into the interval, in float32 rounded
+   inward (also the hold action), so the applied float32 action never leaves them.
 4. Acceleration limit ``|v_t - v_{t-1}| / dt <= max_acceleration`` with
    ``v_t = (a_t - a_{t-1}) / dt``: applied inside the hard interval; where the two
    cannot both hold (the previous step was fast toward a bound) the hard interval wins
@@ -45,8 +49,12 @@ class WorkspaceBox:
             position targets (they are clipped into the box), or ``"observation"`` when
             the position is measured in the observation components ``indices`` and the
             action components ``action_indices`` push along those axes (force/velocity
-            commands): a component that pushes further out of the box while the
-            measured position is at or beyond a face is set to the hold value.
+            commands): while the measured position is at or beyond a face, the
+            component may not push further out than the hold value (whatever the
+            change-per-step limit allows); a non-finite position allows only the hold value.
+            The config is validated at start: finite box with low <= high, distinct
+            non-negative indices, and for an action box an overlap with the bounds and the
+            hold action inside it (a hold outside would pin the robot at the face).
         indices: action or observation indices of the x, y(, z) coordinates.
         action_indices: for ``source="observation"``, the action component per axis.
         low, high: box corners in m.
@@ -66,8 +74,14 @@ class WorkspaceBox:
             raise ConfigError("safety.workspace: low, high and indices must have the same length")
         if self.source == "observation" and (self.action_indices is None or len(self.action_indices) != n):
             raise ConfigError("safety.workspace.source=observation needs action_indices, one per observation index")
-        if np.any(np.asarray(self.low) > np.asarray(self.high)):
-            raise ConfigError(f"safety.workspace: low {self.low} exceeds high {self.high}")
+        lo, hi = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))) or np.any(lo > hi):
+            raise ConfigError(f"safety.workspace: the box must be finite with low <= high, got low {self.low}, high {self.high}")
+        for name in ("indices", "action_indices"):
+            idx = getattr(self, name)
+            if idx is not None and (any(not isinstance(i, (int, np.integer)) or isinstance(i, bool) or i < 0 for i in idx)
+                                    or len(set(idx)) != len(idx)):
+                raise ConfigError(f"safety.workspace.{name} must be distinct integers >= 0, got {idx}")
 
 
 @dataclass
@@ -123,6 +137,22 @@ class SafetyConfig:
             raise ConfigError(f"safety.hold_mode must be 'fixed' or 'last', got {self.hold_mode!r}")
         if isinstance(self.workspace, dict):
             self.workspace = WorkspaceBox(**self.workspace)
+        ws = self.workspace
+        if ws is not None:
+            idx = ws.indices if ws.source == "action" else ws.action_indices
+            if max(idx, default=-1) >= n:
+                raise ConfigError(f"safety.workspace: action index {max(idx)} does not exist (Da={n}); "
+                                  f"fix workspace.{'indices' if ws.source == 'action' else 'action_indices'}")
+            if ws.source == "action":
+                wlo, whi = np.asarray(ws.low, np.float64), np.asarray(ws.high, np.float64)
+                if np.any(wlo > hi[idx]) or np.any(whi < lo[idx]):
+                    raise ConfigError(f"safety.workspace: the box low={ws.low} high={ws.high} does not overlap the action "
+                                      f"bounds [low, high] on indices {ws.indices}; no action could be applied")
+                h = hold[idx]
+                if np.any(h < wlo) or np.any(h > whi):
+                    raise ConfigError(f"safety: hold_action {self.hold_action} lies outside the action workspace box "
+                                      f"(indices {ws.indices}: low={ws.low}, high={ws.high}); every stop would push the "
+                                      "robot out of the box and pin it there. Put the hold action inside the box")
         if self.watchdog_s is None:
             self.watchdog_s = 1.5 / self.rate_hz
         if self.watchdog_s <= 0:
@@ -183,7 +213,17 @@ class SafetySupervisor:
         n = len(config.low)
         self.da = n
         self._lo, self._hi = np.asarray(config.low, np.float64), np.asarray(config.high, np.float64)
-        self._hold = np.asarray(config.hold_action, np.float32).astype(np.float64)
+        # the hard box (bounds and an action workspace), in float32 rounded inward: the hold
+        # action is clipped into it so a hold on an unrepresentable bound never leaves it by an ulp
+        blo, bhi = self._lo.copy(), self._hi.copy()
+        ws = config.workspace
+        if ws is not None and ws.source == "action":
+            blo[ws.indices] = np.maximum(blo[ws.indices], ws.low)
+            bhi[ws.indices] = np.minimum(bhi[ws.indices], ws.high)
+        self._box_lo, self._box_hi = blo, bhi
+        blo32, bhi32 = _inward(blo, bhi)
+        self._box_lo32, self._box_hi32 = blo32.astype(np.float64), bhi32.astype(np.float64)
+        self._hold = np.clip(np.asarray(config.hold_action, np.float32), blo32, bhi32).astype(np.float64)
         self._dmax = np.minimum(_vec(config.max_delta, n), _vec(config.max_velocity, n) * config.dt)
         self._amax = _vec(config.max_acceleration, n)
         self.estopped = False
@@ -224,18 +264,49 @@ class SafetySupervisor:
             self.counters[f] += 1
         self.log.append(d)
 
-    def interval(self, observation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The hard admissible interval ``(lo, hi)`` per dimension for the next step."""
-        lo = np.maximum(self._lo, self._prev - self._dmax)
-        hi = np.minimum(self._hi, self._prev + self._dmax)
-        ws = self.config.workspace
-        if ws is not None and ws.source == "action":
-            lo[ws.indices] = np.maximum(lo[ws.indices], ws.low)
-            hi[ws.indices] = np.minimum(hi[ws.indices], ws.high)
+    def interval(self, observation: np.ndarray | None = None, flags: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The hard admissible interval ``(lo, hi)`` per dimension for the next step.
+
+        The intersection of the bounds, the change limit around the previous action, an
+        action workspace, and, for an observation workspace, the rule that outside (or on)
+        a face only commands that do not push further out pass. Where the change limit
+        and a position limit cannot both hold, the position limit wins: the command jumps
+        to the nearest admissible point (for the observation workspace: the hold value),
+        like the stop itself.
+
+        Args:
+            observation: the latest ``(Do,)`` state (needed by an observation workspace).
+            flags: if given, ``"workspace"`` is appended when the observation workspace binds.
+
+        Raises:
+            ValueError: an observation workspace and no ``observation``, or one too short.
+        """
+        lo = np.maximum(self._box_lo, self._prev - self._dmax)
+        hi = np.minimum(self._box_hi, self._prev + self._dmax)
         bad = lo > hi  # only when the previous action lies outside a limit: go to the nearest admissible point
         if np.any(bad):
-            mid = np.clip(self._prev, self._lo, self._hi)
+            mid = np.clip(self._prev, self._box_lo32, self._box_hi32)
             lo[bad] = hi[bad] = mid[bad]
+        ws = self.config.workspace
+        if ws is not None and ws.source == "observation":
+            if observation is None:
+                raise ValueError("safety.workspace.source=observation needs the current observation in filter()")
+            obs = np.asarray(observation, np.float64).reshape(-1)
+            if obs.shape[0] <= max(ws.indices):
+                raise ValueError(f"observation has {obs.shape[0]} entries; safety.workspace.indices {ws.indices} needs more")
+            for p, wlo, whi, j in zip(obs[ws.indices], ws.low, ws.high, ws.action_indices):
+                h = self._hold[j]
+                if not np.isfinite(p) or (p >= whi and hi[j] > h) or (p <= wlo and lo[j] < h):
+                    if not np.isfinite(p):  # position unknown: only the stop command passes
+                        lo[j] = hi[j] = h
+                    elif p >= whi:  # beyond the high face: nothing above the hold value (outward)
+                        hi[j] = h
+                        lo[j] = min(lo[j], h)
+                    else:
+                        lo[j] = h
+                        hi[j] = max(hi[j], h)
+                    if flags is not None and "workspace" not in flags:
+                        flags.append("workspace")
         return lo, hi
 
     def filter(self, requested: np.ndarray, observation: np.ndarray | None = None) -> Decision:
@@ -246,7 +317,8 @@ class SafetySupervisor:
             observation: the latest ``(Do,)`` state, needed by an ``observation`` workspace.
 
         Raises:
-            ValueError: ``requested`` does not have ``Da`` entries (the message gives both).
+            ValueError: ``requested`` does not have ``Da`` entries (the message gives both), or an
+                observation workspace without a (long enough) ``observation``.
         """
         req = np.asarray(requested, np.float64).reshape(-1)
         if req.shape[0] != self.da:
@@ -268,9 +340,12 @@ class SafetySupervisor:
             flags.append("bounds")
         if np.any(np.abs(req - self._prev) > self._dmax):
             flags.append("delta")
-        lo, hi = self.interval(observation)
+        ws_flags: list[str] = []
+        lo, hi = self.interval(observation, ws_flags)
         a = np.clip(req, lo, hi)
         if "bounds" not in flags and "delta" not in flags and np.any(a != req):
+            flags.append("workspace")
+        elif ws_flags and "workspace" not in flags and np.any(a != req):
             flags.append("workspace")
         dt = self.config.dt
         if np.any(np.isfinite(self._amax)):
@@ -283,7 +358,6 @@ class SafetySupervisor:
                 if np.any(a_new != a_acc):
                     flags.append("accel_infeasible")
                 a = a_new
-        a = self._workspace_obs(a, observation, flags)
         lo32, hi32 = _inward(lo, hi)
         out = np.clip(a, lo32, hi32).astype(np.float32)  # float32 rounding never leaves the hard interval
         applied = out.astype(np.float64)
@@ -292,20 +366,3 @@ class SafetySupervisor:
         d = Decision(req, out, flags)
         self._record(d)
         return d
-
-    def _workspace_obs(self, a: np.ndarray, obs: np.ndarray | None, flags: list[str]) -> np.ndarray:
-        ws = self.config.workspace
-        if ws is None or ws.source != "observation":
-            return a
-        if obs is None:
-            raise ValueError("safety.workspace.source=observation needs the current observation in filter()")
-        pos = np.asarray(obs, np.float64)[ws.indices]
-        a = a.copy()
-        for p, lo, hi, j in zip(pos, ws.low, ws.high, ws.action_indices):
-            out_low = p <= lo and a[j] < self._hold[j]
-            out_high = p >= hi and a[j] > self._hold[j]
-            if out_low or out_high:
-                a[j] = self._hold[j]
-                if "workspace" not in flags:
-                    flags.append("workspace")
-        return a

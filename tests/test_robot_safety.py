@@ -116,3 +116,37 @@ def test_bad_configs_and_requests_are_explained():
     with pytest.raises(ValueError, match="Da=3"):
         _sup().filter(np.zeros(2))
     assert SafetyConfig(low=[-1], high=[1], hold_action=[0], rate_hz=50).watchdog_s == pytest.approx(0.03)
+
+
+def test_observation_workspace_wins_over_the_step_limit_and_a_hold_on_a_float32_bound_stays_inside():
+    """Issue 13 (3): outside a face only inward commands pass even when the change limit would keep pushing out;
+    (11): a hold action on a bound float32 cannot represent never exceeds it by an ulp."""
+    ws = WorkspaceBox(source="observation", indices=[0], action_indices=[0], low=[-1], high=[1])
+    sup = SafetySupervisor(SafetyConfig(low=[-1], high=[1], hold_action=[0], rate_hz=100, max_delta=0.1, workspace=ws))
+    inside, outside = np.array([0.5]), np.array([1.2])
+    for _ in range(10):
+        sup.filter(np.array([1.0]), inside)  # ramp up to +1 (pushing toward the face)
+    d = sup.filter(np.array([1.0]), outside)
+    assert d.applied[0] == 0.0 and "workspace" in d.flags  # the step limit alone would have allowed 0.9
+    assert sup.filter(np.array([-1.0]), outside).applied[0] == pytest.approx(-0.1)  # inward passes (step-limited)
+    assert sup.filter(np.array([0.5]), np.array([np.nan])).applied[0] == 0.0  # unknown position: stop
+    sup = SafetySupervisor(SafetyConfig(low=[-1.0], high=[0.1], hold_action=[0.1], rate_hz=50))
+    sup.estop()
+    assert float(sup.filter(np.array([0.0])).applied[0]) <= 0.1 and float(sup.hold().applied[0]) <= 0.1
+
+
+def test_configs_that_could_pin_the_robot_are_refused():
+    """Issue 13 (4): the hold action must lie inside an action workspace; box and indices must be usable."""
+    box = dict(source="action", indices=[0], low=[0.2], high=[0.6])
+    with pytest.raises(ConfigError, match="outside the action workspace"):
+        SafetyConfig(low=[-1], high=[1], hold_action=[0], rate_hz=10, workspace=WorkspaceBox(**box))
+    with pytest.raises(ConfigError, match="does not overlap"):
+        SafetyConfig(low=[-1], high=[0.1], hold_action=[0], rate_hz=10, workspace=WorkspaceBox(**box))
+    with pytest.raises(ConfigError, match="does not exist"):
+        SafetyConfig(low=[-1], high=[1], hold_action=[0], rate_hz=10, workspace=WorkspaceBox(**{**box, "indices": [3]}))
+    with pytest.raises(ConfigError, match="finite"):
+        WorkspaceBox(**{**box, "high": [float("inf")]})
+    with pytest.raises(ConfigError, match="distinct integers"):
+        WorkspaceBox(source="observation", indices=[4, 4], action_indices=[0, 1], low=[-1, -1], high=[1, 1])
+    ok = SafetyConfig(low=[-1], high=[1], hold_action=[0.3], rate_hz=10, workspace=WorkspaceBox(**box))
+    assert SafetySupervisor(ok).hold().applied[0] == np.float32(0.3)
