@@ -7,8 +7,7 @@ Exit status: 0 done; 2 bad input (one ``robotrl: error:`` line); 3 the robot or 
 link failed (the message says what is known: server ended, silent, wrong key...;
 recorded episodes are kept).
 
-``robot-server`` reads these optional keys too (``+key=value`` on the command line when
-the config lacks them): ``robot_id`` (default ``<robot name>@<endpoint>``),
+``robot-server`` settings of the bridge's hardening (``configs/robot_server.yaml``): ``robot_id`` (default ``<robot name>@<endpoint>``),
 ``latch_file`` (default ``<key_file>.estop``), ``deadline_periods`` (default 2),
 ``lease_timeout_s`` (default max(1 s, 10 watchdog periods)), ``max_request_bytes``
 (default 4096).
