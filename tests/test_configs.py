@@ -93,3 +93,11 @@ def test_unknown_trainer_key_is_a_clear_error():
     cfg = _compose("train", ["+trainer.ofline_steps=3"])
     with pytest.raises(ConfigError, match="unknown trainer settings.*ofline_steps"):
         trainer_config(cfg)
+
+
+def test_a_mistyped_experiment_is_an_error_not_the_default_run():
+    """``experiment=wrsl`` must not silently run the default experiment (it did with ``optional``)."""
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match="experiment/wrsl"):
+        _compose("train", ["experiment=wrsl"])
