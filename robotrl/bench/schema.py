@@ -137,6 +137,12 @@ def _bridge(doc: dict, name: str) -> list[dict]:
     rows = [_row("bridge round trip p50", b["p50_ms"], "pyzmq", z["p50_ms"], "ms", b["p50_ms"] / z["p50_ms"], higher=False),
             _row("bridge round trip p99", b["p99_ms"], "pyzmq", z["p99_ms"], "ms", b["p99_ms"] / z["p99_ms"],
                  target=2.0, higher=False, target_on="ours", check=False)]  # tails: set by the OS scheduler
+    for key in sorted(k for k in doc if k.startswith("flood_") and isinstance(doc[k], dict) and "step" in doc[k]):
+        f = doc[key]
+        what = f"{f['mode']} junk{', flooder at nice ' + str(f['flooder_nice']) if f.get('flooder_nice') else ''}"
+        rows.append(_row(f"bridge round trip p99 under an unauthenticated flood ({what})", f["step"]["p99_ms"],
+                         "pyzmq (no flood)", z["p99_ms"], "ms", f["step"]["p99_ms"] / z["p99_ms"],
+                         target=2.0, higher=False, target_on="ours", check=False))
     for hz in (50, 100):
         loop = doc.get(f"loop_{hz}hz")
         if loop:
