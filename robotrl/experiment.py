@@ -157,18 +157,16 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) or {}
     configured = {"name": env_cfg.name, "env_kwargs": kwargs, "max_episode_steps": env_cfg.max_episode_steps}
     spec_json = data.metadata.get("env_spec") if data is not None else None
-    if env_cfg.name is None:  # env=gym: the dataset's env
+    user_kwargs = kwargs
+    if env_cfg.name is None:  # env=gym: the dataset's env (id and kwargs; configured kwargs are checked below)
         if not spec_json:
             raise ConfigError("env.name is not set and there is no dataset env_spec to take it from: name a "
                               "registered gymnasium id (env.name=InvertedPendulum-v5) or a robotrl env (env=hopper)")
-        spec = json.loads(spec_json)
-        render = {k: v for k, v in kwargs.items() if k in RENDER_KWARGS}
-        configured = {"name": spec["id"], "env_kwargs": {**(spec.get("kwargs") or {}), **kwargs},
-                      "max_episode_steps": env_cfg.max_episode_steps or spec.get("max_episode_steps")}
-        if set(kwargs) - set(render) or env_cfg.max_episode_steps is not None:
-            env_cfg = OmegaConf.merge(env_cfg, {"name": spec["id"]})  # configured kwargs: checked below
-        else:
-            return configured
+        recorded = json.loads(spec_json)
+        env_cfg = OmegaConf.merge(env_cfg, {"name": recorded["id"]})
+        kwargs = {**{k: v for k, v in (recorded.get("kwargs") or {}).items() if k not in RENDER_KWARGS}, **kwargs}
+        configured = {"name": recorded["id"], "env_kwargs": kwargs,
+                      "max_episode_steps": env_cfg.max_episode_steps or recorded.get("max_episode_steps")}
     if not spec_json or not env_cfg.get("match_dataset", True):
         return configured
     spec = json.loads(spec_json)
@@ -195,7 +193,7 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
                 f"{ev.get('kwargs')}) that pays other rewards than the env its data comes from ({data_id}, "
                 f"{data_kwargs}); robotrl evaluates and fine-tunes in the data's MDP. Set env.match_dataset=false "
                 "to train on this data and evaluate in its eval env anyway")
-    render = {k: v for k, v in kwargs.items() if k in RENDER_KWARGS}
+    render = {k: v for k, v in user_kwargs.items() if k in RENDER_KWARGS}
     return {"name": data_id, "env_kwargs": {**{k: v for k, v in data_kwargs.items() if k not in RENDER_KWARGS}, **render},
             "max_episode_steps": data_limit if env_cfg.max_episode_steps is None else env_cfg.max_episode_steps}
 
