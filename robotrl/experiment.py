@@ -1,4 +1,4 @@
-"""From a resolved Hydra config to a running :class:`~robotrl.trainer.Trainer`.
+"""From a resolved Hydra config to a running :class:`~robotrl.runner.Runner`.
 
 This is where sizes are derived, never typed in: ``Do`` and ``Da`` come from the
 environment and are checked against the dataset; observation statistics come from the
@@ -27,7 +27,7 @@ from robotrl.trainer import Trainer, TrainerConfig
 from robotrl.utils import resolve_device, set_seed
 
 if TYPE_CHECKING:
-    from robotrl.onpolicy import OnPolicyTrainer
+    from robotrl.runner import Runner
 
 
 def local_dataset_ids(root: str | Path | None = None) -> list[str]:
@@ -333,16 +333,17 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None)
     return OmegaConf.merge(cfg, {"agent": {"model": adopt}})
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> "Trainer | OnPolicyTrainer":
+def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> "Runner":
     """Dataset, envs, normalisers, agent, buffer and trainer for one run.
 
     ``overrides``: the command-line overrides, to tell an explicit network setting from a
     default when warm-starting (:func:`warm_start_architecture`); ``None``: read Hydra's
     when it runs, else none.
 
-    Agents whose config has an ``onpolicy`` section (DPPO, Gaussian PPO, residual PPO) get
-    the on-policy loop (:class:`robotrl.onpolicy.OnPolicyTrainer`); the others the
-    offline/online :class:`~robotrl.trainer.Trainer`. Both have ``fit() -> summary``.
+    Returns a :class:`~robotrl.runner.Runner` (``fit() -> summary``). Agents whose config has
+    an ``onpolicy`` section (DPPO, Gaussian PPO, residual PPO) get the on-policy loop
+    (:class:`robotrl.onpolicy.OnPolicyLoop`); the others the offline/online
+    :class:`~robotrl.trainer.OffPolicyLoop`.
     """
     from hydra.utils import instantiate
 

@@ -237,3 +237,32 @@ def test_bc_then_ppo_in_one_run_pretrains_evaluates_then_fine_tunes(minari_modul
     summary = resumed.fit()
     assert summary["resumed"] and [h["phase"] for h in resumed.history] == ["offline", "online", "online"]
     assert summary["online_steps"] == 2 * 40 * 2
+
+
+def test_killed_on_policy_run_resumes_exactly(minari_module_root, tmp_path, kill_after_checkpoint):
+    """A `robotrl train agent=ppo` process killed after a checkpoint and resumed equals the
+    uninterrupted run: the checkpoint holds the agent, every RNG, the running reward scaler and
+    the envs (30-step Pendulum episodes end exactly at each 31-step iteration)."""
+    base = ["agent=ppo", "env=gym", "env.name=Pendulum-v1", "env.max_episode_steps=30", "trainer.offline_steps=0",
+            "trainer.offline_ratio=0.0", "trainer.progress=false", "agent.onpolicy.steps_per_iter=31",
+            "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1000", "agent.onpolicy.checkpoint_every=1",
+            "agent.onpolicy.eval_episodes=1", "agent.onpolicy.eval_envs=1", "agent.model.batch_size=31",
+            "agent.model.hidden=[16,16]", "agent.model.critic_hidden=[16,16]", "agent.model.n_epochs=2",
+            "device=cpu", "torch_threads=1"]
+    run_dir = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "robotrl.cli", "train", *base, "agent.onpolicy.iterations=100000", f"run_dir={run_dir}"]
+    killed_at = kill_after_checkpoint(cmd, _env(minari_module_root), run_dir, min_step=120)
+    iterations = killed_at // 60 + 2  # 60 env steps per iteration: the resumed run does two more
+    res = _robotrl(["train", *base, f"agent.onpolicy.iterations={iterations}", f"run_dir={run_dir}"], minari_module_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    straight = build_trainer(_compose([*base, f"agent.onpolicy.iterations={iterations}"]), tmp_path / "straight")
+    straight.fit()
+    resumed = load_checkpoint(run_dir)
+    assert resumed["step"] == straight.step == iterations * 60
+    for part in ("policy", "critic"):
+        a, b = straight.agent.state_dict()[part], resumed["agent"][part]
+        for k in a:
+            assert torch.equal(a[k], b[k]), (part, k)
+    assert resumed["collector"]["scaler"]["count"] == straight.loop.collector.scaler.count
+    assert json.loads((run_dir / "report.json").read_text())["summary"]["resumed"] is True
+    assert any((run_dir / "tb").iterdir()), "on-policy runs write TensorBoard events"
