@@ -191,10 +191,10 @@ class Runner:
         """After one clock unit of the loop: progress, training metrics every ``cfg.log_every``
         (default 1), evaluation every ``cfg.eval_every``, checkpoint every ``cfg.checkpoint_every``."""
         cfg, clock = self.loop.cfg, self.loop.clock
-        self.progress.update(clock, self.loop.step)
         if metrics and clock % getattr(cfg, "log_every", 1) == 0:
             self.log(f"train_{phase}", metrics)
             self.progress.metrics(metrics)
+        self.progress.update(clock, self.loop.step)
         if clock % cfg.eval_every == 0:
             self.evaluate(phase)
         if clock % cfg.checkpoint_every == 0:

@@ -266,3 +266,17 @@ def test_killed_on_policy_run_resumes_exactly(minari_module_root, tmp_path, kill
     assert resumed["collector"]["scaler"]["count"] == straight.loop.collector.scaler.count
     assert json.loads((run_dir / "report.json").read_text())["summary"]["resumed"] is True
     assert any((run_dir / "tb").iterdir()), "on-policy runs write TensorBoard events"
+
+
+def test_piped_output_prints_summary_lines_not_a_bar(minari_module_root, tmp_path):
+    """With stdout/stderr piped (a log file), progress is one summary line per 5 % of the
+    budget, not a tqdm refresh per update."""
+    res = _robotrl(["train", *TINY[:-2], "trainer.progress=true", "trainer.offline_steps=200",
+                    "trainer.eval_every=100000", "trainer.checkpoint_every=100000", "trainer.log_every=10",
+                    "torch_threads=1", f"run_dir={tmp_path / 'run'}"], minari_module_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("[bc on ")]
+    assert len(lines) == 20, lines
+    assert lines[0].startswith("[bc on ") and " 10/200 (5%) step 10 · " in lines[0] and "loss" in lines[0]
+    assert " 200/200 (100%) step 200 · " in lines[-1]
+    assert "\r" not in res.stderr and "it/s]" not in res.stderr  # no bar refreshes
