@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from robotrl.agent import OnPolicyAgent
 from robotrl.runner import Runner
 from robotrl.utils import check_schedule
 
@@ -299,7 +300,7 @@ class OnPolicyLoop:
         ValueError: ``pretrain_steps > 0`` without a dataset or an agent with ``bc_update``.
     """
 
-    def __init__(self, agent, config: OnPolicyConfig, *, make_train_envs: Callable[[], gym.vector.VectorEnv],
+    def __init__(self, agent: OnPolicyAgent, config: OnPolicyConfig, *, make_train_envs: Callable[[], gym.vector.VectorEnv],
                  seed: int = 0, offline_buffer=None):
         if config.pretrain_steps > 0 and (offline_buffer is None or not hasattr(agent, "bc_update")):
             raise ValueError("onpolicy.pretrain_steps > 0 needs a dataset and an agent with bc_update (e.g. agent=ppo)")
@@ -389,7 +390,7 @@ class OnPolicyLoop:
                 runner.print(f"[pretrain update {i + 1}/{n}] bc_loss {float(metrics['bc_loss']):.4f}")
 
 
-def OnPolicyTrainer(agent, run_dir: str | Path, config: OnPolicyConfig, *,
+def OnPolicyTrainer(agent: OnPolicyAgent, run_dir: str | Path, config: OnPolicyConfig, *,
                     make_train_envs: Callable[[], gym.vector.VectorEnv], make_eval_env: Callable[[], gym.Env],
                     ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
                     title: str = "", offline_buffer=None) -> Runner:

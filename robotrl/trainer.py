@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from robotrl.agent import Agent
+from robotrl.agent import OffPolicyAgent
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_arrays
 from robotrl.data.mixing import MixedSampler
 from robotrl.data.replay import ReplayBuffer
@@ -104,7 +104,7 @@ class OffPolicyLoop:
             without an offline buffer.
     """
 
-    def __init__(self, agent: Agent, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
+    def __init__(self, agent: OffPolicyAgent, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
                  make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None, seed: int = 0,
                  reward_scale: float = 1.0, reward_bias: float = 0.0, mc_sparse_fill: float | None = None,
                  gamma: float | None = None):
@@ -286,7 +286,7 @@ class OffPolicyLoop:
         return self.online.sample(min(n, have), n_step=self.cfg.n_step, complete_only=mc)
 
 
-def Trainer(agent: Agent, run_dir: str | Path, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
+def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
             make_eval_env: Callable[[], gym.Env], make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
             ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
             title: str = "", **loop_kwargs) -> Runner:
