@@ -19,7 +19,8 @@ stops the bootstrap.
 An on-policy agent provides ``policy`` (deployable, with ``To``/``Te``), ``gamma``,
 ``reward_scaling`` (bool), ``rollout_act(obs_hist (N, To, Do)) -> (actions (N, Te, Da)
 or (N, Da) raw, extras {name: tensor (N, ...)})``, ``update_rollout(rollout, iteration)
--> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``,
+-> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``
+(the warm start ``trainer.init_from``, :func:`robotrl.warmstart.warm_start`),
 ``bc_update(batch) -> metrics`` (``pretrain_steps`` of behaviour cloning on the dataset
 before the first online iteration: pretraining and fine-tuning in one run)
 and ``reset_rollout(env_ids)`` (called when those envs start a new episode: per-env state
@@ -266,7 +267,6 @@ class OnPolicyConfig:
     eval_envs: int = 10
     checkpoint_every: int = 10  # iterations
     max_env_steps: int | None = None  # stop once this many env steps were collected
-    init_from: str | None = None      # pretrained checkpoint (agent.load_pretrained)
     pretrain_steps: int = 0           # behaviour-cloning updates on the dataset before going online (agent.bc_update)
     pretrain_batch_size: int = 256
     vectorization: str = "sync"
@@ -336,11 +336,9 @@ class OnPolicyLoop:
         c = self.cfg
         return self.updates >= c.iterations or (c.max_env_steps is not None and self.step >= c.max_env_steps)
 
-    def start(self, runner: Runner) -> None:
-        """Warm start (``init_from`` via ``agent.load_pretrained``), ``pretrain_steps`` of behaviour
-        cloning, the offline evaluation; after pretraining a checkpoint (a kill from there resumes online)."""
-        if self.cfg.init_from and hasattr(self.agent, "load_pretrained"):
-            self.agent.load_pretrained(self.cfg.init_from)
+    def start(self, runner: Runner, warm_started: bool) -> None:
+        """``pretrain_steps`` of behaviour cloning, the offline evaluation (of the pretrained or
+        warm-started policy); after pretraining a checkpoint (a kill from there resumes online)."""
         self._pretrain(runner)
         runner.evaluate("offline")
         if self.cfg.pretrain_steps:
@@ -393,16 +391,18 @@ class OnPolicyLoop:
 def OnPolicyTrainer(agent: OnPolicyAgent, run_dir: str | Path, config: OnPolicyConfig, *,
                     make_train_envs: Callable[[], gym.vector.VectorEnv], make_eval_env: Callable[[], gym.Env],
                     ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
-                    title: str = "", offline_buffer=None) -> Runner:
+                    title: str = "", offline_buffer=None, init_from: str | Path | None = None,
+                    init_parts: list[str] | None = None) -> Runner:
     """A :class:`~robotrl.runner.Runner` driving an :class:`OnPolicyLoop` (the on-policy trainer).
 
     Checkpoints have the off-policy layout (``agent``, ``policy``, ``config``, ``history``,
     ``step`` = env steps), so ``robotrl eval`` and :func:`robotrl.policy.load_policy` rebuild
-    the fine-tuned policy.
+    the fine-tuned policy. ``init_from``/``init_parts``: the warm start
+    (:func:`~robotrl.warmstart.warm_start`; ``agent.load_pretrained`` converts foreign checkpoints).
 
     Raises:
         ValueError: as :class:`OnPolicyLoop`.
     """
     loop = OnPolicyLoop(agent, config, make_train_envs=make_train_envs, seed=seed, offline_buffer=offline_buffer)
     return Runner(loop, run_dir, make_eval_env=make_eval_env, ref_scores=ref_scores, seed=seed,
-                  run_config=run_config, title=title)
+                  run_config=run_config, title=title, init_from=init_from, init_parts=init_parts)

@@ -41,6 +41,7 @@ from robotrl.policy import act, policy_state
 from robotrl.progress import Progress
 from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
 from robotrl.utils import get_rng_state, set_rng_state
+from robotrl.warmstart import warm_start
 
 
 class Loop(Protocol):
@@ -67,8 +68,9 @@ class Loop(Protocol):
     @property
     def total(self) -> int: ...
 
-    def start(self, runner: Runner) -> None:
-        """First start only (never on resume): warm start, pretraining, the first evaluation."""
+    def start(self, runner: Runner, warm_started: bool) -> None:
+        """First start only (never on resume), after the runner's warm start (``warm_started``):
+        pretraining, the first evaluation."""
 
     def run(self, runner: Runner) -> None:
         """Train until the budget is spent, calling ``runner.tick`` after each clock unit."""
@@ -104,6 +106,8 @@ class Runner:
         seed: run seed (evaluation episodes use ``seed + 10_000``).
         run_config: the resolved config, stored in checkpoints and the report.
         title: a short name of the run for the report and the progress display.
+        init_from, init_parts: warm start of a new run (never on resume): checkpoint file or
+            run directory, and the parts to load (:func:`~robotrl.warmstart.warm_start`).
 
     Attributes not found on the runner are read from the loop (``runner.cfg``,
     ``runner.offline``, ``runner.step``, ...).
@@ -111,8 +115,9 @@ class Runner:
 
     def __init__(self, loop: Loop, run_dir: str | Path, *, make_eval_env: Callable[[], gym.Env],
                  ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
-                 title: str = ""):
+                 title: str = "", init_from: str | Path | None = None, init_parts: list[str] | None = None):
         self.loop = loop
+        self.warm_source, self.warm_parts = init_from, init_parts
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.make_eval_env, self.ref_scores, self.seed = make_eval_env, ref_scores, seed
@@ -243,6 +248,14 @@ class Runner:
         self.wall_time = float(state.get("wall_time", 0.0))
         return True
 
+    def init_from(self, source: str | Path, parts: list[str] | None = None) -> None:
+        """Warm-start the agent from ``source`` (:func:`~robotrl.warmstart.warm_start`).
+
+        Raises:
+            CheckpointError: unreadable checkpoint, or its state does not fit the agent.
+        """
+        warm_start(self.loop.agent, source, parts)
+
     # ------------------------------------------------------------------ run
     def fit(self) -> dict:
         """Run (or resume) the loop, evaluate, checkpoint, and write the report.
@@ -260,7 +273,9 @@ class Runner:
         with Progress(total=loop.total, initial=loop.clock, desc=self.title or "train",
                       enabled=loop.cfg.progress) as self.progress:
             if not resumed:
-                loop.start(self)
+                if self.warm_source:
+                    self.init_from(self.warm_source, self.warm_parts)
+                loop.start(self, warm_started=bool(self.warm_source))
             loop.run(self)
         self.progress = None
         if not self.history or self.history[-1]["step"] != loop.step:

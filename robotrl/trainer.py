@@ -12,7 +12,7 @@ from ended episodes and start updating once the first online episode has ended.
 Warm starts: ``init_from`` (a checkpoint file or run directory) loads a pretrained
 agent's state into a fresh run before its first step (never on resume); ``init_parts``
 picks parts through the agent's ``load_parts`` (e.g. ``[policy]`` for PORL), ``None``
-loads the whole agent state. A warm-started run without offline steps evaluates the
+loads the whole agent state (:func:`robotrl.warmstart.warm_start`, done by the runner). A warm-started run without offline steps evaluates the
 loaded policy first (phase ``offline``), so its report has the onset dip.
 ``warmup_updates`` gradient updates run once on the online buffer when the online
 warmup ends (PORL's pre-sample stage fits the critic there).
@@ -39,11 +39,10 @@ import numpy as np
 import torch
 
 from robotrl.agent import OffPolicyAgent
-from robotrl.checkpoint import load_arrays, load_checkpoint, save_arrays
+from robotrl.checkpoint import load_arrays, save_arrays
 from robotrl.data.mixing import MixedSampler
 from robotrl.data.replay import ReplayBuffer
-from robotrl.errors import CheckpointError
-from robotrl.runner import Runner, agent_device
+from robotrl.runner import Runner
 from robotrl.utils import check_schedule
 
 
@@ -136,13 +135,11 @@ class OffPolicyLoop:
         """``"online"`` once past the offline steps."""
         return "online" if self.step > self.cfg.offline_steps else "offline"
 
-    def start(self, runner: Runner) -> None:
-        """Warm start (``init_from``); a warm-started run without offline steps evaluates the
-        loaded policy first (phase ``offline``): the reference of the onset dip."""
-        if self.cfg.init_from:
-            self.init_from(self.cfg.init_from, self.cfg.init_parts)
-            if self.cfg.offline_steps == 0 and self.cfg.online_steps > 0:
-                runner.evaluate("offline")
+    def start(self, runner: Runner, warm_started: bool) -> None:
+        """A warm-started run without offline steps evaluates the loaded policy first (phase
+        ``offline``): the reference of the onset dip."""
+        if warm_started and self.cfg.offline_steps == 0 and self.cfg.online_steps > 0:
+            runner.evaluate("offline")
 
     def run(self, runner: Runner) -> None:
         """Both phases until ``offline_steps + online_steps``."""
@@ -185,22 +182,6 @@ class OffPolicyLoop:
         out["onset"] = {"online_start": self.cfg.offline_steps, "first_update": self.cfg.online_warmup_steps,
                         "budget": self.cfg.online_steps}
         return out
-
-    # ------------------------------------------------------------------ warm start
-    def init_from(self, source: str, parts: list[str] | None = None) -> None:
-        """Load a pretrained agent's state (file or run directory) into this run's agent.
-
-        Raises:
-            CheckpointError: unreadable checkpoint, or its state does not fit the agent.
-        """
-        state = load_checkpoint(source, map_location=agent_device(self.agent))
-        try:
-            if parts is None:
-                self.agent.load_state_dict(state["agent"])
-            else:
-                self.agent.load_parts(state["agent"], list(parts))
-        except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(f"init_from {source}: its agent state does not fit this agent ({exc})") from exc
 
     # ------------------------------------------------------------------ phases
     def _offline_phase(self, runner: Runner) -> None:
@@ -303,4 +284,4 @@ def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *
     loop = OffPolicyLoop(agent, config, offline_buffer=offline_buffer, make_train_envs=make_train_envs, seed=seed,
                          **loop_kwargs)
     return Runner(loop, run_dir, make_eval_env=make_eval_env, ref_scores=ref_scores, seed=seed,
-                  run_config=run_config, title=title)
+                  run_config=run_config, title=title, init_from=config.init_from, init_parts=config.init_parts)

@@ -182,11 +182,11 @@ def test_cli_rejects_dataset_of_another_env(minari_module_root, tmp_path):
 
 
 def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_module_root, tmp_path):
-    """`robotrl train agent=ppo agent.onpolicy.init_from=<bc run>` runs the on-policy loop from the BC weights."""
+    """`robotrl train agent=ppo trainer.init_from=<bc run>` runs the on-policy loop from the BC weights."""
     bc_dir = tmp_path / "bc"
     build_trainer(_compose([*TINY, "trainer.offline_steps=100", "trainer.eval_every=100000",
                             "trainer.checkpoint_every=100000", "device=cpu"]), bc_dir).fit()
-    res = _robotrl(["train", *TINY, "agent=ppo", f"agent.onpolicy.init_from={bc_dir}", "agent.onpolicy.iterations=2",
+    res = _robotrl(["train", *TINY, "agent=ppo", f"trainer.init_from={bc_dir}", "agent.onpolicy.iterations=2",
                     "agent.onpolicy.steps_per_iter=20", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
                     "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=20",
                     "env.match_dataset=false", "env.max_episode_steps=30", f"run_dir={tmp_path / 'ppo'}"],
