@@ -44,3 +44,21 @@ def test_parts_need_an_agent_that_loads_parts(tmp_path):
         warm_start(agent, tmp_path, parts=["policy"])
     with pytest.raises(CheckpointError, match="no checkpoint"):
         warm_start(agent, tmp_path / "missing")
+
+
+def test_on_policy_resume_of_another_agents_checkpoint_is_a_checkpoint_error(tmp_path):
+    """The shell resumes every loop the same way: a checkpoint that does not fit raises CheckpointError."""
+    from robotrl.agents.ppo import PPOAgent
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.data import ActionScaler, ObservationNormalizer
+    from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
+
+    agent = PPOAgent(obs_dim=3, action_dim=1, obs_normalizer=ObservationNormalizer.identity(3),
+                     action_scaler=ActionScaler(torch.tensor([-2.0]), torch.tensor([2.0])), device="cpu", seed=0,
+                     hidden=[8], critic_hidden=[8])
+    save_checkpoint(tmp_path / "checkpoints" / "latest.pt", {"format": 1, "step": 10, "updates": 1, "history": [],
+                                                             "agent": {"actor": {"w": torch.zeros(2)}}})
+    runner = OnPolicyTrainer(agent, tmp_path, OnPolicyConfig(progress=False), make_train_envs=lambda: None,
+                             make_eval_env=lambda: None)
+    with pytest.raises(CheckpointError, match="does not fit this agent"):
+        runner.fit()
