@@ -1,4 +1,4 @@
-"""From a resolved Hydra config to a running :class:`~robotrl.trainer.Trainer`.
+"""From a resolved Hydra config to a running :class:`~robotrl.runner.Runner`.
 
 This is where sizes are derived, never typed in: ``Do`` and ``Da`` come from the
 environment and are checked against the dataset; observation statistics come from the
@@ -27,7 +27,8 @@ from robotrl.trainer import Trainer, TrainerConfig
 from robotrl.utils import resolve_device, set_seed
 
 if TYPE_CHECKING:
-    from robotrl.onpolicy import OnPolicyTrainer
+    from robotrl.onpolicy import OnPolicyConfig
+    from robotrl.runner import Runner
 
 
 def local_dataset_ids(root: str | Path | None = None) -> list[str]:
@@ -267,6 +268,35 @@ def trainer_config(cfg: DictConfig) -> TrainerConfig:
     return TrainerConfig(**given)
 
 
+def onpolicy_config(cfg: DictConfig, tcfg: TrainerConfig) -> "OnPolicyConfig":
+    """:class:`~robotrl.onpolicy.OnPolicyConfig` from ``cfg.agent.onpolicy`` (``progress`` from the trainer's).
+
+    Raises:
+        ConfigError: an unknown key; ``agent.onpolicy.init_from`` names the single warm-start key.
+    """
+    from robotrl.onpolicy import OnPolicyConfig
+
+    given = OmegaConf.to_container(cfg.agent.onpolicy, resolve=True)
+    if given.pop("init_from", None) is not None:
+        raise ConfigError("agent.onpolicy.init_from is now trainer.init_from (one warm-start key for every agent): "
+                          "pass trainer.init_from=<checkpoint or run dir>")
+    known = {f.name for f in fields(OnPolicyConfig)}
+    unknown = set(given) - known
+    if unknown:
+        raise ConfigError(f"unknown agent.onpolicy settings {sorted(unknown)}; known: {sorted(known)}")
+    return OnPolicyConfig(**{**given, "progress": tcfg.progress})
+
+
+def needs_dataset(cfg: DictConfig, tcfg: TrainerConfig) -> bool:
+    """Whether a phase of this run reads the dataset: on-policy, its ``pretrain_steps`` of behaviour
+    cloning; off-policy, offline updates, offline rows mixed into online batches, or a warm start
+    (evaluated like its pretraining: the dataset's eval spec and reference scores)."""
+    onpolicy = cfg.agent.get("onpolicy")
+    if onpolicy is not None:
+        return bool(onpolicy.get("pretrain_steps"))
+    return tcfg.offline_steps > 0 or tcfg.offline_ratio > 0 or bool(tcfg.init_from)
+
+
 #: ``agent.model`` keys that define the networks (layer sizes, activations, ensemble size, normaliser
 #: clipping, diffusion horizons): a warm start takes them from the checkpoint it loads.
 ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_n", "critic_layer_norm", "actor_layer_norm",
@@ -287,7 +317,7 @@ def _explicit_model_keys(overrides: list[str] | None) -> set[str]:
 def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
     """``cfg`` with the network architecture of the checkpoint it warm-starts from.
 
-    A warm start (``trainer.init_from``, or ``agent.onpolicy.init_from`` for PPO/DPPO)
+    A warm start (``trainer.init_from``, for every agent: :func:`robotrl.warmstart.warm_start`)
     loads weights, so the fine-tuning run must build the networks the pretraining run
     built: every :data:`ARCHITECTURE_KEYS` entry of the checkpoint's recorded
     ``agent.model`` that this agent also has is taken from the checkpoint (normalisers come
@@ -307,7 +337,7 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None)
     """
     from robotrl.checkpoint import load_checkpoint
 
-    source = cfg.trainer.get("init_from") or (cfg.agent.get("onpolicy") or {}).get("init_from")
+    source = cfg.trainer.get("init_from")
     if not source or not Path(str(source)).exists():
         return cfg  # missing: the trainer's own warm start raises the clear error
     recorded = (load_checkpoint(source).get("config") or {}).get("agent", {}).get("model") or {}
@@ -331,16 +361,17 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None)
     return OmegaConf.merge(cfg, {"agent": {"model": adopt}})
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> "Trainer | OnPolicyTrainer":
+def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> "Runner":
     """Dataset, envs, normalisers, agent, buffer and trainer for one run.
 
     ``overrides``: the command-line overrides, to tell an explicit network setting from a
     default when warm-starting (:func:`warm_start_architecture`); ``None``: read Hydra's
     when it runs, else none.
 
-    Agents whose config has an ``onpolicy`` section (DPPO, Gaussian PPO, residual PPO) get
-    the on-policy loop (:class:`robotrl.onpolicy.OnPolicyTrainer`); the others the
-    offline/online :class:`~robotrl.trainer.Trainer`. Both have ``fit() -> summary``.
+    Returns a :class:`~robotrl.runner.Runner` (``fit() -> summary``). Agents whose config has
+    an ``onpolicy`` section (DPPO, Gaussian PPO, residual PPO) get the on-policy loop
+    (:class:`robotrl.onpolicy.OnPolicyLoop`); the others the offline/online
+    :class:`~robotrl.trainer.OffPolicyLoop`.
     """
     from hydra.utils import instantiate
 
@@ -357,11 +388,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     cfg = warm_start_architecture(cfg, overrides)
 
-    data = None
-    samples_offline = tcfg.offline_steps > 0 or tcfg.offline_ratio > 0
-    pretrains = bool((cfg.agent.get("onpolicy") or {}).get("pretrain_steps"))
-    if samples_offline or tcfg.init_from or pretrains:  # a warm start still evaluates like its pretraining (eval spec, ref scores)
-        data = load_dataset(ensure_dataset(cfg.dataset))
+    data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
     task = task_env_args(cfg.env, data)  # the data's MDP: online and evaluation envs alike
     info = env_info(task["name"], task["env_kwargs"] or None)
     if data is not None:
@@ -393,9 +420,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     title = f"{cfg.agent.name} on {cfg.env.name or task['name']}"
 
     if cfg.agent.get("onpolicy") is not None:  # DPPO / Gaussian PPO / residual PPO: the on-policy loop
-        from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
+        from robotrl.onpolicy import OnPolicyTrainer
 
-        ocfg = OnPolicyConfig(**OmegaConf.to_container(cfg.agent.onpolicy, resolve=True), progress=tcfg.progress)
+        ocfg = onpolicy_config(cfg, tcfg)
 
         def make_chunk_envs():
             return make_env(task["name"], num_envs=ocfg.num_envs, seed=int(cfg.seed), vectorization=ocfg.vectorization,
@@ -410,7 +437,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
                                               seed=int(cfg.seed))
         return OnPolicyTrainer(agent, run_dir, ocfg, make_train_envs=make_chunk_envs, make_eval_env=make_eval_env,
                                ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved, title=title,
-                               offline_buffer=demos)
+                               offline_buffer=demos, init_from=tcfg.init_from, init_parts=tcfg.init_parts)
 
     # reward scale/bias: applied once, here to the offline data and by the trainer to online rewards,
     # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units
@@ -418,7 +445,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     fill = cfg.agent.get("mc_sparse_fill")
     fill = None if fill is None else r_scale * float(fill) + r_bias
     buffer = None
-    if data is not None and samples_offline:
+    if data is not None and (tcfg.offline_steps > 0 or tcfg.offline_ratio > 0):
         if (r_scale, r_bias) != (1.0, 0.0):
             data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))
         buffer = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,

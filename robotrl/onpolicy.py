@@ -19,7 +19,8 @@ stops the bootstrap.
 An on-policy agent provides ``policy`` (deployable, with ``To``/``Te``), ``gamma``,
 ``reward_scaling`` (bool), ``rollout_act(obs_hist (N, To, Do)) -> (actions (N, Te, Da)
 or (N, Da) raw, extras {name: tensor (N, ...)})``, ``update_rollout(rollout, iteration)
--> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``,
+-> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``
+(the warm start ``trainer.init_from``, :func:`robotrl.warmstart.warm_start`),
 ``bc_update(batch) -> metrics`` (``pretrain_steps`` of behaviour cloning on the dataset
 before the first online iteration: pretraining and fine-tuning in one run)
 and ``reset_rollout(env_ids)`` (called when those envs start a new episode: per-env state
@@ -28,19 +29,17 @@ such as a base policy's chunk queue).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from robotrl.checkpoint import load_checkpoint, save_checkpoint
-from robotrl.evaluation import evaluate
-from robotrl.policy import act, policy_state
-from robotrl.utils import check_schedule, get_rng_state, set_rng_state
+from robotrl.agent import OnPolicyAgent
+from robotrl.runner import Runner
+from robotrl.utils import check_schedule
 
 
 # ---------------------------------------------------------------------- GAE
@@ -107,10 +106,13 @@ class RunningRewardScaler:
         return out.astype(np.float32)
 
     def state_dict(self) -> dict:
-        return {"ret": self.ret.copy(), "mean": self.mean, "var": self.var, "count": self.count}
+        """The running statistics: per-env returns ``ret (N,)`` (a float64 tensor), ``mean``, ``var``, ``count``."""
+        return {"ret": torch.from_numpy(self.ret.copy()), "mean": self.mean, "var": self.var, "count": self.count}
 
     def load_state_dict(self, s: dict) -> None:
-        self.ret, self.mean, self.var, self.count = np.asarray(s["ret"]).copy(), s["mean"], s["var"], s["count"]
+        """Inverse of :meth:`state_dict` (``ret`` as a tensor or an array)."""
+        ret = s["ret"].numpy() if torch.is_tensor(s["ret"]) else np.asarray(s["ret"])
+        self.ret, self.mean, self.var, self.count = ret.astype(np.float64).copy(), s["mean"], s["var"], s["count"]
 
 
 # ---------------------------------------------------------------------- rollouts
@@ -156,6 +158,8 @@ class RolloutCollector:
         self.resetting = np.zeros(self.N, bool)
         self.ep_ret = np.zeros(self.N)
         self.ep_succ = np.zeros(self.N, bool)
+        self.fresh = np.zeros(self.N, bool)  # reset by autoreset and not stepped since: restorable (state_dict)
+        self.reset_rng: list[dict | None] = [None] * self.N  # each env's generator state before its last autoreset
 
     def _success(self, info: dict) -> np.ndarray:
         for key in ("episode_success", "success", "is_success"):
@@ -176,6 +180,10 @@ class RolloutCollector:
             actions, ext = agent.rollout_act(self.hist)
             for k, v in ext.items():
                 extras.setdefault(k, []).append(v)
+            if self.resetting.any():  # this step resets them: remember their generators (exact resume)
+                gens = self.envs.get_attr("np_random")
+                for i in np.flatnonzero(self.resetting):
+                    self.reset_rng[i] = gens[i].bit_generator.state
             next_obs, r, term, trunc, info = self.envs.step(actions)
             next_obs = np.asarray(next_obs, np.float32)
             valid = ~self.resetting
@@ -199,9 +207,51 @@ class RolloutCollector:
             self.hist = np.where(self.resetting[:, None, None], fresh, nhist)
             if self.resetting.any() and hasattr(agent, "reset_rollout"):  # per-env state (chunk queues)
                 agent.reset_rollout(np.flatnonzero(self.resetting))
+            self.fresh = self.resetting.copy()
             self.resetting = done
         stacked = {k: torch.stack(v, 0) for k, v in extras.items()}
         return Rollout(obs_b, nobs_b, rew, srew, term_b, trunc_b, valid_b, stacked, env_steps, rets, succs)
+
+    def state_dict(self) -> dict:
+        """The collector's state for a checkpoint: the reward scaler's running statistics, the
+        observation histories ``hist (N, To, Do)``, which envs are ``fresh`` (just reset by
+        autoreset, not stepped since) and their generators before that reset."""
+        return {"scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                "hist": torch.from_numpy(self.hist.copy()), "fresh": torch.from_numpy(self.fresh.copy()),
+                "reset_rng": list(self.reset_rng)}
+
+    def load_state_dict(self, state: dict) -> bool:
+        """Restore a checkpointed collector into these (freshly reset) envs.
+
+        The reward scaler's statistics always come back. The envs come back exactly when every
+        env was ``fresh`` at the checkpoint (its iterations end at episode boundaries, e.g. fixed
+        episodes of ``steps_per_iter - 1`` chunk steps): each env's generator is set to its state
+        before that reset and the env is reset again, giving the same observation and generator
+        as the uninterrupted run. Otherwise the envs start new episodes (the reset of
+        ``__init__``) and the scaler's per-env returns restart at 0.
+
+        Returns:
+            Whether the envs were restored exactly.
+        """
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        fresh, rngs = np.asarray(state["fresh"], bool), state["reset_rng"]
+        exact = len(rngs) == self.N and bool(fresh.all()) and all(r is not None for r in rngs)
+        if exact:
+            gens = []
+            for r in rngs:
+                gen = np.random.Generator(getattr(np.random, r["bit_generator"])())
+                gen.bit_generator.state = r
+                gens.append(gen)
+            self.envs.set_attr("np_random", gens)
+            obs, _ = self.envs.reset()
+            hist = np.asarray(state["hist"], np.float32)
+            exact = bool(np.array_equal(np.asarray(obs, np.float32), hist[:, -1]))
+            if exact:
+                self.hist, self.fresh, self.reset_rng = hist.copy(), fresh.copy(), list(rngs)
+        if not exact and self.scaler is not None:
+            self.scaler.ret[:] = 0.0
+        return exact
 
 
 # ---------------------------------------------------------------------- the loop
@@ -217,7 +267,6 @@ class OnPolicyConfig:
     eval_envs: int = 10
     checkpoint_every: int = 10  # iterations
     max_env_steps: int | None = None  # stop once this many env steps were collected
-    init_from: str | None = None      # pretrained checkpoint (agent.load_pretrained)
     pretrain_steps: int = 0           # behaviour-cloning updates on the dataset before going online (agent.bc_update)
     pretrain_batch_size: int = 256
     vectorization: str = "sync"
@@ -231,138 +280,129 @@ class OnPolicyConfig:
                        non_negative=("max_env_steps", "pretrain_steps"))
 
 
-class OnPolicyTrainer:
-    """Iterations of rollout → ``agent.update_rollout``, with evaluation and resumable checkpoints.
 
-    Checkpoints (``checkpoints/latest.pt``) have the trainer's layout (``agent``,
-    ``policy`` via :func:`~robotrl.policy.policy_state`, ``config``, ``history``,
-    ``step`` = env steps), so ``robotrl eval`` and :func:`robotrl.policy.load_policy`
-    rebuild the fine-tuned policy.
+class OnPolicyLoop:
+    """Iterations of rollout → ``agent.update_rollout`` (run by :class:`~robotrl.runner.Runner`).
+
+    Its clock is the iteration (``eval_every``/``checkpoint_every`` count iterations); ``step``
+    counts env steps and ``updates`` iterations. Checkpoints add the rollout collector's state
+    (:meth:`RolloutCollector.state_dict`: the reward scaler's running statistics, and the envs
+    where they can be restored), so a resumed run goes on as the uninterrupted one would.
 
     Args:
         agent: an on-policy agent (module docstring).
-        run_dir: output directory.
         config: :class:`OnPolicyConfig`.
         make_train_envs: ``() -> VectorEnv`` of ``num_envs`` envs executing ``Te``-step chunks.
-        make_eval_env: ``() -> Env`` with single-step actions (the policy queues chunks).
-        ref_scores, seed, run_config, title: as for :class:`~robotrl.trainer.Trainer`.
+        seed: run seed (the collector's first reset uses ``seed + iteration``).
+        offline_buffer: demonstrations for ``pretrain_steps`` of ``agent.bc_update``.
+
+    Raises:
+        ValueError: ``pretrain_steps > 0`` without a dataset or an agent with ``bc_update``.
     """
 
-    def __init__(self, agent, run_dir: str | Path, config: OnPolicyConfig, *,
-                 make_train_envs: Callable[[], gym.vector.VectorEnv], make_eval_env: Callable[[], gym.Env],
-                 ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
-                 title: str = "", offline_buffer=None):
+    def __init__(self, agent: OnPolicyAgent, config: OnPolicyConfig, *, make_train_envs: Callable[[], gym.vector.VectorEnv],
+                 seed: int = 0, offline_buffer=None):
         if config.pretrain_steps > 0 and (offline_buffer is None or not hasattr(agent, "bc_update")):
             raise ValueError("onpolicy.pretrain_steps > 0 needs a dataset and an agent with bc_update (e.g. agent=ppo)")
-        self.offline = offline_buffer
-        self.agent, self.cfg, self.run_dir = agent, config, Path(run_dir)
-        self.make_train_envs, self.make_eval_env = make_train_envs, make_eval_env
-        self.ref_scores, self.seed, self.run_config, self.title = ref_scores, seed, run_config or {}, title
-        self.history: list[dict] = []
+        self.agent, self.cfg, self.offline = agent, config, offline_buffer
+        self.make_train_envs, self.seed = make_train_envs, seed
         self.step = 0          # env steps
-        self.iteration = 0
-        self.wall_time = 0.0
+        self.updates = 0       # iterations
+        self.collector: RolloutCollector | None = None
+        self._collector_state: dict | None = None
 
-    def evaluate(self, phase: str) -> dict:
-        t = time.time()
-        pol = self.agent.policy
-        res = evaluate(lambda o: act(pol, o), self.make_eval_env, self.cfg.eval_episodes, seed=self.seed + 10_000,
-                       num_envs=self.cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
-        res.update(phase=phase, step=self.step, updates=self.iteration, eval_seconds=time.time() - t)
-        self.history.append(res)
-        if self.cfg.progress:
-            from robotrl.report import format_eval
+    @property
+    def iteration(self) -> int:
+        """Iterations done (= ``updates``)."""
+        return self.updates
 
-            print(format_eval(res), flush=True)
-        return res
+    # ------------------------------------------------------------------ Loop protocol
+    @property
+    def clock(self) -> int:
+        """The cadence counter: iterations."""
+        return self.updates
 
-    def save(self) -> Path:
-        """Write ``checkpoints/latest.pt`` atomically."""
-        return save_checkpoint(self.run_dir / "checkpoints" / "latest.pt", {
-            "format": 1, "step": self.step, "updates": self.iteration, "wall_time": self.wall_time,
-            "agent": self.agent.state_dict(), "policy": policy_state(self.agent.policy), "rng": get_rng_state(),
-            "history": self.history, "config": self.run_config, "trainer": asdict(self.cfg)})
+    @property
+    def total(self) -> int:
+        """``iterations``."""
+        return self.cfg.iterations
 
-    def try_resume(self) -> bool:
-        path = self.run_dir / "checkpoints" / "latest.pt"
-        if not path.exists():
-            return False
-        state = load_checkpoint(path)
-        self.agent.load_state_dict(state["agent"])
-        self.step, self.iteration = int(state["step"]), int(state["updates"])
-        self.wall_time, self.history = float(state.get("wall_time", 0.0)), list(state["history"])
-        set_rng_state(state["rng"])
-        return True
+    def phase(self) -> str:
+        """``"online"`` once an iteration ran."""
+        return "online" if self.updates > 0 else "offline"
 
-    def _pretrain(self) -> None:
-        """``pretrain_steps`` behaviour-cloning updates on the offline buffer (BC then PPO in one run)."""
-        for i in range(self.cfg.pretrain_steps):
-            metrics = self.agent.bc_update(self.offline.sample(self.cfg.pretrain_batch_size))
-            if self.cfg.progress and (i + 1) % max(1, self.cfg.pretrain_steps // 5) == 0:
-                print(f"[pretrain update {i + 1}/{self.cfg.pretrain_steps}] bc_loss {float(metrics['bc_loss']):.4f}",
-                      flush=True)
-
-    def _done(self) -> bool:
+    def done(self) -> bool:
+        """Whether ``iterations`` or ``max_env_steps`` is reached."""
         c = self.cfg
-        return self.iteration >= c.iterations or (c.max_env_steps is not None and self.step >= c.max_env_steps)
+        return self.updates >= c.iterations or (c.max_env_steps is not None and self.step >= c.max_env_steps)
 
-    def _summary(self, resumed: bool) -> dict:
-        """Final and starting scores, and the onset dips (:func:`robotrl.report.onset_summary`, as the
-        off-policy :class:`~robotrl.trainer.Trainer`'s summary; updates start at env step 0)."""
-        from robotrl.report import drop_missing, format_onset, onset_summary
+    def start(self, runner: Runner, warm_started: bool) -> None:
+        """``pretrain_steps`` of behaviour cloning, the offline evaluation (of the pretrained or
+        warm-started policy); after pretraining a checkpoint (a kill from there resumes online)."""
+        self._pretrain(runner)
+        runner.evaluate("offline")
+        if self.cfg.pretrain_steps:
+            runner.save()
 
-        final, first = self.history[-1], self.history[0]
-        summary = {"title": self.title, "final_return": final["return_mean"],
-                   "final_normalized_score": final["normalized_score"], "final_success_rate": final["success_rate"],
-                   "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
-                   "success_metric": final.get("success_metric", "n/a"),
-                   "offline_return": first["return_mean"], "offline_success_rate": first["success_rate"],
-                   "online_steps": self.step, "iterations": self.iteration,
-                   "wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir)}
-        summary.update(onset_summary(self.history, online_start=0, first_update=0, budget=self.step))
-        line = format_onset(summary)
-        if self.cfg.progress and line:
-            print(line, flush=True)
-        return drop_missing(summary)
-
-    def fit(self) -> dict:
-        """Run (or resume) fine-tuning; returns the summary (also written as the report)."""
-        from robotrl.report import write_report
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        resumed = self.try_resume()
-        t0 = time.time()
-        if not resumed:
-            if self.cfg.init_from and hasattr(self.agent, "load_pretrained"):
-                self.agent.load_pretrained(self.cfg.init_from)
-            self._pretrain()
-            self.evaluate("offline")
-            if self.cfg.pretrain_steps:  # a kill from here on resumes online, not from scratch
-                self.wall_time += time.time() - t0
-                t0 = time.time()
-                self.save()
+    def run(self, runner: Runner) -> None:
+        """Iterations until :meth:`done` (the runner evaluates and checkpoints the end)."""
+        if self.done():
+            return
         envs = self.make_train_envs()
         try:
-            collector = RolloutCollector(envs, self.agent.policy.To, gamma=self.agent.gamma,
-                                         reward_scaling=self.agent.reward_scaling, seed=self.seed + self.iteration)
-            while not self._done():
-                ro = collector.collect(self.agent, self.cfg.steps_per_iter)
-                metrics = self.agent.update_rollout(ro, self.iteration)
+            self.collector = RolloutCollector(envs, self.agent.policy.To, gamma=self.agent.gamma,
+                                              reward_scaling=self.agent.reward_scaling, seed=self.seed + self.updates)
+            if self._collector_state is not None:
+                self.collector.load_state_dict(self._collector_state)
+            while not self.done():
+                ro = self.collector.collect(self.agent, self.cfg.steps_per_iter)
+                metrics = self.agent.update_rollout(ro, self.updates)
                 self.step += ro.env_steps
-                self.iteration += 1
-                if self.cfg.progress:
-                    tr = np.mean(ro.episode_returns) if ro.episode_returns else float("nan")
-                    print(f"[iter {self.iteration} env steps {self.step}] train return {tr:.2f} "
-                          + " ".join(f"{k} {float(v):.3g}" for k, v in list(metrics.items())[:4]), flush=True)
-                if self.iteration % self.cfg.eval_every == 0 or self._done():
-                    self.evaluate("online")
-                if self.iteration % self.cfg.checkpoint_every == 0 or self._done():
-                    self.wall_time += time.time() - t0
-                    t0 = time.time()
-                    self.save()
+                self.updates += 1
+                train_return = float(np.mean(ro.episode_returns)) if ro.episode_returns else float("nan")
+                runner.tick({"train_return": train_return, **metrics}, "online")
         finally:
             envs.close()
-        summary = self._summary(resumed)
-        paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
-        summary["report_paths"] = {k: str(v) for k, v in paths.items()}
-        return summary
+
+    def state_dict(self, ckpt_dir: Path) -> dict:
+        """The collector's state (``collector``; ``None`` before the first iteration)."""
+        return {"collector": self.collector.state_dict() if self.collector is not None else self._collector_state}
+
+    def load_state_dict(self, state: dict, ckpt_dir: Path) -> None:
+        """Keep the collector's state for the collector :meth:`run` creates."""
+        self._collector_state = state.get("collector")
+
+    def summary(self, history: list[dict]) -> dict:
+        """Env steps, iterations, the first (offline) evaluation; onset window from env step 0."""
+        first = history[0]
+        return {"offline_return": first["return_mean"], "offline_success_rate": first["success_rate"],
+                "online_steps": self.step, "iterations": self.updates,
+                "onset": {"online_start": 0, "first_update": 0, "budget": self.step}}
+
+    def _pretrain(self, runner: Runner) -> None:
+        """``pretrain_steps`` behaviour-cloning updates on the offline buffer (BC then PPO in one run)."""
+        n = self.cfg.pretrain_steps
+        for i in range(n):
+            metrics = self.agent.bc_update(self.offline.sample(self.cfg.pretrain_batch_size))
+            if (i + 1) % max(1, n // 5) == 0:
+                runner.print(f"[pretrain update {i + 1}/{n}] bc_loss {float(metrics['bc_loss']):.4f}")
+
+
+def OnPolicyTrainer(agent: OnPolicyAgent, run_dir: str | Path, config: OnPolicyConfig, *,
+                    make_train_envs: Callable[[], gym.vector.VectorEnv], make_eval_env: Callable[[], gym.Env],
+                    ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
+                    title: str = "", offline_buffer=None, init_from: str | Path | None = None,
+                    init_parts: list[str] | None = None) -> Runner:
+    """A :class:`~robotrl.runner.Runner` driving an :class:`OnPolicyLoop` (the on-policy trainer).
+
+    Checkpoints have the off-policy layout (``agent``, ``policy``, ``config``, ``history``,
+    ``step`` = env steps), so ``robotrl eval`` and :func:`robotrl.policy.load_policy` rebuild
+    the fine-tuned policy. ``init_from``/``init_parts``: the warm start
+    (:func:`~robotrl.warmstart.warm_start`; ``agent.load_pretrained`` converts foreign checkpoints).
+
+    Raises:
+        ValueError: as :class:`OnPolicyLoop`.
+    """
+    loop = OnPolicyLoop(agent, config, make_train_envs=make_train_envs, seed=seed, offline_buffer=offline_buffer)
+    return Runner(loop, run_dir, make_eval_env=make_eval_env, ref_scores=ref_scores, seed=seed,
+                  run_config=run_config, title=title, init_from=init_from, init_parts=init_parts)

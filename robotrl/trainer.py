@@ -1,4 +1,4 @@
-"""The trainer: an offline phase, an online phase, evaluation, logging and resumable checkpoints.
+"""The off-policy loop: an offline phase, then an online phase (run by :class:`~robotrl.runner.Runner`).
 
 Offline phase: ``offline_steps`` gradient updates on batches from the offline buffer.
 Online phase: ``online_steps`` env steps in ``num_envs`` vectorised envs with
@@ -12,7 +12,7 @@ from ended episodes and start updating once the first online episode has ended.
 Warm starts: ``init_from`` (a checkpoint file or run directory) loads a pretrained
 agent's state into a fresh run before its first step (never on resume); ``init_parts``
 picks parts through the agent's ``load_parts`` (e.g. ``[policy]`` for PORL), ``None``
-loads the whole agent state. A warm-started run without offline steps evaluates the
+loads the whole agent state (:func:`robotrl.warmstart.warm_start`, done by the runner). A warm-started run without offline steps evaluates the
 loaded policy first (phase ``offline``), so its report has the onset dip.
 ``warmup_updates`` gradient updates run once on the online buffer when the online
 warmup ends (PORL's pre-sample stage fits the critic there).
@@ -22,32 +22,28 @@ they enter a buffer: :func:`robotrl.experiment.build_trainer` transforms the off
 data, the trainer every online reward, so MC returns computed by the buffers are in
 the same units.
 
-Every ``checkpoint_every`` steps the trainer writes ``checkpoints/latest.pt`` atomically
-(agent state incl. optimizers, deployable policy with normalisers, resolved config, RNG
-state, evaluation history, step counters) and, online, the online buffer as ``.npz``.
-Starting again in the same run directory resumes where the checkpoint left off.
+Evaluation, TensorBoard, checkpoints and resume are the :class:`~robotrl.runner.Runner`'s;
+this loop adds its step counters and sampler generators to every checkpoint and, online,
+the online buffer (``checkpoints/online_buffer.npz``). Starting again in the same run
+directory resumes where the checkpoint left off. :func:`Trainer` builds the runner.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from robotrl.agent import Agent
-from robotrl.checkpoint import load_arrays, load_checkpoint, save_arrays, save_checkpoint
+from robotrl.agent import OffPolicyAgent
+from robotrl.checkpoint import load_arrays, save_arrays
 from robotrl.data.mixing import MixedSampler
 from robotrl.data.replay import ReplayBuffer
-from robotrl.errors import CheckpointError
-from robotrl.evaluation import evaluate
-from robotrl.policy import act, policy_state
-from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
-from robotrl.utils import check_schedule, get_rng_state, set_rng_state
+from robotrl.runner import Runner
+from robotrl.utils import check_schedule
 
 
 @dataclass
@@ -82,138 +78,90 @@ class TrainerConfig:
                        fractions=("offline_ratio",))
 
 
-class Trainer:
-    """Drives an :class:`~robotrl.agent.Agent` through the offline and online phases.
+
+class OffPolicyLoop:
+    """Offline updates, then env steps into an online buffer with ``utd`` updates each (module doc).
+
+    The :class:`~robotrl.runner.Runner` holding it evaluates, logs and checkpoints; its clock
+    is ``step`` (offline updates, then ``offline_steps`` + online env steps).
 
     Args:
         agent: the agent (built by Hydra from ``configs/agent``).
-        run_dir: where logs, checkpoints, report and plot go.
         config: :class:`TrainerConfig`.
         offline_buffer: offline data (``None``: online only).
-        make_eval_env: builds one evaluation env (flat observations).
         make_train_envs: builds the vectorised training envs (needed if ``online_steps > 0``).
-        ref_scores: ``(ref_min, ref_max)`` for D4RL-normalised scores.
-        seed: run seed (evaluation episodes use ``seed + 10_000``).
-        run_config: the resolved config, stored in checkpoints and the report.
-        title: a short name of the run for the report.
+        seed: run seed (online env resets use ``seed + step``, the online buffer ``seed + 1``).
         reward_scale, reward_bias: online rewards are stored as ``scale·r + bias`` (the
             offline buffer must hold data transformed the same way).
         mc_sparse_fill: Cal-QL's never-solved fill for the online buffer, in transformed
             units (``None``: the offline buffer's setting).
         gamma: discount of the online buffer's n-step sums and MC returns (``None``: the
             offline buffer's, else 0.99).
+
+    Raises:
+        ValueError: ``online_steps > 0`` without ``make_train_envs``, or ``offline_steps > 0``
+            without an offline buffer.
     """
 
-    def __init__(
-        self,
-        agent: Agent,
-        run_dir: str | Path,
-        config: TrainerConfig,
-        *,
-        offline_buffer: ReplayBuffer | None,
-        make_eval_env: Callable[[], gym.Env],
-        make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
-        ref_scores: tuple[float, float] | None = None,
-        seed: int = 0,
-        run_config: dict | None = None,
-        title: str = "",
-        reward_scale: float = 1.0,
-        reward_bias: float = 0.0,
-        mc_sparse_fill: float | None = None,
-        gamma: float | None = None,
-    ):
+    def __init__(self, agent: OffPolicyAgent, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
+                 make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None, seed: int = 0,
+                 reward_scale: float = 1.0, reward_bias: float = 0.0, mc_sparse_fill: float | None = None,
+                 gamma: float | None = None):
         self.agent, self.cfg = agent, config
-        self.run_dir = Path(run_dir)
-        self.ckpt_dir = self.run_dir / "checkpoints"
-        self.offline, self.make_eval_env, self.make_train_envs = offline_buffer, make_eval_env, make_train_envs
-        self.ref_scores, self.seed = ref_scores, seed
-        self.run_config = run_config or {}
-        self.title = title
+        self.offline, self.make_train_envs, self.seed = offline_buffer, make_train_envs, seed
         self.reward_scale, self.reward_bias, self.mc_sparse_fill = float(reward_scale), float(reward_bias), mc_sparse_fill
         self.gamma = gamma
-        self.history: list[dict] = []
         self.step = 0  # offline updates done, then offline_steps + online env steps
         self.updates = 0
         self.online: ReplayBuffer | None = None
         self._ready = False  # the online buffer can feed updates (stays so: ended episodes stay ended)
-        self.wall_time = 0.0
-        self._writer = None
         if config.online_steps > 0 and make_train_envs is None:
             raise ValueError("online_steps > 0 needs make_train_envs (the training env factory)")
         if self.offline is None and config.offline_steps > 0:
             raise ValueError("offline_steps > 0 needs an offline buffer (a dataset)")
 
-    # ------------------------------------------------------------------ logging
+    # ------------------------------------------------------------------ Loop protocol
     @property
-    def writer(self):
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+    def clock(self) -> int:
+        """The cadence counter: ``step``."""
+        return self.step
 
-            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.step or None)
-        return self._writer
+    @property
+    def total(self) -> int:
+        """``offline_steps + online_steps``."""
+        return self.cfg.offline_steps + self.cfg.online_steps
 
-    def _log(self, prefix: str, metrics: dict, step: int) -> None:
-        for k, v in metrics.items():
-            v = float(v.item() if torch.is_tensor(v) else v)
-            if np.isfinite(v):
-                self.writer.add_scalar(f"{prefix}/{k}", v, step)
+    def phase(self) -> str:
+        """``"online"`` once past the offline steps."""
+        return "online" if self.step > self.cfg.offline_steps else "offline"
 
-    def _evaluate(self, phase: str) -> dict:
-        t = time.time()
-        res = evaluate(lambda o: act(self.agent.policy, o), self.make_eval_env, self.cfg.eval_episodes,
-                       seed=self.seed + 10_000, num_envs=self.cfg.eval_envs, ref_scores=self.ref_scores,
-                       reset_policy=self.agent.policy.reset)
-        res.update(phase=phase, step=self.step, updates=self.updates, eval_seconds=time.time() - t)
-        self.history.append(res)
-        self._log("eval", {k: v for k, v in res.items() if isinstance(v, float)}, self.step)
-        self.writer.flush()
-        if self.cfg.progress:
-            from tqdm.auto import tqdm
+    def start(self, runner: Runner, warm_started: bool) -> None:
+        """A warm-started run without offline steps evaluates the loaded policy first (phase
+        ``offline``): the reference of the onset dip."""
+        if warm_started and self.cfg.offline_steps == 0 and self.cfg.online_steps > 0:
+            runner.evaluate("offline")
 
-            tqdm.write(format_eval(res))
-        return res
+    def run(self, runner: Runner) -> None:
+        """Both phases until ``offline_steps + online_steps``."""
+        if self.step < self.cfg.offline_steps:
+            self._offline_phase(runner)
+        if self.step < self.total:
+            self._online_phase(runner)
 
-    # ------------------------------------------------------------------ checkpoints
-    def save(self) -> Path:
-        """Write ``checkpoints/latest.pt`` (and the online buffer) atomically."""
-        state = {
-            "format": 1,
-            "step": self.step,
-            "updates": self.updates,
-            "wall_time": self.wall_time,
-            "agent": self.agent.state_dict(),
-            "policy": policy_state(self.agent.policy),
-            "rng": get_rng_state(),
-            "sampler_rng": {name: buf.rng.bit_generator.state for name, buf in
-                            (("offline", self.offline), ("online", self.online)) if buf is not None},
-            "history": self.history,
-            "config": self.run_config,
-            "trainer": asdict(self.cfg),
-        }
+    def state_dict(self, ckpt_dir: Path) -> dict:
+        """Sampler generators; writes the online buffer to ``ckpt_dir/online_buffer.npz``."""
         if self.online is not None:
-            save_arrays(self.ckpt_dir / "online_buffer.npz",
-                        {k: np.asarray(v) for k, v in self.online.state_dict().items()})
-        return save_checkpoint(self.ckpt_dir / "latest.pt", state)
+            save_arrays(ckpt_dir / "online_buffer.npz", {k: np.asarray(v) for k, v in self.online.state_dict().items()})
+        return {"sampler_rng": {name: buf.rng.bit_generator.state for name, buf in
+                                (("offline", self.offline), ("online", self.online)) if buf is not None}}
 
-    def try_resume(self) -> bool:
-        """Load ``checkpoints/latest.pt`` if present; returns whether a run was resumed.
+    def load_state_dict(self, state: dict, ckpt_dir: Path) -> None:
+        """The online buffer (past the offline phase) and the sampler generators.
 
         Raises:
-            CheckpointError: the checkpoint exists but is corrupt or from another agent.
+            CheckpointError: the online buffer file is corrupt.
         """
-        path = self.ckpt_dir / "latest.pt"
-        if not path.exists():
-            return False
-        state = load_checkpoint(path, map_location=self.agent.policy.obs_normalizer.mean.device)
-        try:
-            self.agent.load_state_dict(state["agent"])
-        except (KeyError, RuntimeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint {path} does not fit this agent ({exc}); use another run_dir") from exc
-        self.step, self.updates = int(state["step"]), int(state["updates"])
-        self.wall_time = float(state.get("wall_time", 0.0))
-        self.history = list(state["history"])
-        set_rng_state(state["rng"])
-        buf = self.ckpt_dir / "online_buffer.npz"
+        buf = ckpt_dir / "online_buffer.npz"
         if self.step > self.cfg.offline_steps and buf.exists():
             self.online = self._new_online_buffer()
             self.online.load_state_dict(load_arrays(buf))
@@ -221,18 +169,30 @@ class Trainer:
             target = self.offline if name == "offline" else self.online
             if target is not None:
                 target.rng.bit_generator.state = rng_state
-        return True
+
+    def summary(self, history: list[dict]) -> dict:
+        """Budgets, gradient updates, the last offline evaluation; onset window from the online start."""
+        out = {"offline_steps": self.cfg.offline_steps, "online_steps": self.cfg.online_steps,
+               "gradient_updates": self.updates}
+        offline = [h for h in history if h["phase"] == "offline"]
+        if offline:
+            out["offline_return"] = offline[-1]["return_mean"]
+            out["offline_normalized_score"] = offline[-1]["normalized_score"]
+            out["offline_success_rate"] = offline[-1]["success_rate"]
+        out["onset"] = {"online_start": self.cfg.offline_steps, "first_update": self.cfg.online_warmup_steps,
+                        "budget": self.cfg.online_steps}
+        return out
 
     # ------------------------------------------------------------------ phases
-    def _offline_phase(self, bar) -> None:
+    def _offline_phase(self, runner: Runner) -> None:
         cfg = self.cfg
+        sample = getattr(self.agent, "sample_batch", None)  # agents with their own sampling (sequences)
         while self.step < cfg.offline_steps:
-            sample = getattr(self.agent, "sample_batch", None)  # agents with their own sampling (sequences)
             batch = sample(self.offline, cfg.batch_size) if sample else self.offline.sample(cfg.batch_size, n_step=cfg.n_step)
             metrics = self.agent.update(batch, self.step)
             self.step += 1
             self.updates += 1
-            self._periodic(metrics, "offline", bar)
+            runner.tick(metrics, "offline")
 
     def _new_online_buffer(self) -> ReplayBuffer:
         ref = self.offline
@@ -244,7 +204,7 @@ class Trainer:
                             od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
                             seed=self.seed + 1, device=getattr(ref, "device", "cpu"))
 
-    def _online_phase(self, bar) -> None:
+    def _online_phase(self, runner: Runner) -> None:
         cfg = self.cfg
         if self.online is None:
             self.online = self._new_online_buffer()
@@ -252,34 +212,41 @@ class Trainer:
         start_online = getattr(self.agent, "start_online", None)  # e.g. Cal-QL offline -> SAC online (WSRL)
         if start_online is not None:
             start_online()
-        sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) if self.offline is not None and cfg.offline_ratio > 0 else None
+        sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) \
+            if self.offline is not None and cfg.offline_ratio > 0 else None
         envs = self.make_train_envs()
         try:
             obs, _ = envs.reset(seed=self.seed + self.step)
             resetting = np.zeros(cfg.num_envs, bool)
-            end = cfg.offline_steps + cfg.online_steps
-            while self.step < end:
-                actions = self.agent.explore(obs)
-                next_obs, rew, term, trunc, _ = envs.step(actions)
-                live = np.flatnonzero(~resetting)  # next-step autoreset: skip envs that only reset
-                rew = self.reward_scale * np.asarray(rew, np.float32) + self.reward_bias
-                self.online.add(obs[live], actions[live], rew[live], next_obs[live], term[live], trunc[live], env_ids=live)
-                resetting = term | trunc
-                obs = next_obs
-                self.step += 1
-                metrics = {}
-                if self.step - cfg.offline_steps == cfg.online_warmup_steps + 1 and cfg.warmup_updates > 0 \
-                        and self._online_ready():
-                    for _ in range(cfg.warmup_updates):  # pre-sample stage: fit on the warmup data once
-                        metrics = self.agent.update(self._online_batch(sampler), self.step)
-                        self.updates += 1
-                if self.step - cfg.offline_steps > cfg.online_warmup_steps and self._online_ready():
-                    for _ in range(cfg.utd):
-                        metrics = self.agent.update(self._online_batch(sampler), self.step)
-                        self.updates += 1
-                self._periodic(metrics, "online", bar)
+            while self.step < self.total:
+                obs, resetting = self._env_step(envs, obs, resetting)
+                runner.tick(self._online_updates(sampler), "online")
         finally:
             envs.close()
+
+    def _env_step(self, envs, obs: np.ndarray, resetting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One vector step with ``agent.explore`` into the online buffer; returns ``(next obs, resetting)``."""
+        actions = self.agent.explore(obs)
+        next_obs, rew, term, trunc, _ = envs.step(actions)
+        live = np.flatnonzero(~resetting)  # next-step autoreset: skip envs that only reset
+        rew = self.reward_scale * np.asarray(rew, np.float32) + self.reward_bias
+        self.online.add(obs[live], actions[live], rew[live], next_obs[live], term[live], trunc[live], env_ids=live)
+        self.step += 1
+        return next_obs, term | trunc
+
+    def _online_updates(self, sampler) -> dict:
+        """The updates due after an env step: the warmup updates once, then ``utd``; returns the last metrics."""
+        cfg, metrics = self.cfg, {}
+        online_step = self.step - cfg.offline_steps
+        if online_step == cfg.online_warmup_steps + 1 and cfg.warmup_updates > 0 and self._online_ready():
+            for _ in range(cfg.warmup_updates):  # pre-sample stage: fit on the warmup data once
+                metrics = self.agent.update(self._online_batch(sampler), self.step)
+                self.updates += 1
+        if online_step > cfg.online_warmup_steps and self._online_ready():
+            for _ in range(cfg.utd):
+                metrics = self.agent.update(self._online_batch(sampler), self.step)
+                self.updates += 1
+        return metrics
 
     @property
     def _needs_mc(self) -> bool:
@@ -299,95 +266,22 @@ class Trainer:
         have = self.online.complete_indices().size if mc else len(self.online)
         return self.online.sample(min(n, have), n_step=self.cfg.n_step, complete_only=mc)
 
-    def init_from(self, source: str, parts: list[str] | None = None) -> None:
-        """Load a pretrained agent's state (file or run directory) into this run's agent.
 
-        Raises:
-            CheckpointError: unreadable checkpoint, or its state does not fit the agent.
-        """
-        state = load_checkpoint(source, map_location=self.agent.policy.obs_normalizer.mean.device)
-        try:
-            if parts is None:
-                self.agent.load_state_dict(state["agent"])
-            else:
-                self.agent.load_parts(state["agent"], list(parts))
-        except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(f"init_from {source}: its agent state does not fit this agent ({exc})") from exc
+def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
+            make_eval_env: Callable[[], gym.Env], make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
+            ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
+            title: str = "", **loop_kwargs) -> Runner:
+    """A :class:`~robotrl.runner.Runner` driving an :class:`OffPolicyLoop` (the off-policy trainer).
 
-    def _periodic(self, metrics: dict, phase: str, bar) -> None:
-        cfg = self.cfg
-        bar.update(1)
-        if metrics and self.step % cfg.log_every == 0:
-            self._log(f"train_{phase}", metrics, self.step)
-            bar.set_postfix({k: f"{float(v):.3g}" for k, v in list(metrics.items())[:3]})
-        if self.step % cfg.eval_every == 0:
-            self._evaluate(phase)
-        if self.step % cfg.checkpoint_every == 0:
-            self.wall_time += time.time() - self._t0
-            self._t0 = time.time()
-            self.save()
+    Args:
+        agent, config, offline_buffer, make_train_envs, seed: as :class:`OffPolicyLoop`.
+        run_dir, make_eval_env, ref_scores, run_config, title: as :class:`~robotrl.runner.Runner`.
+        loop_kwargs: ``reward_scale``, ``reward_bias``, ``mc_sparse_fill``, ``gamma`` of the loop.
 
-    # ------------------------------------------------------------------ run
-    def fit(self) -> dict:
-        """Run (or resume) both phases, evaluate, checkpoint, and write the report.
-
-        Returns:
-            The summary dict (also in ``report.json``), with ``report_paths``.
-        """
-        from tqdm.auto import tqdm
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        resumed = self.try_resume()
-        if not resumed and self.cfg.init_from:
-            self.init_from(self.cfg.init_from, self.cfg.init_parts)
-            if self.cfg.offline_steps == 0 and self.cfg.online_steps > 0:
-                self._evaluate("offline")  # the warm-started policy: the reference of the onset dip
-        total = self.cfg.offline_steps + self.cfg.online_steps
-        self._t0 = time.time()
-        with tqdm(total=total, initial=self.step, desc=self.title or "train", disable=not self.cfg.progress,
-                  dynamic_ncols=True) as bar:
-            if self.step < self.cfg.offline_steps:
-                self._offline_phase(bar)
-            if self.step < total:
-                self._online_phase(bar)
-        if not self.history or self.history[-1]["step"] != self.step:
-            self._evaluate("online" if self.step > self.cfg.offline_steps else "offline")
-        self.wall_time += time.time() - self._t0
-        self._t0 = time.time()
-        self.save()
-        summary = self._summary(resumed)
-        self.writer.close()
-        paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
-        summary["report_paths"] = {k: str(v) for k, v in paths.items()}
-        return summary
-
-    def _summary(self, resumed: bool) -> dict:
-        final = self.history[-1]
-        offline = [h for h in self.history if h["phase"] == "offline"]
-        out = {
-            "title": self.title,
-            "final_return": final["return_mean"],
-            "final_normalized_score": final["normalized_score"],
-            "final_success_rate": final["success_rate"],
-            "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
-            "success_metric": final.get("success_metric", "n/a"),
-            "offline_steps": self.cfg.offline_steps,
-            "online_steps": self.cfg.online_steps,
-            "gradient_updates": self.updates,
-            "wall_time_s": round(self.wall_time, 1),
-            "resumed": resumed,
-            "run_dir": str(self.run_dir),
-        }
-        if offline:
-            out["offline_return"] = offline[-1]["return_mean"]
-            out["offline_normalized_score"] = offline[-1]["normalized_score"]
-            out["offline_success_rate"] = offline[-1]["success_rate"]
-        out.update(onset_summary(self.history, online_start=self.cfg.offline_steps,
-                                 first_update=self.cfg.online_warmup_steps, budget=self.cfg.online_steps))
-        dips = {k: v for k, v in out.items() if k.startswith("onset_dip_")}
-        if dips:
-            self._log("summary", dips, self.step)
-            line = format_onset(out)
-            if self.cfg.progress and line:
-                print(line, flush=True)
-        return drop_missing(out)
+    Raises:
+        ValueError: as :class:`OffPolicyLoop`.
+    """
+    loop = OffPolicyLoop(agent, config, offline_buffer=offline_buffer, make_train_envs=make_train_envs, seed=seed,
+                         **loop_kwargs)
+    return Runner(loop, run_dir, make_eval_env=make_eval_env, ref_scores=ref_scores, seed=seed,
+                  run_config=run_config, title=title, init_from=config.init_from, init_parts=config.init_parts)

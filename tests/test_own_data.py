@@ -215,7 +215,7 @@ def test_a_conflicting_network_override_on_a_warm_start_names_both(own_data, tmp
                             "trainer.offline_steps=20", "trainer.eval_every=20", "trainer.checkpoint_every=20",
                             "trainer.eval_episodes=1", "trainer.progress=false", f"run_dir={pre_dir}"]),
                   pre_dir, overrides=[]).fit()
-    ppo = ["experiment=ppo", "env=gym", f"dataset.id={PENDULUM}", f"agent.onpolicy.init_from={pre_dir}"]
+    ppo = ["experiment=ppo", "env=gym", f"dataset.id={PENDULUM}", f"trainer.init_from={pre_dir}"]
     taken = warm_start_architecture(_compose(ppo), overrides=ppo)
     assert list(taken.agent.model.hidden) == [16, 16]
     with pytest.raises(ConfigError, match=r"agent.model.hidden=\[64, 64\] conflicts with the warm-start checkpoint"

@@ -182,11 +182,11 @@ def test_cli_rejects_dataset_of_another_env(minari_module_root, tmp_path):
 
 
 def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_module_root, tmp_path):
-    """`robotrl train agent=ppo agent.onpolicy.init_from=<bc run>` runs the on-policy loop from the BC weights."""
+    """`robotrl train agent=ppo trainer.init_from=<bc run>` runs the on-policy loop from the BC weights."""
     bc_dir = tmp_path / "bc"
     build_trainer(_compose([*TINY, "trainer.offline_steps=100", "trainer.eval_every=100000",
                             "trainer.checkpoint_every=100000", "device=cpu"]), bc_dir).fit()
-    res = _robotrl(["train", *TINY, "agent=ppo", f"agent.onpolicy.init_from={bc_dir}", "agent.onpolicy.iterations=2",
+    res = _robotrl(["train", *TINY, "agent=ppo", f"trainer.init_from={bc_dir}", "agent.onpolicy.iterations=2",
                     "agent.onpolicy.steps_per_iter=20", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
                     "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=20",
                     "env.match_dataset=false", "env.max_episode_steps=30", f"run_dir={tmp_path / 'ppo'}"],
@@ -237,3 +237,46 @@ def test_bc_then_ppo_in_one_run_pretrains_evaluates_then_fine_tunes(minari_modul
     summary = resumed.fit()
     assert summary["resumed"] and [h["phase"] for h in resumed.history] == ["offline", "online", "online"]
     assert summary["online_steps"] == 2 * 40 * 2
+
+
+def test_killed_on_policy_run_resumes_exactly(minari_module_root, tmp_path, kill_after_checkpoint):
+    """A `robotrl train agent=ppo` process killed after a checkpoint and resumed equals the
+    uninterrupted run: the checkpoint holds the agent, every RNG, the running reward scaler and
+    the envs (30-step Pendulum episodes end exactly at each 31-step iteration)."""
+    base = ["agent=ppo", "env=gym", "env.name=Pendulum-v1", "env.max_episode_steps=30", "trainer.offline_steps=0",
+            "trainer.offline_ratio=0.0", "trainer.progress=false", "agent.onpolicy.steps_per_iter=31",
+            "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1000", "agent.onpolicy.checkpoint_every=1",
+            "agent.onpolicy.eval_episodes=1", "agent.onpolicy.eval_envs=1", "agent.model.batch_size=31",
+            "agent.model.hidden=[16,16]", "agent.model.critic_hidden=[16,16]", "agent.model.n_epochs=2",
+            "device=cpu", "torch_threads=1"]
+    run_dir = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "robotrl.cli", "train", *base, "agent.onpolicy.iterations=100000", f"run_dir={run_dir}"]
+    killed_at = kill_after_checkpoint(cmd, _env(minari_module_root), run_dir, min_step=120)
+    iterations = killed_at // 60 + 2  # 60 env steps per iteration: the resumed run does two more
+    res = _robotrl(["train", *base, f"agent.onpolicy.iterations={iterations}", f"run_dir={run_dir}"], minari_module_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    straight = build_trainer(_compose([*base, f"agent.onpolicy.iterations={iterations}"]), tmp_path / "straight")
+    straight.fit()
+    resumed = load_checkpoint(run_dir)
+    assert resumed["step"] == straight.step == iterations * 60
+    for part in ("policy", "critic"):
+        a, b = straight.agent.state_dict()[part], resumed["agent"][part]
+        for k in a:
+            assert torch.equal(a[k], b[k]), (part, k)
+    assert resumed["collector"]["scaler"]["count"] == straight.loop.collector.scaler.count
+    assert json.loads((run_dir / "report.json").read_text())["summary"]["resumed"] is True
+    assert any((run_dir / "tb").iterdir()), "on-policy runs write TensorBoard events"
+
+
+def test_piped_output_prints_summary_lines_not_a_bar(minari_module_root, tmp_path):
+    """With stdout/stderr piped (a log file), progress is one summary line per 5 % of the
+    budget, not a tqdm refresh per update."""
+    res = _robotrl(["train", *TINY[:-2], "trainer.progress=true", "trainer.offline_steps=200",
+                    "trainer.eval_every=100000", "trainer.checkpoint_every=100000", "trainer.log_every=10",
+                    "torch_threads=1", f"run_dir={tmp_path / 'run'}"], minari_module_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("[bc on ")]
+    assert len(lines) == 20, lines
+    assert lines[0].startswith("[bc on ") and " 10/200 (5%) step 10 · " in lines[0] and "loss" in lines[0]
+    assert " 200/200 (100%) step 200 · " in lines[-1]
+    assert "\r" not in res.stderr and "it/s]" not in res.stderr  # no bar refreshes

@@ -140,12 +140,6 @@ class DPPOAgent:
         a = p.action_scaler.unnormalize(x[:, : p.Te]).cpu().numpy()
         return (a[:, 0] if p.Te == 1 else a), {"chains": chain}
 
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """First action of an exploratory chunk per env ``(N, Da)`` (Agent protocol; ``To = 1``)."""
-        o = np.repeat(np.asarray(obs, np.float32)[:, None], self.policy.To, axis=1)
-        a = self.rollout_act(o)[0]
-        return a if a.ndim == 2 else a[:, 0]
-
     # ------------------------------------------------------------------ denoising-MDP log-probs
     def step_log_prob(self, cond: torch.Tensor, x_prev: torch.Tensor, x_next: torch.Tensor,
                       i: torch.Tensor) -> torch.Tensor:

@@ -120,10 +120,6 @@ class PPOAgent:
         a = mean + std * torch.randn(mean.shape, generator=self.gen, device=self.device)
         return self.policy.action_scaler.unnormalize(a).cpu().numpy(), {"actions": a}
 
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """Sampled raw actions ``(N, Da)`` (Agent protocol)."""
-        return self.rollout_act(np.asarray(obs, np.float32)[:, None])[0]
-
     def _log_prob(self, obs: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         mean, std = self.policy.distribution(obs)
         return gaussian_log_prob(a, mean, std).sum(-1)

@@ -154,10 +154,6 @@ class ResidualPPOAgent:
         a = self.policy.combine(base_raw, r)
         return a.cpu().numpy(), {"features": x, "base": base_raw, "residual": r}
 
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """Sampled raw actions ``(N, Da)`` (Agent protocol; no episode-start detection)."""
-        return self.rollout_act(np.asarray(obs, np.float32)[:, None])[0]
-
     def reset_rollout(self, env_ids: np.ndarray | None = None) -> None:
         """Clear the rollout base's chunk queues of ``env_ids`` (for loops that know episode starts)."""
         if self.rollout_base is not None:

@@ -1,0 +1,308 @@
+"""The run shell: evaluation, TensorBoard, checkpoints, resume, report and progress around a loop.
+
+A :class:`Runner` holds a *loop* — the part that turns data into updates — and does
+everything else a run needs, the same way for every loop:
+
+- evaluation of ``agent.policy`` in ``make_eval_env`` (history entries with ``phase``,
+  ``step``, ``updates``), printed and logged to TensorBoard (``run_dir/tb``);
+- ``checkpoints/latest.pt`` written atomically: agent state (incl. optimizers and its
+  generators), deployable policy, resolved config, every global RNG
+  (:func:`~robotrl.utils.get_rng_state`), the loop's own state (step counters, sampler
+  generators, running statistics such as the reward scaler, buffers), history, wall time;
+- resume: a run directory with a checkpoint goes on where it left off; a checkpoint that
+  cannot be read or does not fit the agent raises :class:`~robotrl.errors.CheckpointError`;
+- the report (:func:`~robotrl.report.write_report`) with the onset dip
+  (:func:`~robotrl.report.onset_summary`), and a progress display.
+
+Two loops implement :class:`Loop`: :class:`robotrl.trainer.OffPolicyLoop` (offline
+updates, then env steps into a replay buffer) and :class:`robotrl.onpolicy.OnPolicyLoop`
+(rollouts → ``agent.update_rollout``). A loop calls :meth:`Runner.tick` after each unit of
+its clock (a gradient update or env step off-policy, an iteration on-policy); the runner
+evaluates every ``cfg.eval_every`` and checkpoints every ``cfg.checkpoint_every`` clock
+units.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from robotrl.checkpoint import load_checkpoint, save_checkpoint
+from robotrl.errors import CheckpointError
+from robotrl.evaluation import evaluate
+from robotrl.policy import act, policy_state
+from robotrl.progress import Progress
+from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
+from robotrl.utils import get_rng_state, set_rng_state
+from robotrl.warmstart import warm_start
+
+
+class Loop(Protocol):
+    """What a :class:`Runner` drives (see :class:`robotrl.trainer.OffPolicyLoop`,
+    :class:`robotrl.onpolicy.OnPolicyLoop`).
+
+    Attributes:
+        agent: the agent (``policy``, ``state_dict``/``load_state_dict``).
+        cfg: a dataclass with ``eval_every``, ``checkpoint_every``, ``eval_episodes``,
+            ``eval_envs``, ``progress`` (and optionally ``log_every``), in clock units.
+        step: the run's x-axis (checkpoint ``step``, TensorBoard step, history ``step``).
+        updates: gradient updates (off-policy) or iterations (on-policy) done.
+        clock: the counter the cadences count in; ``total``: its budget.
+    """
+
+    agent: Any
+    cfg: Any
+    step: int
+    updates: int
+
+    @property
+    def clock(self) -> int: ...
+
+    @property
+    def total(self) -> int: ...
+
+    def start(self, runner: Runner, warm_started: bool) -> None:
+        """First start only (never on resume), after the runner's warm start (``warm_started``):
+        pretraining, the first evaluation."""
+
+    def run(self, runner: Runner) -> None:
+        """Train until the budget is spent, calling ``runner.tick`` after each clock unit."""
+
+    def phase(self) -> str:
+        """``"offline"`` or ``"online"``: the phase the loop is in now."""
+
+    def state_dict(self, ckpt_dir: Path) -> dict:
+        """The loop's state for the checkpoint (tensors/containers); may write files to ``ckpt_dir``."""
+
+    def load_state_dict(self, state: dict, ckpt_dir: Path) -> None:
+        """Inverse of :meth:`state_dict` (``state``: the whole checkpoint)."""
+
+    def summary(self, history: list[dict]) -> dict:
+        """Loop-specific summary fields, and ``onset``: kwargs of :func:`~robotrl.report.onset_summary`."""
+
+
+def agent_device(agent) -> torch.device:
+    """The device of ``agent.policy``'s first tensor (CPU when it has none)."""
+    for t in (*agent.policy.parameters(), *agent.policy.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+class Runner:
+    """Evaluation, TensorBoard, checkpoints, resume, report and progress around a :class:`Loop`.
+
+    Args:
+        loop: the training loop (holds the agent and its schedule ``loop.cfg``).
+        run_dir: where logs, checkpoints, report and plot go.
+        make_eval_env: builds one evaluation env (flat observations, single-step actions).
+        ref_scores: ``(ref_min, ref_max)`` for D4RL-normalised scores.
+        seed: run seed (evaluation episodes use ``seed + 10_000``).
+        run_config: the resolved config, stored in checkpoints and the report.
+        title: a short name of the run for the report and the progress display.
+        init_from, init_parts: warm start of a new run (never on resume): checkpoint file or
+            run directory, and the parts to load (:func:`~robotrl.warmstart.warm_start`).
+
+    Attributes not found on the runner are read from the loop (``runner.cfg``,
+    ``runner.offline``, ``runner.step``, ...).
+    """
+
+    def __init__(self, loop: Loop, run_dir: str | Path, *, make_eval_env: Callable[[], gym.Env],
+                 ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
+                 title: str = "", init_from: str | Path | None = None, init_parts: list[str] | None = None):
+        self.loop = loop
+        self.warm_source, self.warm_parts = init_from, init_parts
+        self.run_dir = Path(run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.make_eval_env, self.ref_scores, self.seed = make_eval_env, ref_scores, seed
+        self.run_config, self.title = run_config or {}, title
+        self.history: list[dict] = []
+        self.wall_time = 0.0
+        self._t0 = time.time()
+        self._writer = None
+        self.progress: Progress | None = None
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "loop":
+            raise AttributeError(name)
+        return getattr(self.loop, name)
+
+    @property
+    def agent(self):
+        """The loop's agent."""
+        return self.loop.agent
+
+    @property
+    def step(self) -> int:
+        """The loop's step (x-axis of logs, evaluations and checkpoints)."""
+        return self.loop.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.loop.step = int(value)
+
+    # ------------------------------------------------------------------ logging
+    @property
+    def writer(self):
+        """The TensorBoard ``SummaryWriter`` of ``run_dir/tb`` (created on first use; on resume,
+        events after the checkpoint's step are purged)."""
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.loop.step or None)
+        return self._writer
+
+    def log(self, prefix: str, metrics: dict, step: int | None = None) -> None:
+        """Log finite scalar ``metrics`` (floats or 0-d tensors) as ``prefix/name`` at ``step``
+        (default: the loop's step)."""
+        for k, v in metrics.items():
+            v = float(v.item() if torch.is_tensor(v) else v)
+            if np.isfinite(v):
+                self.writer.add_scalar(f"{prefix}/{k}", v, self.loop.step if step is None else step)
+
+    def print(self, line: str) -> None:
+        """Print ``line`` when progress output is on (above the progress bar if one is shown)."""
+        if not self.loop.cfg.progress:
+            return
+        if self.progress is not None:
+            self.progress.write(line)
+        else:
+            print(line, flush=True)
+
+    def evaluate(self, phase: str) -> dict:
+        """Evaluate ``agent.policy`` (``cfg.eval_episodes`` episodes); append to the history, log, print.
+
+        Returns:
+            The :func:`~robotrl.evaluation.evaluate` result with ``phase``, ``step``, ``updates``
+            and ``eval_seconds`` added.
+        """
+        t, cfg, pol = time.time(), self.loop.cfg, self.loop.agent.policy
+        res = evaluate(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.seed + 10_000,
+                       num_envs=cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
+        res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t)
+        self.history.append(res)
+        self.log("eval", {k: v for k, v in res.items() if isinstance(v, float)})
+        self.writer.flush()
+        self.print(format_eval(res))
+        return res
+
+    def tick(self, metrics: dict, phase: str) -> None:
+        """After one clock unit of the loop: progress, training metrics every ``cfg.log_every``
+        (default 1), evaluation every ``cfg.eval_every``, checkpoint every ``cfg.checkpoint_every``."""
+        cfg, clock = self.loop.cfg, self.loop.clock
+        if metrics and clock % getattr(cfg, "log_every", 1) == 0:
+            self.log(f"train_{phase}", metrics)
+            self.progress.metrics(metrics)
+        self.progress.update(clock, self.loop.step)
+        if clock % cfg.eval_every == 0:
+            self.evaluate(phase)
+        if clock % cfg.checkpoint_every == 0:
+            self.save()
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        """Write ``checkpoints/latest.pt`` atomically (and the loop's files, e.g. the online buffer).
+
+        The checkpoint holds ``format``, ``step``, ``updates``, ``wall_time``, ``agent``,
+        ``policy`` (:func:`~robotrl.policy.policy_state`), ``rng`` (every global generator),
+        ``history``, ``config`` (the resolved run config), ``trainer`` (the loop's schedule)
+        and the loop's own state (:meth:`Loop.state_dict`).
+        """
+        now = time.time()
+        self.wall_time += now - self._t0
+        self._t0 = now
+        loop = self.loop
+        state = {"format": 1, "step": loop.step, "updates": loop.updates, "wall_time": self.wall_time,
+                 "agent": loop.agent.state_dict(), "policy": policy_state(loop.agent.policy), "rng": get_rng_state(),
+                 "history": self.history, "config": self.run_config, "trainer": asdict(loop.cfg)}
+        state.update(loop.state_dict(self.ckpt_dir))
+        return save_checkpoint(self.ckpt_dir / "latest.pt", state)
+
+    def try_resume(self) -> bool:
+        """Load ``checkpoints/latest.pt`` if present; returns whether a run was resumed.
+
+        Raises:
+            CheckpointError: the checkpoint exists but is corrupt, or was written for another agent.
+        """
+        path = self.ckpt_dir / "latest.pt"
+        if not path.exists():
+            return False
+        state = load_checkpoint(path, map_location=agent_device(self.loop.agent))
+        try:
+            self.loop.agent.load_state_dict(state["agent"])
+            self.loop.step, self.loop.updates = int(state["step"]), int(state["updates"])
+            self.history = list(state["history"])
+            set_rng_state(state["rng"])
+            self.loop.load_state_dict(state, self.ckpt_dir)
+        except CheckpointError:
+            raise
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint {path} does not fit this agent ({type(exc).__name__}: {exc}); "
+                                  "use another run_dir") from exc
+        self.wall_time = float(state.get("wall_time", 0.0))
+        return True
+
+    def init_from(self, source: str | Path, parts: list[str] | None = None) -> None:
+        """Warm-start the agent from ``source`` (:func:`~robotrl.warmstart.warm_start`).
+
+        Raises:
+            CheckpointError: unreadable checkpoint, or its state does not fit the agent.
+        """
+        warm_start(self.loop.agent, source, parts)
+
+    # ------------------------------------------------------------------ run
+    def fit(self) -> dict:
+        """Run (or resume) the loop, evaluate, checkpoint, and write the report.
+
+        Returns:
+            The summary dict (also in ``report.json``), with ``report_paths``.
+
+        Raises:
+            CheckpointError: an existing checkpoint (or a warm-start source) cannot be used.
+        """
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        resumed = self.try_resume()
+        self._t0 = time.time()
+        loop = self.loop
+        with Progress(total=loop.total, initial=loop.clock, desc=self.title or "train",
+                      enabled=loop.cfg.progress) as self.progress:
+            if not resumed:
+                if self.warm_source:
+                    self.init_from(self.warm_source, self.warm_parts)
+                loop.start(self, warm_started=bool(self.warm_source))
+            loop.run(self)
+        self.progress = None
+        if not self.history or self.history[-1]["step"] != loop.step:
+            self.evaluate(loop.phase())
+        self.save()
+        summary = self._summary(resumed)
+        self.writer.close()
+        paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
+        summary["report_paths"] = {k: str(v) for k, v in paths.items()}
+        return summary
+
+    def _summary(self, resumed: bool) -> dict:
+        """Final scores, the loop's fields and the onset dips (logged to TensorBoard and printed)."""
+        final = self.history[-1]
+        out = {"title": self.title, "final_return": final["return_mean"],
+               "final_normalized_score": final["normalized_score"], "final_success_rate": final["success_rate"],
+               "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
+               "success_metric": final.get("success_metric", "n/a")}
+        fields = dict(self.loop.summary(self.history))
+        onset = fields.pop("onset")
+        out.update(fields)
+        out.update({"wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir)})
+        out.update(onset_summary(self.history, **onset))
+        dips = {k: v for k, v in out.items() if k.startswith("onset_dip_")}
+        if dips:
+            self.log("summary", dips)
+            line = format_onset(out)
+            if line:
+                self.print(line)
+        return drop_missing(out)

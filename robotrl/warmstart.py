@@ -1,0 +1,51 @@
+"""One warm-start path for every agent: which parts of which checkpoint to load.
+
+``trainer.init_from`` (a checkpoint file or a run directory) and ``trainer.init_parts``
+(``None``: the whole agent) select the source; :func:`warm_start` loads it into a fresh
+agent before the first step of a run (never on resume), for off- and on-policy agents alike:
+
+- ``parts`` given: the agent's ``load_parts(state, parts)`` hook (e.g. ``[policy]`` for
+  PORL, ``[policy, critic, temperature]`` for WSRL);
+- no ``parts``, an agent with a ``load_pretrained(path)`` hook: the agent converts the
+  checkpoint (a BC actor into PPO, a diffusion policy into DPPO, a base policy under a
+  residual), or loads its own kind whole;
+- otherwise the whole agent state (``load_state_dict``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from robotrl.checkpoint import load_checkpoint
+from robotrl.errors import CheckpointError
+
+
+def warm_start(agent, source: str | Path, parts: Sequence[str] | None = None) -> None:
+    """Load a pretrained checkpoint's state into ``agent`` (module doc).
+
+    Args:
+        agent: an off- or on-policy agent (:mod:`robotrl.agent`).
+        source: a checkpoint file or a run directory (its ``checkpoints/latest.pt``).
+        parts: names of parts to load through ``agent.load_parts``; ``None``: everything.
+
+    Raises:
+        CheckpointError: missing or unreadable checkpoint, a state that does not fit the
+            agent, or ``parts`` for an agent without ``load_parts``.
+    """
+    from robotrl.runner import agent_device
+
+    if parts is None and hasattr(agent, "load_pretrained"):
+        agent.load_pretrained(str(source))
+        return
+    if parts is not None and not hasattr(agent, "load_parts"):
+        raise CheckpointError(f"init_parts={list(parts)}: this agent ({type(agent).__name__}) loads whole "
+                              "checkpoints only; drop trainer.init_parts")
+    state = load_checkpoint(source, map_location=agent_device(agent))
+    try:
+        if parts is None:
+            agent.load_state_dict(state["agent"])
+        else:
+            agent.load_parts(state["agent"], list(parts))
+    except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"init_from {source}: its agent state does not fit this agent ({exc})") from exc
