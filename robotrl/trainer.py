@@ -4,7 +4,8 @@ Offline phase: ``offline_steps`` gradient updates on batches from the offline bu
 Online phase: ``online_steps`` env steps in ``num_envs`` vectorised envs with
 ``agent.explore``; transitions go to an online :class:`~robotrl.data.ReplayBuffer`
 (``terminated`` and ``truncated`` kept apart); after ``online_warmup_steps`` env steps,
-``utd`` updates per env step on batches mixed from offline and online data at
+``utd`` critic updates per env step (:mod:`robotrl.utd`: ``batch_size`` is the minibatch, the
+sampled batch is derived) on batches mixed from offline and online data at
 ``offline_ratio`` (exact per batch, :class:`~robotrl.data.MixedSampler`). Agents whose
 updates use MC returns-to-go (``agent.needs_mc_returns``: Cal-QL) sample online rows only
 from ended episodes and start updating once the first online episode has ended.
@@ -47,6 +48,7 @@ from robotrl.errors import CheckpointError
 from robotrl.evaluation import evaluate
 from robotrl.policy import act, policy_state
 from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
+from robotrl.utd import batch_split, update_schedule
 from robotrl.utils import check_schedule, get_rng_state, set_rng_state
 
 
@@ -142,6 +144,7 @@ class Trainer:
             raise ValueError("online_steps > 0 needs make_train_envs (the training env factory)")
         if self.offline is None and config.offline_steps > 0:
             raise ValueError("offline_steps > 0 needs an offline buffer (a dataset)")
+        self.schedule = update_schedule(batch_split(agent), config.utd, config.batch_size)  # robotrl.utd: ConfigError
 
     # ------------------------------------------------------------------ logging
     @property
@@ -228,7 +231,8 @@ class Trainer:
         cfg = self.cfg
         while self.step < cfg.offline_steps:
             sample = getattr(self.agent, "sample_batch", None)  # agents with their own sampling (sequences)
-            batch = sample(self.offline, cfg.batch_size) if sample else self.offline.sample(cfg.batch_size, n_step=cfg.n_step)
+            n = self.schedule.sampled_batch
+            batch = sample(self.offline, n) if sample else self.offline.sample(n, n_step=cfg.n_step)
             metrics = self.agent.update(batch, self.step)
             self.step += 1
             self.updates += 1
@@ -274,7 +278,7 @@ class Trainer:
                         metrics = self.agent.update(self._online_batch(sampler), self.step)
                         self.updates += 1
                 if self.step - cfg.offline_steps > cfg.online_warmup_steps and self._online_ready():
-                    for _ in range(cfg.utd):
+                    for _ in range(self.schedule.calls_per_step):
                         metrics = self.agent.update(self._online_batch(sampler), self.step)
                         self.updates += 1
                 self._periodic(metrics, "online", bar)
@@ -293,7 +297,7 @@ class Trainer:
         return self._ready
 
     def _online_batch(self, sampler):
-        n, mc = self.cfg.batch_size, self._needs_mc
+        n, mc = self.schedule.sampled_batch, self._needs_mc
         if sampler:
             return sampler.sample(n, step=self.step, n_step=self.cfg.n_step, complete_only=mc)
         have = self.online.complete_indices().size if mc else len(self.online)

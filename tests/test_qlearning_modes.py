@@ -128,7 +128,7 @@ def _online_run(mode: str, run_dir, extra: list[str]):
 def test_wsrl_warm_starts_keeps_no_offline_data_and_improves_its_critic(pretrained, tmp_path):
     pre_dir = pretrained["calql"][0]
     trainer, summary, batches, before, after = _online_run(
-        "wsrl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=256"])
+        "wsrl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=64", "trainer.utd=4"])
     # initialised from the Cal-QL checkpoint: normalisers came with the policy
     pre = pretrained["calql"][1].agent
     assert torch.equal(trainer.agent.policy.obs_normalizer.mean, pre.policy.obs_normalizer.mean)
@@ -208,7 +208,7 @@ def test_wsrl_in_one_run_pretrains_with_calql_and_fine_tunes_with_sac(minari_mod
 
 def test_rlpd_mixes_exactly_half_offline_in_every_minibatch(minari_module_root, tmp_path):
     trainer, summary, batches, before, after = _online_run(
-        "rlpd", tmp_path, ["trainer.batch_size=256", "agent.model.critic_utd=4", "trainer.online_warmup_steps=200",
+        "rlpd", tmp_path, ["trainer.batch_size=64", "trainer.utd=4", "trainer.online_warmup_steps=200",
                            "agent.model.init_alpha=0.01"])  # RLPD backs up entropy: small α keeps soft Q ≈ MC return
     assert len(batches) == 400 - 200  # warmup long enough for the 128 online rows of a batch
     for flag in batches:
@@ -230,7 +230,8 @@ def test_calql_online_continues_with_offline_data(pretrained, tmp_path):
 def test_porl_keeps_only_the_policy_and_fits_the_critic_first(pretrained, tmp_path):
     pre_dir = pretrained["calql"][0]
     trainer, summary, batches, before, after = _online_run(
-        "porl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=256", "trainer.warmup_updates=100",
+        "porl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=64", "trainer.utd=4",
+                           "trainer.warmup_updates=100",
                            "agent.model.critic_warmup_updates=100"])
     # the pre-sample stage ran 100 critic-only updates once, then one update per env step
     assert summary["gradient_updates"] == 100 + (400 - 100)
