@@ -24,7 +24,7 @@ def _compose(name: str, overrides: list[str]):
         return compose(config_name=name, overrides=overrides)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _composed_train(override: str):
     """``train`` composed with one override, once per test session (callers must not mutate it)."""
     return _compose("train", [override])

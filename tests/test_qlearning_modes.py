@@ -26,7 +26,7 @@ from robotrl.data import load_dataset
 from robotrl.experiment import build_trainer
 from robotrl.policy import load_policy
 
-DATASET_ID = "robotrl/pointmaze/umaze-test-v0"
+DATASET_ID = "robotrl/pointmaze/umaze-slow-test-v0"  # a variant of the default (slow demonstrator) recipe's id
 SMALL = [
     f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=3000", "+dataset.recipe_args.ref_episodes=3",
     "trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.log_every=50", "trainer.progress=false",
@@ -75,7 +75,7 @@ def pretrained(minari_module_root, tmp_path_factory):
     out = {}
     for algo in ("calql", "iql"):
         d = tmp_path_factory.mktemp(f"pre-{algo}")
-        out[algo] = (d, *_offline_run(f"pointmaze-{algo}", d))
+        out[algo] = (d, *_offline_run(algo, d))  # experiment=calql|iql on the default env (PointMaze UMaze)
     return out
 
 
@@ -97,8 +97,8 @@ def test_offline_cql_prefers_data_actions_to_uniform_ones(minari_module_root, tm
 
     def gap():
         rand = torch.rand(b.actions.shape, generator=torch.Generator().manual_seed(0)) * 2 - 1
-        return float((agent.q_values(b.observations, b.actions).mean()
-                      - agent.q_values(b.observations, agent.policy.action_scaler.unnormalize(rand)).mean()))
+        return float(agent.q_values(b.observations, b.actions).mean()
+                      - agent.q_values(b.observations, agent.policy.action_scaler.unnormalize(rand)).mean())
 
     g0 = gap()
     trainer.fit()
