@@ -30,12 +30,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-
 from robotrl.agents.qlearning import loss as L
-from robotrl.agents.qlearning.networks import EnsembleCritic, ValueNet
+from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
+
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.networks import ValueNet, polyak_update_
 
 ALGOS = ("sac", "cql", "calql", "iql")
 PARTS = ("policy", "critic", "temperature", "value")
@@ -173,10 +174,8 @@ class QLAgent:
         """bfloat16 autocast of the network passes (a no-op context for float32)."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
-    @torch.no_grad()
     def _soft_update(self) -> None:
-        src, dst = list(self.critic.parameters()), list(self.critic_target.parameters())
-        torch._foreach_lerp_(dst, src, self.tau)
+        polyak_update_(self.critic_target.parameters(), self.critic.parameters(), self.tau)
 
     def _heads(self) -> torch.Tensor:
         n = self.critic.n

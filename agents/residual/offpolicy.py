@@ -71,13 +71,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-
 from robotrl.agents.qlearning.loss import critic_td_loss, sac_actor_loss, subset_min, td_target, temperature_loss
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import load_base
 from robotrl.agents.residual.policy import ResidualPolicy
+
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.networks import polyak_update_, squashed_gaussian
 
 
 class ResidualOffPolicyAgent:
@@ -198,11 +199,7 @@ class ResidualOffPolicyAgent:
         mean, log_std = self.policy.residual_params(x)
         if self.actor == "td3" or deterministic:
             return torch.tanh(mean), None
-        eps = torch.randn(mean.shape, generator=self.gen, device=mean.device)
-        u = mean + log_std.exp() * eps
-        logp = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - (2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))).sum(-1)
-        return torch.tanh(u), logp
+        return squashed_gaussian(mean, log_std, torch.randn(mean.shape, generator=self.gen, device=mean.device))
 
     def combined_action(self, obs: torch.Tensor, *, deterministic: bool = True,
                         base_raw: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -270,9 +267,7 @@ class ResidualOffPolicyAgent:
         out = {"critic_loss": c_loss.detach(), "q_mean": q.mean().detach(), "critic_grad_norm": c_gn.detach()}
         if self.num_updates > self.critic_warmup_updates and self.num_updates % self.actor_delay == 0:
             out.update(self._actor_step(obs, o_n))
-        with torch.no_grad():
-            for pt, p in zip(self.critic_target.parameters(), self.critic.parameters()):
-                pt.lerp_(p, self.tau)
+        polyak_update_(self.critic_target.parameters(), self.critic.parameters(), self.tau)
         return out
 
     def _actor_step(self, obs: torch.Tensor, o_n: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -287,9 +282,7 @@ class ResidualOffPolicyAgent:
         self.actor_opt.step()
         self.policy.eval()
         out = {"actor_loss": loss.detach(), "actor_grad_norm": gn.detach()}
-        with torch.no_grad():
-            for pt, p in zip(self.actor_target.parameters(), self.policy.residual.parameters()):
-                pt.lerp_(p, self.tau)
+        polyak_update_(self.actor_target.parameters(), self.policy.residual.parameters(), self.tau)
         if logp is not None:
             t_loss = temperature_loss(self.log_alpha, logp, self.target_entropy)
             self.alpha_opt.zero_grad(set_to_none=True)
