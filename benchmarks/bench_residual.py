@@ -169,7 +169,7 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
 
     cfg = _compose(["experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
                     f"agent.model.base={base_dir}", f"agent.model.base_noise_steps={warmup}",
-                    f"agent.model.critic_warmup_updates={warmup}", f"agent.model.critic_n={critic_n}",
+                    f"agent.model.critic_warmup_updates={warmup}", f"agent.model.num_critics={critic_n}",
                     f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
                     f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
                     f"trainer.eval_every={budget}", f"trainer.checkpoint_every={budget}",

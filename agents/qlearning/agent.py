@@ -65,7 +65,7 @@ class QLAgent:
         critic_warmup_updates: the first this many updates train critics only (PORL).
         cql_alpha, cql_n_actions, cql_temperature, cql_clip_diff: CQL(H) settings.
         iql_expectile, iql_beta, iql_max_weight: IQL's ``τ``, ``β`` and weight clip.
-        grad_clip: max gradient norm per network (``None``: off).
+        max_grad_norm: max gradient norm per network (``None``: off).
         matmul_dtype: ``"float32"`` or ``"bfloat16"``: the network passes of an update run
             under a bfloat16 autocast (matmuls in bf16, weights, optimizer state, losses,
             targets and the deployed policy stay float32; JAX's default TPU matmul
@@ -90,7 +90,7 @@ class QLAgent:
         target_entropy_per_dim: float = -1.0, backup_entropy: bool = False, actor_q: str = "mean",
         critic_utd: int = 1, critic_warmup_updates: int = 0, cql_alpha: float = 5.0, cql_n_actions: int = 10,
         cql_temperature: float = 1.0, cql_clip_diff: Sequence[float] | None = None, iql_expectile: float = 0.7,
-        iql_beta: float = 3.0, iql_max_weight: float = 100.0, grad_clip: float | None = None,
+        iql_beta: float = 3.0, iql_max_weight: float = 100.0, max_grad_norm: float | None = None,
         matmul_dtype: str = "float32", device: str | torch.device = "cpu", seed: int = 0,
         online_algo: str | None = None,
     ):
@@ -134,7 +134,7 @@ class QLAgent:
                         clip=tuple(cql_clip_diff) if cql_clip_diff is not None else (-float("inf"), float("inf")))
         self.cql_loss_args = dict(alpha=cql_alpha, temperature=cql_temperature, clip_diff=self.cql["clip"])
         self.iql = dict(expectile=iql_expectile, beta=iql_beta, max_weight=iql_max_weight)
-        self.grad_clip = grad_clip
+        self.max_grad_norm = max_grad_norm
         self.bf16 = matmul_dtype == "bfloat16"
         self.lrs = dict(actor=actor_lr, critic=critic_lr, alpha=alpha_lr, value=value_lr)
         self._make_optimizers()
@@ -168,8 +168,8 @@ class QLAgent:
     def _opt_step(self, opt, loss, module) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(module.parameters(), self.grad_clip)
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), self.max_grad_norm)
         opt.step()
 
     def _amp(self):
