@@ -8,13 +8,14 @@ of each contender per repeat), and reports the median over repeats plus ratios.
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from robotrl.bench.machine import environment  # noqa: F401  (re-exported: the one collector)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -26,42 +27,6 @@ def set_threads(n: int = 2) -> None:
     import torch
 
     torch.set_num_threads(n)
-
-
-def _success_convention() -> str:
-    from robotrl.evaluation import SUCCESS_CONVENTION
-
-    return SUCCESS_CONVENTION
-
-
-def environment() -> dict:
-    """Versions and machine facts recorded next to every result."""
-    import gymnasium
-    import minari
-    import mujoco
-    import numpy
-    import stable_baselines3
-    import torch
-
-    import robotrl
-
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "numpy": numpy.__version__,
-        "minari": minari.__version__,
-        "stable_baselines3": stable_baselines3.__version__,
-        "gymnasium": gymnasium.__version__,
-        "mujoco": mujoco.__version__,
-        "robotrl": getattr(robotrl, "__version__", "?"),
-        "success_convention": _success_convention(),  # which step counts for success (robotrl.evaluation)
-        "argv": sys.argv,
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
 
 
 @dataclass

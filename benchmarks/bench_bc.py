@@ -151,7 +151,7 @@ def run_d3rlpy(args, seed: int, cfg, data, make_eval_env, ref_scores) -> dict:
     algo = d3rlpy.algos.BCConfig(
         batch_size=args.batch_size, learning_rate=float(m.lr), policy_type="deterministic",
         encoder_factory=VectorEncoderFactory(hidden_units=list(m.hidden), activation=str(m.act)),
-        optim_factory=AdamWFactory(weight_decay=float(m.weight_decay), clip_grad_norm=m.grad_clip),
+        optim_factory=AdamWFactory(weight_decay=float(m.weight_decay), clip_grad_norm=m.max_grad_norm),
         observation_scaler=StandardObservationScaler(mean=obs.mean(0), std=std),
         action_scaler=MinMaxActionScaler(minimum=np.asarray(space.low, np.float64),
                                          maximum=np.asarray(space.high, np.float64)),
@@ -244,7 +244,7 @@ def main() -> None:
     m = cfg.agent.model
     setting = {"dataset": args.dataset_id, "transitions": int(data.num_transitions), "ref_scores": list(ref or []),
                "updates": args.updates, "batch_size": args.batch_size, "lr": float(m.lr),
-               "weight_decay": float(m.weight_decay), "grad_clip": m.grad_clip, "hidden": list(m.hidden),
+               "weight_decay": float(m.weight_decay), "max_grad_norm": m.max_grad_norm, "hidden": list(m.hidden),
                "eval_episodes": args.eval_episodes, "threads": args.threads}
     res = learning_result(name, f"{args.dataset_id} ({args.updates} BC updates, batch {args.batch_size}, offline only)",
                           metric, [], to_runs(rows, metric), throughput=tp, setting=setting, per_run=rows,

@@ -102,7 +102,7 @@ def train_base(task: str, demos: int, bc_steps: int, seed: int, run_dir: Path, e
     from robotrl.experiment import build_trainer
     from robotrl.policy import load_policy
 
-    cfg = _compose([f"experiment=residual-base", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
+    cfg = _compose(["experiment=residual-base", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
                     f"trainer.offline_steps={bc_steps}", f"trainer.eval_every={bc_steps}",
                     f"trainer.checkpoint_every={bc_steps}", f"trainer.eval_episodes={eval_episodes}"])
     t = time.time()
@@ -167,9 +167,9 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     """ResFiT (TD3 residual, the experiment's reference defaults) for ``budget`` env steps, demos at offline ratio 0.5."""
     from robotrl.experiment import build_trainer
 
-    cfg = _compose([f"experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
+    cfg = _compose(["experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
                     f"agent.model.base={base_dir}", f"agent.model.base_noise_steps={warmup}",
-                    f"agent.model.critic_warmup_updates={warmup}", f"agent.model.critic_n={critic_n}",
+                    f"agent.model.critic_warmup_updates={warmup}", f"agent.model.num_critics={critic_n}",
                     f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
                     f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
                     f"trainer.eval_every={budget}", f"trainer.checkpoint_every={budget}",

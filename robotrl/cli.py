@@ -101,7 +101,7 @@ def eval_main(cfg: DictConfig) -> dict | None:
         if ev is None:
             raise RobotRLError(f"checkpoint {cfg.checkpoint} records no evaluation env; was it written by robotrl train?")
 
-        def make_eval_env(first=[True]):
+        def make_eval_env(first=[True]):  # noqa: B006  (the list is the closure's "first call" flag)
             video = cfg.video_dir if first[0] else None
             first[0] = False
             return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"],

@@ -276,7 +276,7 @@ def onpolicy_config(cfg: DictConfig, tcfg: TrainerConfig) -> "OnPolicyConfig":
     """
     from robotrl.onpolicy import OnPolicyConfig
 
-    given = OmegaConf.to_container(cfg.agent.onpolicy, resolve=True)
+    given = dict(OmegaConf.to_container(cfg.agent.onpolicy, resolve=True))  # type: ignore[arg-type]
     if given.pop("init_from", None) is not None:
         raise ConfigError("agent.onpolicy.init_from is now trainer.init_from (one warm-start key for every agent): "
                           "pass trainer.init_from=<checkpoint or run dir>")

@@ -4,7 +4,8 @@ Offline phase: ``offline_steps`` gradient updates on batches from the offline bu
 Online phase: ``online_steps`` env steps in ``num_envs`` vectorised envs with
 ``agent.explore``; transitions go to an online :class:`~robotrl.data.ReplayBuffer`
 (``terminated`` and ``truncated`` kept apart); after ``online_warmup_steps`` env steps,
-``utd`` updates per env step on batches mixed from offline and online data at
+``utd`` critic updates per env step (:mod:`robotrl.utd`: ``batch_size`` is the minibatch, the
+sampled batch is derived) on batches mixed from offline and online data at
 ``offline_ratio`` (exact per batch, :class:`~robotrl.data.MixedSampler`). Agents whose
 updates use MC returns-to-go (``agent.needs_mc_returns``: Cal-QL) sample online rows only
 from ended episodes and start updating once the first online episode has ended.
@@ -36,13 +37,13 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from robotrl.agent import OffPolicyAgent
 from robotrl.checkpoint import load_arrays, save_arrays
 from robotrl.data.mixing import MixedSampler
 from robotrl.data.replay import ReplayBuffer
 from robotrl.runner import Runner
+from robotrl.utd import batch_split, update_schedule
 from robotrl.utils import check_schedule
 
 
@@ -119,6 +120,7 @@ class OffPolicyLoop:
             raise ValueError("online_steps > 0 needs make_train_envs (the training env factory)")
         if self.offline is None and config.offline_steps > 0:
             raise ValueError("offline_steps > 0 needs an offline buffer (a dataset)")
+        self.schedule = update_schedule(batch_split(agent), config.utd, config.batch_size)  # robotrl.utd: ConfigError
 
     # ------------------------------------------------------------------ Loop protocol
     @property
@@ -188,7 +190,8 @@ class OffPolicyLoop:
         cfg = self.cfg
         sample = getattr(self.agent, "sample_batch", None)  # agents with their own sampling (sequences)
         while self.step < cfg.offline_steps:
-            batch = sample(self.offline, cfg.batch_size) if sample else self.offline.sample(cfg.batch_size, n_step=cfg.n_step)
+            n = self.schedule.sampled_batch
+            batch = sample(self.offline, n) if sample else self.offline.sample(n, n_step=cfg.n_step)
             metrics = self.agent.update(batch, self.step)
             self.step += 1
             self.updates += 1
@@ -235,7 +238,8 @@ class OffPolicyLoop:
         return next_obs, term | trunc
 
     def _online_updates(self, sampler) -> dict:
-        """The updates due after an env step: the warmup updates once, then ``utd``; returns the last metrics."""
+        """The updates due after an env step: the warmup updates once, then the UTD schedule's calls
+        (:mod:`robotrl.utd`); returns the last metrics."""
         cfg, metrics = self.cfg, {}
         online_step = self.step - cfg.offline_steps
         if online_step == cfg.online_warmup_steps + 1 and cfg.warmup_updates > 0 and self._online_ready():
@@ -243,7 +247,7 @@ class OffPolicyLoop:
                 metrics = self.agent.update(self._online_batch(sampler), self.step)
                 self.updates += 1
         if online_step > cfg.online_warmup_steps and self._online_ready():
-            for _ in range(cfg.utd):
+            for _ in range(self.schedule.calls_per_step):
                 metrics = self.agent.update(self._online_batch(sampler), self.step)
                 self.updates += 1
         return metrics
@@ -260,7 +264,7 @@ class OffPolicyLoop:
         return self._ready
 
     def _online_batch(self, sampler):
-        n, mc = self.cfg.batch_size, self._needs_mc
+        n, mc = self.schedule.sampled_batch, self._needs_mc
         if sampler:
             return sampler.sample(n, step=self.step, n_step=self.cfg.n_step, complete_only=mc)
         have = self.online.complete_indices().size if mc else len(self.online)

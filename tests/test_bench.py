@@ -347,3 +347,22 @@ def test_repo_root_needs_a_source_checkout(tmp_path, monkeypatch):
     monkeypatch.setattr(robotrl, "__file__", str(tmp_path / "site-packages" / "robotrl" / "__init__.py"))
     with pytest.raises(BenchError, match="pip install -e ."):
         repo_root()
+
+
+def test_benchmarks_and_the_suite_share_one_environment_collector_and_old_results_still_read():
+    from robotrl.bench.machine import environment
+    from robotrl.bench.report import _recorded_env
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert _common.environment is environment
+    env = environment()
+    assert env["argv"] == sys.argv and env["versions"]["python"] and env["cpu_count"] >= 1
+    old = {"raw": {"environment": {"processor": "x86_64", "cpu_count": 2, "torch": "2.4.0", "stable_baselines3": "2.3"}}}
+    new = {"raw": {"environment": env}}
+    got = _recorded_env([old, new])
+    assert got["cpu_model"] == "x86_64" and got["versions"]["torch"] == "2.4.0"
+    assert got["versions"]["stable-baselines3"] == "2.3" and got["versions"]["numpy"] == env["versions"]["numpy"]

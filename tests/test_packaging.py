@@ -7,8 +7,12 @@ checkout and fail for users.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+try:  # Python 3.11+; 3.10 (requires-python >=3.10) gets tomli from the [test] extra
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPPING = {"robotrl": "robotrl", "robotrl.envs": "envs", "robotrl.agents": "agents",

@@ -65,3 +65,37 @@ def test_ppo_refuses_a_non_bc_checkpoint(tmp_path):
     agent = PPOAgent(8, 2, obs_normalizer=on, action_scaler=sc)
     with pytest.raises(CheckpointError, match="BC or PPO"):
         agent.load_pretrained(str(tmp_path / "d.pt"))
+
+
+def test_minibatch_epochs_cover_every_item_and_stop_on_the_kl_threshold():
+    """The one epoch loop of PPO, residual PPO and DPPO: ⌈M/B⌉ minibatches per epoch covering each
+    item once (DPPO's drop_last: ⌊M/B⌋ whole ones), and an early stop on approx KL."""
+    from robotrl.agents.ppo.update import minibatch_epochs
+
+    def run(drop_last, target_kl=None, kl=0.0):
+        seen = []
+        out = minibatch_epochs(10, lambda i: (seen.append(i.tolist()), {"approx_kl": kl, "n": len(i)})[1],
+                               n_epochs=2, batch_size=4, target_kl=target_kl, generator=torch.Generator().manual_seed(0),
+                               device=torch.device("cpu"), drop_last=drop_last)
+        return seen, out
+
+    seen, out = run(False)
+    assert [len(s) for s in seen] == [4, 4, 2] * 2 and sorted(sum(seen[:3], [])) == list(range(10))
+    assert out["n"] == pytest.approx(10 / 3)
+    seen, _ = run(True)
+    assert [len(s) for s in seen] == [4, 4] * 2
+    seen, _ = run(False, target_kl=0.01, kl=0.5)
+    assert len(seen) == 1
+
+
+def test_onpolicy_state_round_trip_restores_networks_optimizers_and_rng():
+    from robotrl.agents.ppo.update import ONPOLICY_STATE, load_state, save_state
+
+    obs_norm, scaler = _norms()
+    a, b = (PPOAgent(8, 2, obs_normalizer=obs_norm, action_scaler=scaler, hidden=[16], critic_hidden=[16], seed=s)
+            for s in (0, 1))
+    state = save_state(a)
+    assert set(state) == set(ONPOLICY_STATE)
+    load_state(b, state)
+    assert all(torch.equal(p, q) for p, q in zip(a.critic.parameters(), b.critic.parameters()))
+    assert torch.equal(torch.randn(3, generator=a.gen), torch.randn(3, generator=b.gen))

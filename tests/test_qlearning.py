@@ -282,3 +282,35 @@ def test_fused_updates_match_the_plain_critic_pass(algo):
     for part in ("critic", "critic_target", "actor") + (("value",) if algo == "iql" else ()):
         for (n, p), q in zip(getattr(fused, part).named_parameters(), getattr(plain, part).parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5, msg=f"{part}.{n}")
+
+
+def test_iql_advantage_is_returned_by_the_critic_step_and_drives_the_awr_actor():
+    """IQL's ``Q̄ - V`` comes out of the pure loss and into the actor step of the same minibatch
+    (no advantage kept on the agent between calls)."""
+    from robotrl.agents.qlearning import loss as L
+
+    a = _agent("iql", seed=0)
+    b = _batch()
+    obs, act, nobs = a._normalize(b)
+    losses = L.iql_critic_losses(a.critic, a.critic_target, a.value, obs, act, nobs, b.rewards, b.discounts,
+                                 b.terminated, 0.7)
+    with torch.no_grad():
+        expect = a.critic_target(obs, act).min(0).values - a.value(obs)
+    torch.testing.assert_close(losses.advantage, expect)
+    metrics, adv = a._iql_critic(b)
+    assert adv.shape == (32,) and not adv.requires_grad and "value_loss" in metrics
+    out = a._iql_actor(b, adv)
+    torch.testing.assert_close(out["adv_mean"], adv.mean())
+    assert not any(k.startswith("_iql") for k in vars(a))
+
+
+def test_polyak_update_and_squashed_gaussian_are_the_shared_pieces():
+    from robotrl.networks import polyak_update_, squashed_gaussian
+
+    src, dst = [torch.ones(3), torch.full((2, 2), 2.0)], [torch.zeros(3), torch.zeros(2, 2)]
+    polyak_update_(dst, src, 0.25)
+    assert torch.equal(dst[0], torch.full((3,), 0.25)) and torch.equal(dst[1], torch.full((2, 2), 0.5))
+    mean, log_std = torch.zeros(5, 2), torch.zeros(5, 2)
+    a, lp = squashed_gaussian(mean, log_std, torch.zeros(5, 2))  # the mode: tanh(0) = 0, log N(0; 0, 1) per dim
+    assert torch.equal(a, torch.zeros(5, 2))
+    torch.testing.assert_close(lp, torch.full((5,), -math.log(2 * math.pi)))

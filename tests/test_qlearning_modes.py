@@ -26,7 +26,7 @@ from robotrl.data import load_dataset
 from robotrl.experiment import build_trainer
 from robotrl.policy import load_policy
 
-DATASET_ID = "robotrl/pointmaze/umaze-slow-test-v0"  # a variant of the default recipe's own id
+DATASET_ID = "robotrl/pointmaze/umaze-slow-test-v0"  # a variant of the default (slow demonstrator) recipe's id
 SMALL = [
     f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=3000", "+dataset.recipe_args.ref_episodes=3",
     "trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.log_every=50", "trainer.progress=false",
@@ -75,7 +75,7 @@ def pretrained(minari_module_root, tmp_path_factory):
     out = {}
     for algo in ("calql", "iql"):
         d = tmp_path_factory.mktemp(f"pre-{algo}")
-        out[algo] = (d, *_offline_run(algo, d))
+        out[algo] = (d, *_offline_run(algo, d))  # experiment=calql|iql on the default env (PointMaze UMaze)
     return out
 
 
@@ -97,8 +97,8 @@ def test_offline_cql_prefers_data_actions_to_uniform_ones(minari_module_root, tm
 
     def gap():
         rand = torch.rand(b.actions.shape, generator=torch.Generator().manual_seed(0)) * 2 - 1
-        return float((agent.q_values(b.observations, b.actions).mean()
-                      - agent.q_values(b.observations, agent.policy.action_scaler.unnormalize(rand)).mean()))
+        return float(agent.q_values(b.observations, b.actions).mean()
+                      - agent.q_values(b.observations, agent.policy.action_scaler.unnormalize(rand)).mean())
 
     g0 = gap()
     trainer.fit()
@@ -128,7 +128,7 @@ def _online_run(mode: str, run_dir, extra: list[str]):
 def test_wsrl_warm_starts_keeps_no_offline_data_and_improves_its_critic(pretrained, tmp_path):
     pre_dir = pretrained["calql"][0]
     trainer, summary, batches, before, after = _online_run(
-        "wsrl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=256"])
+        "wsrl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=64", "trainer.utd=4"])
     # initialised from the Cal-QL checkpoint: normalisers came with the policy
     pre = pretrained["calql"][1].agent
     assert torch.equal(trainer.agent.policy.obs_normalizer.mean, pre.policy.obs_normalizer.mean)
@@ -208,7 +208,7 @@ def test_wsrl_in_one_run_pretrains_with_calql_and_fine_tunes_with_sac(minari_mod
 
 def test_rlpd_mixes_exactly_half_offline_in_every_minibatch(minari_module_root, tmp_path):
     trainer, summary, batches, before, after = _online_run(
-        "rlpd", tmp_path, ["trainer.batch_size=256", "agent.model.critic_utd=4", "trainer.online_warmup_steps=200",
+        "rlpd", tmp_path, ["trainer.batch_size=64", "trainer.utd=4", "trainer.online_warmup_steps=200",
                            "agent.model.init_alpha=0.01"])  # RLPD backs up entropy: small α keeps soft Q ≈ MC return
     assert len(batches) == 400 - 200  # warmup long enough for the 128 online rows of a batch
     for flag in batches:
@@ -230,7 +230,8 @@ def test_calql_online_continues_with_offline_data(pretrained, tmp_path):
 def test_porl_keeps_only_the_policy_and_fits_the_critic_first(pretrained, tmp_path):
     pre_dir = pretrained["calql"][0]
     trainer, summary, batches, before, after = _online_run(
-        "porl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=256", "trainer.warmup_updates=100",
+        "porl", tmp_path, [f"trainer.init_from={pre_dir}", "trainer.batch_size=64", "trainer.utd=4",
+                           "trainer.warmup_updates=100",
                            "agent.model.critic_warmup_updates=100"])
     # the pre-sample stage ran 100 critic-only updates once, then one update per env step
     assert summary["gradient_updates"] == 100 + (400 - 100)

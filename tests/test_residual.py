@@ -68,7 +68,7 @@ def test_bc_run_base_residual_equals_base_and_checkpoint_rebuilds_without_base_f
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
         rcfg = compose(config_name="train", overrides=[*TINY, "agent=residual-offpolicy", f"agent.model.base={bc_dir}",
                                                        "agent.model.hidden=[32]", "agent.model.critic_hidden=[32]",
-                                                       "agent.model.critic_n=3", "agent.model.base_noise_steps=20",
+                                                       "agent.model.num_critics=3", "agent.model.base_noise_steps=20",
                                                        "agent.model.critic_warmup_updates=10", "trainer.offline_steps=0",
                                                        "trainer.online_steps=60", "trainer.online_warmup_steps=20",
                                                        "trainer.n_step=3", "trainer.batch_size=32",

@@ -35,7 +35,7 @@ def _base() -> BCPolicy:
 
 def _agent(**kw) -> ResidualOffPolicyAgent:
     args = dict(obs_normalizer=ObservationNormalizer(np.zeros(DO), np.ones(DO), clip=3.0), action_scaler=SCALER,
-                base=_base(), hidden=[16], critic_hidden=[16], critic_n=4, residual_scale=0.1, base_noise_steps=0,
+                base=_base(), hidden=[16], critic_hidden=[16], num_critics=4, residual_scale=0.1, base_noise_steps=0,
                 critic_warmup_updates=0, seed=0)
     return ResidualOffPolicyAgent(DO, DA, **{**args, **kw})
 
@@ -131,7 +131,7 @@ def test_observation_std_is_floored_before_normalising():
 def test_offpolicy_defaults_follow_resfit():
     a = ResidualOffPolicyAgent(DO, DA, obs_normalizer=ObservationNormalizer.identity(DO), action_scaler=SCALER)
     assert (a.explore_std, a.target_noise, a.target_noise_clip) == (0.05, 0.05, 0.3)
-    assert a.actor_delay == 4 and a.critic.n == 10 and a.critic_subset == 2 and a.tau == 0.005
+    assert a.actor_delay == 4 and a.critic.n == 10 and a.target_subset == 2 and a.tau == 0.005
     assert a.obs_std_floor == 0.1 and a.policy.residual_scale == 0.1 and a.actor == "td3"
     assert a.critic.net.layer_norm
 
@@ -145,7 +145,7 @@ def test_fetch_offpolicy_experiment_composes_resfit_schedule():
     cfg = _compose(["experiment=residual-offpolicy", "env=fetch-push", "dataset=fetch-push-noisy-20ep"])
     m, t = cfg.agent.model, cfg.trainer
     assert (t.utd, t.n_step, t.num_envs, t.batch_size, t.offline_ratio) == (4, 3, 1, 256, 0.5)
-    assert (m.explore_std, m.target_noise, m.target_noise_clip, m.actor_delay, m.critic_n) == (0.05, 0.05, 0.3, 4, 10)
+    assert (m.explore_std, m.target_noise, m.target_noise_clip, m.actor_delay, m.num_critics) == (0.05, 0.05, 0.3, 4, 10)
     assert m.obs_std_floor == 0.1 and m.critic_layer_norm
     assert cfg.agent.reward_bias == 1.0  # Fetch's sparse −1/0 reward becomes ResFiT's 0/1 success reward
     assert m.base_noise_steps == t.online_warmup_steps

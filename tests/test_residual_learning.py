@@ -86,7 +86,7 @@ def test_residual_ppo_corrects_a_biased_base(tmp_path):
 
 def _offpolicy_agent(**kw) -> ResidualOffPolicyAgent:
     args = dict(obs_normalizer=OBS_NORM, action_scaler=SCALER, base=biased_pd_base(), hidden=[64, 64],
-                critic_hidden=[128, 128], critic_n=4, residual_scale=1.0, actor_lr=1e-3, critic_lr=1e-3, gamma=0.95,
+                critic_hidden=[128, 128], num_critics=4, residual_scale=1.0, actor_lr=1e-3, critic_lr=1e-3, gamma=0.95,
                 explore_std=0.3, base_noise_steps=100, base_noise_std=0.3, critic_warmup_updates=200, seed=0)
     return ResidualOffPolicyAgent(8, 2, **{**args, **kw})
 

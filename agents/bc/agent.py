@@ -28,7 +28,7 @@ class BCAgent:
         obs_normalizer, action_scaler: statistics from the dataset / env bounds.
         hidden, act, gaussian, dropout, layer_norm, obs_clip: policy architecture.
         lr, weight_decay: AdamW settings.
-        grad_clip: max gradient norm (``None``: off).
+        max_grad_norm: max gradient norm (``None``: off).
         explore_std: std of Gaussian noise (normalised units) on deterministic
             actions when acting online; Gaussian policies sample instead.
         device: torch device.
@@ -50,7 +50,7 @@ class BCAgent:
         obs_clip: float | None = 10.0,
         lr: float = 1e-3,
         weight_decay: float = 1e-4,
-        grad_clip: float | None = 1.0,
+        max_grad_norm: float | None = 1.0,
         explore_std: float = 0.1,
         device: str | torch.device = "cpu",
         seed: int = 0,
@@ -61,7 +61,7 @@ class BCAgent:
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device)
         self.optimizer = torch.optim.AdamW(self.policy.actor.parameters(), lr=lr, weight_decay=weight_decay)
-        self.grad_clip = grad_clip
+        self.max_grad_norm = max_grad_norm
         self.explore_std = explore_std
         self.gaussian = gaussian
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -75,7 +75,7 @@ class BCAgent:
         loss = gaussian_nll_loss(mean, log_std, target) if self.gaussian else mse_loss(mean, target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.policy.actor.parameters(), self.grad_clip or float("inf"))
+        gn = torch.nn.utils.clip_grad_norm_(self.policy.actor.parameters(), self.max_grad_norm or float("inf"))
         self.optimizer.step()
         self.policy.eval()
         with torch.no_grad():

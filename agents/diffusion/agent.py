@@ -35,7 +35,7 @@ class DiffusionAgent:
         obs_horizon, action_horizon, act_steps, denoising_steps, denoiser, denoiser_kwargs,
             sampler, ddim_steps, eval_min_std, ddim_eta, obs_clip, x0_clip, eps_clip: see
             :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy`.
-        lr, weight_decay, grad_clip: AdamW settings and max gradient norm (``None``: off).
+        lr, weight_decay, max_grad_norm: AdamW settings and max gradient norm (``None``: off).
         ema_decay: EMA decay of the deployed weights; ``ema_start``: updates before which
             the EMA copies the weights.
         device: torch device; seed: seed of the diffusion noise generator.
@@ -46,7 +46,7 @@ class DiffusionAgent:
                  denoising_steps: int = 20, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
                  sampler: str = "ddpm", ddim_steps: int = 5, eval_min_std: float = 1e-3, ddim_eta: float = 0.0,
                  obs_clip: float | None = 10.0, x0_clip: float | None = 1.0, eps_clip: float = 3.0,
-                 lr: float = 1e-4, weight_decay: float = 1e-6, grad_clip: float | None = 1.0,
+                 lr: float = 1e-4, weight_decay: float = 1e-6, max_grad_norm: float | None = 1.0,
                  ema_decay: float = 0.995, ema_start: int = 1000, device: str | torch.device = "cpu", seed: int = 0):
         self.device = torch.device(device)
         self.policy = DiffusionPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
@@ -59,7 +59,7 @@ class DiffusionAgent:
         self.model = copy.deepcopy(self.policy.denoiser).train()
         self.policy.denoiser.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
-        self.grad_clip, self.ema_decay, self.ema_start = grad_clip, float(ema_decay), int(ema_start)
+        self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
         self.num_updates = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -98,7 +98,7 @@ class DiffusionAgent:
         loss = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip or float("inf"))
+        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm or float("inf"))
         self.optimizer.step()
         self.num_updates += 1
         self._update_ema()

@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 from robotrl.agents.diffusion.sampling import chain_timesteps, sample_chain, step_mean_std
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule, denoising_discount
 from robotrl.agents.dppo.policy import DPPOPolicy
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
-from robotrl.agents.ppo.networks import ValueNet
+from robotrl.agents.ppo.update import gae_targets, load_state, minibatch_epochs, save_state
+
 from robotrl.checkpoint import load_checkpoint
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError
-from robotrl.onpolicy import Rollout, compute_gae
+from robotrl.networks import ValueNet
+from robotrl.onpolicy import Rollout
 
 _ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoising_steps", "denoiser", "denoiser_kwargs")
 
@@ -163,16 +164,12 @@ class DPPOAgent:
         """Flatten the valid steps: cond ``(S, To, Do)``, chains ``(S, K'+1, Ta, Da)``, adv/ret ``(S,)``,
         old log-probs ``(S, K')``."""
         dev, p = self.device, self.policy
-        T, N = ro.rewards.shape
         with torch.no_grad():
             cond = p.condition(torch.as_tensor(ro.obs, device=dev).flatten(0, 1))
             ncond = p.condition(torch.as_tensor(ro.next_obs, device=dev).flatten(0, 1))
-            v, nv = self.critic(cond).view(T, N).cpu().numpy(), self.critic(ncond).view(T, N).cpu().numpy()
-        adv, ret = compute_gae(ro.scaled_rewards, v, nv, ro.terminated, ro.truncated, ro.valid, gamma=self.gamma,
-                               lam=self.gae_lambda)
-        keep = torch.as_tensor(ro.valid.reshape(-1), device=dev)
-        d = {"cond": cond[keep], "chains": ro.extras["chains"].flatten(0, 1)[keep],
-             "adv": torch.as_tensor(adv, device=dev).flatten()[keep], "ret": torch.as_tensor(ret, device=dev).flatten()[keep]}
+            v, nv = self.critic(cond), self.critic(ncond)
+        adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
+        d = {"cond": cond[keep], "chains": ro.extras["chains"].flatten(0, 1)[keep], "adv": adv[keep], "ret": ret[keep]}
         S = d["cond"].shape[0]
         old = torch.empty(S, self.Kp, device=dev)
         with torch.no_grad():
@@ -207,32 +204,16 @@ class DPPOAgent:
     def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
         """PPO epochs over the rollout's (env step, denoising step) pairs; returns mean metrics."""
         d = self._prepare(ro)
-        P = d["cond"].shape[0] * self.Kp
         train_actor = iteration >= self.critic_warmup_iters
-        stats: dict[str, list] = {}
-        for _ in range(self.n_epochs):
-            perm = torch.randperm(P, generator=self.gen, device=self.device)
-            stop = False
-            for b in range(max(1, P // self.batch_size)):  # as DPPO: whole minibatches, the remainder skipped
-                out = self._minibatch(d, perm[b * self.batch_size: (b + 1) * self.batch_size], train_actor)
-                for k, v in out.items():
-                    stats.setdefault(k, []).append(float(v))
-                if train_actor and self.target_kl is not None and float(out["approx_kl"]) > self.target_kl:
-                    stop = True
-                    break
-            if stop:
-                break
-        return {k: float(np.mean(v)) for k, v in stats.items()}
+        return minibatch_epochs(d["cond"].shape[0] * self.Kp, lambda idx: self._minibatch(d, idx, train_actor),
+                                n_epochs=self.n_epochs, batch_size=self.batch_size, target_kl=self.target_kl,
+                                generator=self.gen, device=self.device, drop_last=True)  # as DPPO: remainder skipped
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "gen": self.gen.get_state()}
+        """Policy, value net, optimizers, RNG (:data:`~robotrl.agents.ppo.update.ONPOLICY_STATE`)."""
+        return save_state(self)
 
     def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.critic.load_state_dict(state["critic"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.gen.set_state(state["gen"])
+        """Inverse of :meth:`state_dict`."""
+        load_state(self, state)

@@ -1,4 +1,5 @@
-"""Gaussian MLP PPO fine-tuning (DPPO's baseline): ``networks`` (value net), ``loss`` (pure
+"""Gaussian MLP PPO fine-tuning (DPPO's baseline): ``update`` (the on-policy pieces shared with residual PPO
+and DPPO: GAE preparation, the epoch loop, state), ``loss`` (pure
 PPO losses, shared with DPPO), ``policy`` (deployable), ``agent`` (rollout acting, update)."""
 
 from robotrl.agents.ppo.agent import PPOAgent

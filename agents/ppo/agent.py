@@ -14,17 +14,17 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-
-from robotrl.agents.ppo.loss import gaussian_log_prob
-from robotrl.agents.ppo.networks import ValueNet
 from robotrl.agents.bc.loss import mse_loss
+from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.policy import GaussianPPOPolicy
-from robotrl.agents.ppo.update import ppo_epochs
+from robotrl.agents.ppo.update import gae_targets, load_state, ppo_epochs, save_state
+
 from robotrl.checkpoint import load_checkpoint
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError
-from robotrl.onpolicy import Rollout, compute_gae
+from robotrl.networks import ValueNet
+from robotrl.onpolicy import Rollout
 
 
 class PPOAgent:
@@ -129,19 +129,14 @@ class PPOAgent:
         dev = self.device
         obs = torch.as_tensor(ro.obs[:, :, -1], device=dev).flatten(0, 1)
         nobs = torch.as_tensor(ro.next_obs[:, :, -1], device=dev).flatten(0, 1)
-        T, N = ro.rewards.shape
         with torch.no_grad():
             norm = self.policy.obs_normalizer
-            v = self.critic(norm(obs)).view(T, N).cpu().numpy()
-            nv = self.critic(norm(nobs)).view(T, N).cpu().numpy()
-        adv, ret = compute_gae(ro.scaled_rewards, v, nv, ro.terminated, ro.truncated, ro.valid, gamma=self.gamma,
-                               lam=self.gae_lambda)
-        keep = torch.as_tensor(ro.valid.reshape(-1), device=dev)
+            v, nv = self.critic(norm(obs)), self.critic(norm(nobs))
+        adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
         a = ro.extras["actions"].flatten(0, 1)
         with torch.no_grad():
             logp = self._log_prob(obs, a)
-        data = {"obs": obs, "actions": a, "logp": logp, "adv": torch.as_tensor(adv, device=dev).flatten(),
-                "ret": torch.as_tensor(ret, device=dev).flatten()}
+        data = {"obs": obs, "actions": a, "logp": logp, "adv": adv, "ret": ret}
         return {k: v[keep] for k, v in data.items()}
 
     def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
@@ -160,13 +155,9 @@ class PPOAgent:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "gen": self.gen.get_state()}
+        """Policy, value net, optimizers, RNG (:data:`~robotrl.agents.ppo.update.ONPOLICY_STATE`)."""
+        return save_state(self)
 
     def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.critic.load_state_dict(state["critic"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.gen.set_state(state["gen"])
+        """Inverse of :meth:`state_dict`."""
+        load_state(self, state)

@@ -30,12 +30,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-
 from robotrl.agents.qlearning import loss as L
-from robotrl.agents.qlearning.networks import EnsembleCritic, ValueNet
+from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
+
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.networks import ValueNet, polyak_update_
 
 ALGOS = ("sac", "cql", "calql", "iql")
 PARTS = ("policy", "critic", "temperature", "value")
@@ -59,11 +60,12 @@ class QLAgent:
         backup_entropy: subtract ``α log π(a'|s')`` in the TD target (RLPD yes, WSRL/CQL no).
         actor_q: ``"min"`` over all ``N`` heads in the actor loss (SAC, CQL/Cal-QL, WSRL) or
             ``"mean"`` (RLPD).
-        critic_utd: critic minibatches per :meth:`update` (the batch is split into them).
+        critic_utd: critic minibatches per :meth:`update` (the batch is split into them); the
+            configs set it to ``trainer.utd``, the one UTD knob (:mod:`robotrl.utd`).
         critic_warmup_updates: the first this many updates train critics only (PORL).
         cql_alpha, cql_n_actions, cql_temperature, cql_clip_diff: CQL(H) settings.
         iql_expectile, iql_beta, iql_max_weight: IQL's ``τ``, ``β`` and weight clip.
-        grad_clip: max gradient norm per network (``None``: off).
+        max_grad_norm: max gradient norm per network (``None``: off).
         matmul_dtype: ``"float32"`` or ``"bfloat16"``: the network passes of an update run
             under a bfloat16 autocast (matmuls in bf16, weights, optimizer state, losses,
             targets and the deployed policy stay float32; JAX's default TPU matmul
@@ -88,7 +90,7 @@ class QLAgent:
         target_entropy_per_dim: float = -1.0, backup_entropy: bool = False, actor_q: str = "mean",
         critic_utd: int = 1, critic_warmup_updates: int = 0, cql_alpha: float = 5.0, cql_n_actions: int = 10,
         cql_temperature: float = 1.0, cql_clip_diff: Sequence[float] | None = None, iql_expectile: float = 0.7,
-        iql_beta: float = 3.0, iql_max_weight: float = 100.0, grad_clip: float | None = None,
+        iql_beta: float = 3.0, iql_max_weight: float = 100.0, max_grad_norm: float | None = None,
         matmul_dtype: str = "float32", device: str | torch.device = "cpu", seed: int = 0,
         online_algo: str | None = None,
     ):
@@ -130,8 +132,9 @@ class QLAgent:
         self.critic_utd, self.critic_warmup_updates = int(critic_utd), int(critic_warmup_updates)
         self.cql = dict(alpha=cql_alpha, n=int(cql_n_actions), temperature=cql_temperature,
                         clip=tuple(cql_clip_diff) if cql_clip_diff is not None else (-float("inf"), float("inf")))
+        self.cql_loss_args = dict(alpha=cql_alpha, temperature=cql_temperature, clip_diff=self.cql["clip"])
         self.iql = dict(expectile=iql_expectile, beta=iql_beta, max_weight=iql_max_weight)
-        self.grad_clip = grad_clip
+        self.max_grad_norm = max_grad_norm
         self.bf16 = matmul_dtype == "bfloat16"
         self.lrs = dict(actor=actor_lr, critic=critic_lr, alpha=alpha_lr, value=value_lr)
         self._make_optimizers()
@@ -165,18 +168,16 @@ class QLAgent:
     def _opt_step(self, opt, loss, module) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(module.parameters(), self.grad_clip)
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), self.max_grad_norm)
         opt.step()
 
     def _amp(self):
         """bfloat16 autocast of the network passes (a no-op context for float32)."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
-    @torch.no_grad()
     def _soft_update(self) -> None:
-        src, dst = list(self.critic.parameters()), list(self.critic_target.parameters())
-        torch._foreach_lerp_(dst, src, self.tau)
+        polyak_update_(self.critic_target.parameters(), self.critic.parameters(), self.tau)
 
     def _heads(self) -> torch.Tensor:
         n = self.critic.n
@@ -195,7 +196,8 @@ class QLAgent:
         """Critic updates on ``critic_utd`` minibatches of ``batch`` then one actor/temperature update.
 
         Args:
-            batch: ``utd·B`` transitions (raw units; ``rewards`` already reward-transformed).
+            batch: ``critic_utd·B`` transitions (raw units; ``rewards`` already reward-transformed;
+                the trainer samples ``critic_utd × trainer.batch_size``, :mod:`robotrl.utd`).
             step: trainer step (unused; schedules live in the trainer).
 
         Returns:
@@ -206,15 +208,17 @@ class QLAgent:
         batch = batch.to(self.device)
         B = len(batch)
         k = self.critic_utd if B >= self.critic_utd else 1
+        critic_step, actor_step = (self._iql_critic, self._iql_actor) if self.algo == "iql" else \
+            (self._sac_critic, self._sac_actor)
         metrics: dict[str, torch.Tensor] = {}
         for i in range(k):
             mb = batch if k == 1 else self._minibatch(batch, torch.arange(i, B, k, device=self.device))
             with self._amp():
-                metrics = self._iql_critic(mb) if self.algo == "iql" else self._sac_critic(mb)
+                metrics, advantage = critic_step(mb)
             self._soft_update()
         if self.num_updates >= self.critic_warmup_updates:
             with self._amp():
-                metrics.update(self._iql_actor(mb) if self.algo == "iql" else self._sac_actor(mb))
+                metrics.update(actor_step(mb, advantage))  # the last minibatch (IQL: its advantage)
         if "offline" in batch.extras:
             metrics["offline_frac"] = batch.extras["offline"].float().mean()
         self.num_updates += 1
@@ -227,7 +231,8 @@ class QLAgent:
                      pick(b.terminated), pick(b.truncated), pick(b.discounts), pick(b.mc_returns), None,
                      {k: pick(v) for k, v in b.extras.items()})
 
-    def _sac_critic(self, b: Batch) -> dict[str, torch.Tensor]:
+    def _sac_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], None]:
+        """One critic step of the SAC family: TD (SAC/WSRL/RLPD/PORL) or TD + CQL(H) (CQL, Cal-QL)."""
         obs, act, nobs = self._normalize(b)
         B, R = obs.shape[0], self.cql["n"]
         conservative = self.algo in ("cql", "calql")
@@ -244,36 +249,22 @@ class QLAgent:
             if self.backup_entropy:
                 v_next = v_next - alpha * lp_next
             target = L.td_target(b.rewards, b.discounts, b.terminated, v_next)
-        if not conservative:
-            q = self.critic(obs, act)
-            critic_loss = L.critic_td_loss(q, target)
-            extra = {}
+        if conservative:
+            if self.algo == "calql" and b.mc_returns is None:
+                raise ValueError("Cal-QL needs mc_returns in the batch (the replay buffer provides them)")
+            a_rand = torch.rand((R * B, self.action_dim), generator=self.gen, device=self.device) * 2 - 1
+            critic_loss, q, extra = L.cql_critic_loss(
+                self.critic, obs, act, target, a_rand, a_all, lp_all, n_actions=R,
+                mc_lower_bound=b.mc_returns if self.algo == "calql" else None, **self.cql_loss_args)
         else:
-            q, critic_loss, extra = self._cql_loss(b, obs, act, target, a_all, lp_all)
+            critic_loss, q, extra = L.sac_critic_loss(self.critic, obs, act, target)
         self._opt_step(self.critic_opt, critic_loss, self.critic)
         q = q.detach()
         return {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
-                "critic_loss": critic_loss.detach(), "target_mean": target.mean(), **extra}
+                "critic_loss": critic_loss.detach(), "target_mean": target.mean(), **extra}, None
 
-    def _cql_loss(self, b: Batch, obs, act, target, a_all, lp_all):
-        """Critic loss = TD + α·CQL(H) penalty, all ``3R+1`` actions per state in one ensemble pass."""
-        B, R, Da = obs.shape[0], self.cql["n"], self.action_dim
-        a_rand = torch.rand((R * B, Da), generator=self.gen, device=self.device) * 2 - 1
-        # rows: data (B) | uniform (R·B) | policy at s' (R·B) | policy at s (R·B); all scored at s
-        acts = torch.cat([act, a_rand, a_all])
-        q_all = self.critic(obs.repeat(1 + 3 * R, 1), acts)  # (N, (1+3R)·B)
-        q = q_all[:, :B]
-        rest = q_all[:, B:].reshape(q.shape[0], 3, R, B).permute(1, 0, 3, 2)  # (3, N, B, R)
-        lp = lp_all.reshape(2, R, B).transpose(1, 2)  # (2, B, R): s', s
-        mc = b.mc_returns if self.algo == "calql" else None
-        if self.algo == "calql" and mc is None:
-            raise ValueError("Cal-QL needs mc_returns in the batch (the replay buffer provides them)")
-        penalty, info = L.cql_penalty(q, rest[0], rest[2], rest[1], lp[1], lp[0], Da, mc_lower_bound=mc,
-                                      temperature=self.cql["temperature"], clip_diff=self.cql["clip"])
-        loss = L.critic_td_loss(q, target) + self.cql["alpha"] * penalty.sum()
-        return q, loss, {"cql_penalty": penalty.mean().detach(), **info}
-
-    def _sac_actor(self, b: Batch) -> dict[str, torch.Tensor]:
+    def _sac_actor(self, b: Batch, advantage: None = None) -> dict[str, torch.Tensor]:
+        """SAC actor (ensemble mean or min) and, unless fixed, temperature step."""
         obs = self.policy.obs_normalizer(b.observations)
         a, logp = self.actor.sample(obs, self.gen)
         self.critic.requires_grad_(False)
@@ -289,30 +280,27 @@ class QLAgent:
             self.alpha_opt.step()
         return {"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha.detach()}
 
-    def _iql_critic(self, b: Batch) -> dict[str, torch.Tensor]:
+    def _iql_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One IQL step of ``V`` (expectile) and ``Q`` (TD to ``V(s')``); returns the advantage ``(B,)``."""
         obs, act, nobs = self._normalize(b)
-        with torch.no_grad():
-            q_t = self.critic_target(obs, act).min(0).values
-            target = L.td_target(b.rewards, b.discounts, b.terminated, self.value(nobs))
-        v = self.value(obs)
-        value_loss = L.expectile_loss(q_t - v, self.iql["expectile"])
-        self._opt_step(self.value_opt, value_loss, self.value)
-        q = self.critic(obs, act)
-        critic_loss = L.critic_td_loss(q, target)
-        self._opt_step(self.critic_opt, critic_loss, self.critic)
-        q = q.detach()
-        self._iql_adv = (q_t - v.detach())
+        losses = L.iql_critic_losses(self.critic, self.critic_target, self.value, obs, act, nobs, b.rewards,
+                                     b.discounts, b.terminated, self.iql["expectile"])
+        self._opt_step(self.value_opt, losses.value_loss, self.value)
+        self._opt_step(self.critic_opt, losses.critic_loss, self.critic)
+        q, target = losses.q.detach(), losses.target
         return {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
-                "critic_loss": critic_loss.detach(), "value_loss": value_loss.detach(), "v_mean": v.detach().mean()}
+                "critic_loss": losses.critic_loss.detach(), "value_loss": losses.value_loss.detach(),
+                "v_mean": losses.v_mean}, losses.advantage
 
-    def _iql_actor(self, b: Batch) -> dict[str, torch.Tensor]:
+    def _iql_actor(self, b: Batch, advantage: torch.Tensor) -> dict[str, torch.Tensor]:
+        """IQL's advantage-weighted regression on ``advantage (B,)`` of the same minibatch."""
         obs, act, _ = self._normalize(b)
         logp = self.actor.log_prob(obs, act)
-        actor_loss, w = L.awr_actor_loss(logp, self._iql_adv, self.iql["beta"], self.iql["max_weight"])
+        actor_loss, w = L.awr_actor_loss(logp, advantage, self.iql["beta"], self.iql["max_weight"])
         self._opt_step(self.actor_opt, actor_loss, self.actor)
         with torch.no_grad():
             _, ent_lp = self.actor.sample(obs, self.gen)
-        return {"actor_loss": actor_loss.detach(), "adv_mean": self._iql_adv.mean(), "awr_weight": w.mean(),
+        return {"actor_loss": actor_loss.detach(), "adv_mean": advantage.mean(), "awr_weight": w.mean(),
                 "entropy": -ent_lp.mean()}
 
     # ------------------------------------------------------------------ acting

@@ -14,8 +14,12 @@ ensemble targets (github.com/ikostrikov/rlpd, github.com/zhouzypaul/wsrl).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
+
+Critic = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (B, Do), (B, Da) -> (N, B)
 
 
 def subset_min(q: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
@@ -120,3 +124,89 @@ def awr_actor_loss(log_prob: torch.Tensor, advantage: torch.Tensor, beta: float,
     """IQL policy extraction ``-E[min(exp(β A), w_max) log π(a|s)]``; ``(B,)`` each -> (loss, weights (B,))."""
     w = torch.exp(beta * advantage.detach()).clamp(max=max_weight)
     return -(w * log_prob).mean(), w
+
+
+def sac_critic_loss(critic: Critic, obs: torch.Tensor, act: torch.Tensor,
+                    target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """SAC's critic loss (also WSRL/RLPD/PORL online): :func:`critic_td_loss` of every head.
+
+    Args:
+        critic: the ensemble ``Q``; obs ``(B, Do)`` normalised, act ``(B, Da)`` in ``[-1, 1]``;
+        target: ``(B,)`` TD target (no grad).
+
+    Returns:
+        ``(loss, q (N, B), {})``.
+    """
+    q = critic(obs, act)
+    return critic_td_loss(q, target), q, {}
+
+
+def cql_critic_loss(critic: Critic, obs: torch.Tensor, act: torch.Tensor, target: torch.Tensor,
+                    a_rand: torch.Tensor, a_pi: torch.Tensor, logp_pi: torch.Tensor, *, n_actions: int,
+                    alpha: float, temperature: float = 1.0, clip_diff: tuple[float, float] = (-math.inf, math.inf),
+                    mc_lower_bound: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """CQL(H) / Cal-QL critic loss: TD + ``α·Σ_heads`` :func:`cql_penalty`, all ``3R+1`` actions per
+    state scored in ONE ensemble pass (Kumar et al. 2020; Nakamoto et al. 2023; JaxCQL).
+
+    Args:
+        critic: the ensemble ``Q``; obs ``(B, Do)``, act ``(B, Da)``, target ``(B,)`` as in
+            :func:`sac_critic_loss`.
+        a_rand: ``(R·B, Da)`` uniform actions in ``[-1, 1]``.
+        a_pi, logp_pi: ``(2·R·B, Da)``, ``(2·R·B,)`` policy samples, rows ``R`` blocks of ``B``
+            at ``s'`` then ``R`` blocks at ``s`` (no grad).
+        n_actions: ``R``.
+        alpha, temperature, clip_diff: CQL's weight, logsumexp temperature, gap clamp.
+        mc_lower_bound: ``(B,)`` Cal-QL's ``V^μ(s)`` or ``None`` (plain CQL).
+
+    Returns:
+        ``(loss, q (N, B) of the data actions, {"cql_penalty", "cql_ood"[, "calql_bound_rate"]})``.
+    """
+    B, R, Da = obs.shape[0], n_actions, act.shape[-1]
+    # rows: data (B) | uniform (R·B) | policy at s' (R·B) | policy at s (R·B); all scored at s
+    q_all = critic(obs.repeat(1 + 3 * R, 1), torch.cat([act, a_rand, a_pi]))  # (N, (1+3R)·B)
+    q = q_all[:, :B]
+    rest = q_all[:, B:].reshape(q.shape[0], 3, R, B).permute(1, 0, 3, 2)  # (3, N, B, R)
+    lp = logp_pi.reshape(2, R, B).transpose(1, 2)  # (2, B, R): s', s
+    penalty, info = cql_penalty(q, rest[0], rest[2], rest[1], lp[1], lp[0], Da, mc_lower_bound=mc_lower_bound,
+                                temperature=temperature, clip_diff=clip_diff)
+    loss = critic_td_loss(q, target) + alpha * penalty.sum()
+    return loss, q, {"cql_penalty": penalty.mean().detach(), **info}
+
+
+class IQLLosses(NamedTuple):
+    """What :func:`iql_critic_losses` returns: both losses, ``q (N, B)``, ``target (B,)``, the
+    advantage ``Q̄(s, a) - V(s)`` ``(B,)`` the AWR actor uses, and ``mean V`` (all but the losses detached)."""
+
+    value_loss: torch.Tensor
+    critic_loss: torch.Tensor
+    q: torch.Tensor
+    target: torch.Tensor
+    advantage: torch.Tensor
+    v_mean: torch.Tensor
+
+
+def iql_critic_losses(critic: Critic, critic_target: Critic, value: Callable[[torch.Tensor], torch.Tensor],
+                      obs: torch.Tensor, act: torch.Tensor, nobs: torch.Tensor, rewards: torch.Tensor,
+                      discounts: torch.Tensor, terminated: torch.Tensor, expectile: float) -> IQLLosses:
+    """IQL's value and critic losses (Kostrikov et al. 2021, github.com/ikostrikov/implicit_q_learning).
+
+    ``V`` regresses the min over the target heads with :func:`expectile_loss`; ``Q`` regresses
+    ``r + γ^m (1 - terminated) V(s')``. The two losses touch disjoint networks, so they may be
+    stepped one after the other.
+
+    Args:
+        critic, critic_target: ensembles ``(B, Do), (B, Da) -> (N, B)``; value: ``(B, Do) -> (B,)``.
+        obs, nobs: ``(B, Do)`` normalised; act ``(B, Da)`` in ``[-1, 1]``.
+        rewards, discounts, terminated: ``(B,)`` as in :func:`td_target`.
+        expectile: ``τ``.
+
+    Returns:
+        :class:`IQLLosses`.
+    """
+    with torch.no_grad():
+        q_t = critic_target(obs, act).min(0).values
+        target = td_target(rewards, discounts, terminated, value(nobs))
+    v = value(obs)
+    value_loss = expectile_loss(q_t - v, expectile)
+    q = critic(obs, act)
+    return IQLLosses(value_loss, critic_td_loss(q, target), q, target, q_t - v.detach(), v.detach().mean())

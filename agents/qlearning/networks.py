@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robotrl.networks import MLP, activation
+from robotrl.networks import MLP, activation, scale_last_layer_, squashed_gaussian
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -81,12 +81,7 @@ class EnsembleMLP(nn.Module):
                 layers.append(EnsembleLayerNorm(n, h))
             layers.append(nn.ReLU(inplace=True) if act == "relu" else activation(act))  # in place: no extra copy
             d = h
-        last = EnsembleLinear(n, d, out_dim)
-        if final_init_scale is not None:
-            with torch.no_grad():
-                last.weight.mul_(final_init_scale)
-                last.bias.zero_()
-        layers.append(last)
+        layers.append(scale_last_layer_(EnsembleLinear(n, d, out_dim), final_init_scale))
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -293,14 +288,14 @@ class TanhGaussianActor(nn.Module):
         """
         mean, log_std = self(obs)
         eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        return _squashed(mean, log_std, eps)
+        return squashed_gaussian(mean, log_std, eps)
 
     def sample_n(self, obs: torch.Tensor, n: int,
                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` samples per state from ONE actor pass: ``(B, Do) -> ((n, B, Da), (n, B))`` (CQL's action sets)."""
         mean, log_std = self(obs)
         eps = torch.randn((n, *mean.shape), generator=generator, device=mean.device, dtype=mean.dtype)
-        return _squashed(mean, log_std, eps)
+        return squashed_gaussian(mean, log_std, eps)
 
     def log_prob(self, obs: torch.Tensor, action: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """``log π(action | obs)`` for actions in ``(-1, 1)``: ``(B, Do), (B, Da) -> (B,)`` (IQL's AWR)."""
@@ -314,22 +309,3 @@ class TanhGaussianActor(nn.Module):
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action ``tanh(mean)``: ``(B, Do) -> (B, Da)``."""
         return torch.tanh(self(obs)[0])
-
-
-def _squashed(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tanh(mean + std·eps)`` and its log-prob (tanh change of variables); ``eps (..., B, Da)``."""
-    u = mean + log_std.exp() * eps
-    log_prob = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-    log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
-    return torch.tanh(u), log_prob
-
-
-class ValueNet(nn.Module):
-    """IQL's state value ``V(s)``: ``(B, Do) -> (B,)``."""
-
-    def __init__(self, obs_dim: int, hidden: Sequence[int] = (256, 256), *, act: str = "relu", layer_norm: bool = False):
-        super().__init__()
-        self.net = MLP(obs_dim, 1, hidden, act=act, layer_norm=layer_norm)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs).squeeze(-1).float()

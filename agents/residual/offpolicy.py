@@ -71,13 +71,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-
 from robotrl.agents.qlearning.loss import critic_td_loss, sac_actor_loss, subset_min, td_target, temperature_loss
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import load_base
 from robotrl.agents.residual.policy import ResidualPolicy
+
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.networks import polyak_update_, squashed_gaussian
 
 
 class ResidualOffPolicyAgent:
@@ -91,7 +92,7 @@ class ResidualOffPolicyAgent:
         actor: ``"td3"`` (deterministic tanh residual) or ``"sac"`` (tanh-Gaussian).
         hidden, act, residual_scale, obs_clip: residual actor (ResFiT α = 0.1).
         obs_std_floor: lower bound of the observation std used by residual and critic (ResFiT 0.1).
-        critic_n, critic_subset, critic_hidden, critic_layer_norm: ensemble critic (ResFiT:
+        num_critics, target_subset, critic_hidden, critic_layer_norm: ensemble critic (ResFiT:
             10 heads, min over 2 random, LayerNorm).
         actor_lr, critic_lr, tau, gamma: Adam rates, Polyak factor, discount.
         actor_delay: actor (and target) update every ``actor_delay`` critic updates (ResFiT: 4,
@@ -103,8 +104,8 @@ class ResidualOffPolicyAgent:
         base_noise_steps, base_noise_std: base-plus-noise collection before learning.
         critic_warmup_updates: updates that train only the critic.
         progressive_steps: Policy Decorator's ``H`` (0: off).
-        init_temperature, target_entropy: SAC temperature (``None`` target: ``-Da``).
-        grad_clip: max gradient norm (``None``: off).
+        init_alpha, target_entropy: SAC temperature (``None`` target: ``-Da``).
+        max_grad_norm: max gradient norm (``None``: off).
         device, seed: torch device and seed of all sampling.
 
     Raises:
@@ -114,13 +115,13 @@ class ResidualOffPolicyAgent:
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, base=None, base_overrides: dict | None = None, actor: str = "td3",
                  hidden: Sequence[int] = (256, 256), act: str = "relu", residual_scale: float = 0.1,
-                 obs_clip: float | None = 3.0, obs_std_floor: float = 0.1, critic_n: int = 10, critic_subset: int = 2,
+                 obs_clip: float | None = 3.0, obs_std_floor: float = 0.1, num_critics: int = 10, target_subset: int = 2,
                  critic_hidden: Sequence[int] = (256, 256), critic_layer_norm: bool = True,
                  actor_lr: float = 1e-4, critic_lr: float = 3e-4, tau: float = 0.005, gamma: float = 0.99,
                  actor_delay: int = 4, target_noise: float = 0.05, target_noise_clip: float = 0.3,
                  explore_std: float = 0.05, base_noise_steps: int = 0, base_noise_std: float = 0.1,
-                 critic_warmup_updates: int = 0, progressive_steps: int = 0, init_temperature: float = 0.1,
-                 target_entropy: float | None = None, grad_clip: float | None = 1.0,
+                 critic_warmup_updates: int = 0, progressive_steps: int = 0, init_alpha: float = 0.1,
+                 target_entropy: float | None = None, max_grad_norm: float | None = 1.0,
                  device: str | torch.device = "cpu", seed: int = 0):
         if actor not in ("td3", "sac"):
             raise ValueError(f"actor must be 'td3' or 'sac', got {actor!r}")
@@ -140,20 +141,20 @@ class ResidualOffPolicyAgent:
             self.set_base(load_base(base, self.base_overrides, self.device))
         # TD3 target actor for a' (ResFiT's actor_target); the SAC variant samples the current actor
         self.actor_target = copy.deepcopy(self.policy.residual).requires_grad_(False)
-        self.critic = EnsembleCritic(obs_dim, action_dim, critic_n, critic_hidden, layer_norm=critic_layer_norm).to(self.device)
+        self.critic = EnsembleCritic(obs_dim, action_dim, num_critics, critic_hidden, layer_norm=critic_layer_norm).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_opt = torch.optim.Adam(self.policy.residual.parameters(), lr=actor_lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr)
-        self.log_alpha = torch.tensor(math.log(init_temperature), device=self.device, requires_grad=True)
+        self.log_alpha = torch.tensor(math.log(init_alpha), device=self.device, requires_grad=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=actor_lr)
         self.target_entropy = float(-action_dim if target_entropy is None else target_entropy)
-        self.critic_subset, self.tau, self.gamma = int(critic_subset), float(tau), float(gamma)
+        self.target_subset, self.tau, self.gamma = int(target_subset), float(tau), float(gamma)
         self.actor_delay = int(actor_delay)
         self.target_noise, self.target_noise_clip = float(target_noise), float(target_noise_clip)
         self.explore_std = float(explore_std)
         self.base_noise_steps, self.base_noise_std = int(base_noise_steps), float(base_noise_std)
         self.critic_warmup_updates, self.progressive_steps = int(critic_warmup_updates), int(progressive_steps)
-        self.grad_clip = grad_clip
+        self.max_grad_norm = max_grad_norm
         self.num_updates = 0
         self.num_explore = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -198,11 +199,7 @@ class ResidualOffPolicyAgent:
         mean, log_std = self.policy.residual_params(x)
         if self.actor == "td3" or deterministic:
             return torch.tanh(mean), None
-        eps = torch.randn(mean.shape, generator=self.gen, device=mean.device)
-        u = mean + log_std.exp() * eps
-        logp = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - (2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))).sum(-1)
-        return torch.tanh(u), logp
+        return squashed_gaussian(mean, log_std, torch.randn(mean.shape, generator=self.gen, device=mean.device))
 
     def combined_action(self, obs: torch.Tensor, *, deterministic: bool = True,
                         base_raw: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -236,7 +233,7 @@ class ResidualOffPolicyAgent:
 
     # ------------------------------------------------------------------ update
     def _clip(self, params) -> torch.Tensor:
-        return torch.nn.utils.clip_grad_norm_(params, self.grad_clip or float("inf"))
+        return torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or float("inf"))
 
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """One critic update (and, every ``actor_delay``, actor/temperature/target updates)."""
@@ -255,7 +252,7 @@ class ResidualOffPolicyAgent:
                 r2, logp2 = self._residual(nx, deterministic=False)
                 delta2 = self.policy.residual_scale * r2
             a2 = self.policy.action_scaler.normalize(self.policy.combine_delta(nbase, delta2)).clamp(-1.0, 1.0)
-            heads = torch.randperm(self.critic.n, generator=self.gen, device=dev)[: self.critic_subset]
+            heads = torch.randperm(self.critic.n, generator=self.gen, device=dev)[: self.target_subset]
             nq = subset_min(self.critic_target(no_n, a2), heads)
             if logp2 is not None:
                 nq = nq - alpha * logp2
@@ -270,9 +267,7 @@ class ResidualOffPolicyAgent:
         out = {"critic_loss": c_loss.detach(), "q_mean": q.mean().detach(), "critic_grad_norm": c_gn.detach()}
         if self.num_updates > self.critic_warmup_updates and self.num_updates % self.actor_delay == 0:
             out.update(self._actor_step(obs, o_n))
-        with torch.no_grad():
-            for pt, p in zip(self.critic_target.parameters(), self.critic.parameters()):
-                pt.lerp_(p, self.tau)
+        polyak_update_(self.critic_target.parameters(), self.critic.parameters(), self.tau)
         return out
 
     def _actor_step(self, obs: torch.Tensor, o_n: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -287,9 +282,7 @@ class ResidualOffPolicyAgent:
         self.actor_opt.step()
         self.policy.eval()
         out = {"actor_loss": loss.detach(), "actor_grad_norm": gn.detach()}
-        with torch.no_grad():
-            for pt, p in zip(self.actor_target.parameters(), self.policy.residual.parameters()):
-                pt.lerp_(p, self.tau)
+        polyak_update_(self.actor_target.parameters(), self.policy.residual.parameters(), self.tau)
         if logp is not None:
             t_loss = temperature_loss(self.log_alpha, logp, self.target_entropy)
             self.alpha_opt.zero_grad(set_to_none=True)

@@ -39,16 +39,16 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch import nn
-
 from robotrl.agents.ppo.loss import gaussian_log_prob
-from robotrl.agents.ppo.networks import ValueNet
-from robotrl.agents.ppo.update import ppo_epochs
+from robotrl.agents.ppo.update import gae_targets, load_state, ppo_epochs, save_state
 from robotrl.agents.residual.base import load_base
 from robotrl.agents.residual.policy import ResidualPolicy
+from torch import nn
+
 from robotrl.checkpoint import load_checkpoint
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.onpolicy import Rollout, compute_gae
+from robotrl.networks import ValueNet
+from robotrl.onpolicy import Rollout
 
 
 class ResidualPPOAgent:
@@ -177,16 +177,12 @@ class ResidualPPOAgent:
             cont = torch.as_tensor(~(ro.terminated | ro.truncated)[:-1] & ro.valid[1:], device=dev)
             nx[:-1] = torch.where(cont[..., None], x.view(T, N, -1)[1:], nx[:-1])
             nx = nx.flatten(0, 1)
-            v = self.critic(x).view(T, N).cpu().numpy()
-            nv = self.critic(nx).view(T, N).cpu().numpy()
-        adv, ret = compute_gae(ro.scaled_rewards, v, nv, ro.terminated, ro.truncated, ro.valid, gamma=self.gamma,
-                               lam=self.gae_lambda)
-        keep = torch.as_tensor(ro.valid.reshape(-1), device=dev)
+            v, nv = self.critic(x), self.critic(nx)
+        adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
         r = ro.extras["residual"].flatten(0, 1)
         with torch.no_grad():
             logp = self._log_prob(x, r)
-        data = {"x": x, "r": r, "logp": logp, "adv": torch.as_tensor(adv, device=dev).flatten(),
-                "ret": torch.as_tensor(ret, device=dev).flatten()}
+        data = {"x": x, "r": r, "logp": logp, "adv": adv, "ret": ret}
         return {k: v[keep] for k, v in data.items()}
 
     @torch.no_grad()
@@ -219,18 +215,12 @@ class ResidualPPOAgent:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """Residual policy (with the base's descriptor and weights), value net, optimizers, RNG."""
-        return {"policy_spec": self.policy.spec(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "gen": self.gen.get_state()}
+        return {"policy_spec": self.policy.spec(), **save_state(self)}
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict` (rebuilds the base from the stored descriptor when needed)."""
         base_desc = state["policy_spec"]["base"]
         if base_desc is not None and (self.policy.base is None or self.policy.spec()["base"] != base_desc):
             self.policy.set_base(base_desc)
-        self.policy.load_state_dict(state["policy"])
+        load_state(self, state)
         self.rollout_base = copy.deepcopy(self.policy.base)
-        self.critic.load_state_dict(state["critic"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.gen.set_state(state["gen"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -52,8 +53,25 @@ def _success_convention() -> str:
     return SUCCESS_CONVENTION
 
 
+def torch_threads() -> int | None:
+    """torch's intra-op thread count, if torch is already imported (never imports it)."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
+
+
 def environment(extra: tuple[str, ...] = ()) -> dict:
-    """Machine (CPU count and model, load average, platform), versions and the UTC time."""
+    """The one record of where a result was measured, for the suite and every benchmark script.
+
+    Args:
+        extra: further distributions whose versions to record (e.g. ``("d3rlpy",)``).
+
+    Returns:
+        ``cpu_count``, ``cpu_model``, ``load_average`` (1/5/15 min), ``platform``,
+        ``torch_threads`` (``None`` before torch is imported), ``versions`` (python, robotrl
+        and :data:`VERSIONED`), ``success_convention`` (:data:`robotrl.evaluation.SUCCESS_CONVENTION`),
+        ``argv`` (the process's command line: the suite's resume key) and ``when`` (UTC, ISO 8601).
+    """
     return {"cpu_count": os.cpu_count(), "cpu_model": cpu_model(), "load_average": load_average(),
-            "platform": platform.platform(), "versions": versions(extra), "success_convention": _success_convention(),
+            "platform": platform.platform(), "torch_threads": torch_threads(), "versions": versions(extra),
+            "success_convention": _success_convention(), "argv": list(sys.argv),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

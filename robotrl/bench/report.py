@@ -62,9 +62,11 @@ def _recorded_env(sections: list[dict]) -> dict:
     for s in sections:
         e = s["raw"].get("environment") or {}
         env.setdefault("cpu_count", e.get("cpu_count"))
-        env.setdefault("cpu_model", e.get("processor"))
+        env.setdefault("cpu_model", e.get("cpu_model") or e.get("processor"))
+        for k, v in (e.get("versions") or {}).items():  # robotrl.bench.machine.environment()
+            env["versions"].setdefault(k, v)
         for k in ("python", "torch", "numpy", "gymnasium", "mujoco", "minari", "stable_baselines3"):
-            if k in e:
+            if k in e:  # results written before benchmarks used the one collector: flat version keys
                 env["versions"].setdefault(k.replace("_", "-"), e[k])
     return env
 

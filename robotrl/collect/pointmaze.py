@@ -40,7 +40,6 @@ import os
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 
 from robotrl.collect._common import (

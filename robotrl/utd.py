@@ -1,0 +1,57 @@
+"""The update-to-data (UTD) schedule: one knob, ``trainer.utd``, and the sampled batch derived.
+
+``trainer.utd`` is the number of critic updates per env step and ``trainer.batch_size`` the
+minibatch of one critic update. Agents that split one sampled batch into interleaved critic
+minibatches (WSRL/RLPD's batch split, :class:`robotrl.agents.qlearning.QLAgent`: ``critic_utd``
+critic updates, then one actor update per :meth:`update` call) get one call on
+``critic_utd × batch_size`` transitions per ``critic_utd`` critic updates; every other agent
+gets ``utd`` calls on ``batch_size`` transitions (Ball et al. 2023, RLPD; Zhou et al. 2024, WSRL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from robotrl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class UpdateSchedule:
+    """How a trainer feeds an agent.
+
+    Attributes:
+        calls_per_step: ``agent.update`` calls per env step (online).
+        sampled_batch: transitions sampled for one call (``split × minibatch``).
+        split: critic minibatches one call splits its batch into (1: no split).
+    """
+
+    calls_per_step: int
+    sampled_batch: int
+    split: int
+
+
+def batch_split(agent) -> int:
+    """Critic minibatches one ``agent.update`` call makes of its batch (``agent.critic_utd``, else 1)."""
+    return int(getattr(agent, "critic_utd", 1) or 1)
+
+
+def update_schedule(split: int, utd: int, minibatch: int) -> UpdateSchedule:
+    """Derive the calls per env step and the sampled batch from the UTD and the minibatch size.
+
+    Args:
+        split: the agent's batch split (:func:`batch_split`).
+        utd: critic updates per env step (``trainer.utd``).
+        minibatch: transitions per critic update (``trainer.batch_size``).
+
+    Returns:
+        :class:`UpdateSchedule` with ``calls_per_step · split == utd`` and
+        ``sampled_batch == split · minibatch``.
+
+    Raises:
+        ConfigError: the agent's split does not divide ``utd`` (set ``agent.model.critic_utd``
+            from ``trainer.utd``, as ``configs/agent/sac.yaml`` does).
+    """
+    if split < 1 or utd % split:
+        raise ConfigError(f"agent.model.critic_utd={split} must divide trainer.utd={utd} "
+                          "(critic updates per env step; leave critic_utd at its default ${trainer.utd})")
+    return UpdateSchedule(calls_per_step=utd // split, sampled_batch=split * minibatch, split=split)
