@@ -41,6 +41,7 @@ def _probe(**env) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @glibc
 def test_import_applies_the_setting_and_page_faults_drop():
     tuned, default = _probe(), _probe(**{_alloc.OPT_OUT_ENV: "0"})

@@ -302,6 +302,7 @@ def test_missing_peer_skips_the_task_or_runs_it_without_the_peer(tmp_path, monke
     assert json.loads((tmp_path / "out" / "r.json").read_text())["tag"] == ["p", "--skip", "d3rlpy"]
 
 
+@pytest.mark.slow
 def test_train_sweep_task_converts_a_real_multirun(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     tiny = ("agent=bc", "dataset=pointmaze-umaze-planner", "dataset.id=robotrl/pointmaze/umaze-bench-test-v0", "dataset.recipe_args.num_steps=2000",

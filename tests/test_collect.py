@@ -127,6 +127,7 @@ def test_fetch_pickandplace_mixed(root):
     assert flags == [False, True] * 3
 
 
+@pytest.mark.slow
 def test_locomotion_random_medium_expert_reuse_policy(root):
     from robotrl.collect import collect_locomotion
     from robotrl.collect.locomotion import D4RL_REF_SCORES
@@ -173,6 +174,7 @@ def test_ensure_dataset_generates_once(root, monkeypatch):
     assert minari.load_dataset(dataset_id).total_steps == 400
 
 
+@pytest.mark.slow
 def test_processes_started_together_generate_a_dataset_once(root):
     """Two real processes ask for the same missing dataset at once (a parallel multirun): one
     generates it, the other waits on the lock and loads it; both get the same valid dataset."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 import robotrl.configs
 
@@ -126,19 +125,20 @@ def _schedule(resolved: dict):
 def test_every_composed_config_has_one_utd_and_a_derived_batch():
     """Every agent × every experiment (and no experiment): an agent that splits its batch
     (``critic_utd``) takes the split from ``trainer.utd`` (one knob), and the sampled batch is
-    ``split × trainer.batch_size`` with ``calls × split == utd``. Each config composes once; an
-    experiment's trainer section is paired with each agent's ``agent`` section (interpolations
-    resolved in the pair), so no experiment may set the split itself."""
+    ``split × trainer.batch_size`` with ``calls × split == utd``. Each config composes once; each
+    agent's ``agent.model`` is resolved inside each experiment's config (so no experiment may set
+    the split itself: checked on the files)."""
     for experiment in _options("experiment"):
         assert "critic_utd" not in (CONFIG_DIR / "experiment" / f"{experiment}.yaml").read_text(), experiment
     seen = 0
+    models = {a: OmegaConf.to_container(_composed_train(f"agent={a}").agent.model) for a in _options("agent")}
     for experiment in ["seed=0", *(f"experiment={e}" for e in _options("experiment"))]:
-        for agent in _options("agent"):
-            cfg = copy.deepcopy(_composed_train(experiment))
-            with open_dict(cfg):
-                cfg.agent = copy.deepcopy(_composed_train(f"agent={agent}").agent)
-            resolved = OmegaConf.to_container(cfg, resolve=True)
-            trainer, model = resolved["trainer"], resolved["agent"]["model"]
+        base = OmegaConf.to_container(_composed_train(experiment))  # unresolved: interpolations stay
+        trainer = OmegaConf.to_container(_composed_train(experiment).trainer, resolve=True)
+        for agent, model in models.items():
+            pair = OmegaConf.create({**base, "agent": {**base["agent"], "model": model}})
+            model = OmegaConf.to_container(pair.agent.model, resolve=True)
+            resolved = {"trainer": trainer, "agent": {"model": model}}
             if "critic_utd" in model:
                 assert model["critic_utd"] == trainer["utd"], (experiment, agent)
             s = _schedule(resolved)

@@ -259,6 +259,7 @@ def _key(obs_row):
     n=st.integers(1, 4),
     seed=st.integers(0, 1000),
 )
+@pytest.mark.slow
 def test_vectorised_interleaved_add_keeps_env_chains_separate(data, num_envs, n, seed):
     lengths = [data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=4)) for _ in range(num_envs)]
     ends = [data.draw(st.lists(st.sampled_from(["term", "trunc"]), min_size=len(L), max_size=len(L))) for L in lengths]

@@ -101,6 +101,7 @@ def test_ddim5_and_ddpm_chunks_stay_in_action_bounds():
         assert c.shape == (16, 4, 2) and (c >= low).all() and (c <= high).all()
 
 
+@pytest.mark.slow
 def test_pretraining_through_sequence_sampling_learns_the_demonstrations(minari_module_root, tmp_path):
     run = tmp_path / "diff"
     cfg = _compose([*TINY, "trainer.offline_steps=1500", "trainer.eval_every=1500", "trainer.checkpoint_every=1500",

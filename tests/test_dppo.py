@@ -154,6 +154,7 @@ def test_clip_schedule_for_one_and_many_fine_tuned_steps():
     assert _agent(ft_denoising_steps=1).clip_i.tolist() == pytest.approx([0.01])
 
 
+@pytest.mark.slow
 def test_fine_tuned_checkpoint_records_k_prime_and_eval_runs_the_fine_tuned_network(tmp_path):
     torch.manual_seed(0)
     agent = _agent(actor_lr=1e-2, critic_warmup_iters=0, n_epochs=1, target_kl=None)

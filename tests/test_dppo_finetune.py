@@ -38,6 +38,8 @@ from robotrl.evaluation import evaluate
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer, RolloutCollector
 from robotrl.policy import act, policy_state
 
+pytestmark = pytest.mark.slow  # learning / end-to-end: `pytest -m "not slow"` skips them, CI runs them
+
 G, R = "g", "r"
 # UMaze walls; reset cell (1, 3) and goal cell (1, 1) on the top corridor
 MAZE = [[1, 1, 1, 1, 1], [1, G, 0, R, 1], [1, 1, 1, 0, 1], [1, 0, 0, 0, 1], [1, 1, 1, 1, 1]]

@@ -99,6 +99,7 @@ def _cli(args: list[str], cwd: Path, root: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_offline_then_online_in_two_commands_on_a_minari_written_dataset(own_data, tmp_path):
     """``experiment=calql env=gym dataset.id=<own>`` then ``experiment=wsrl`` with the same two
     overrides: the env comes from the dataset, the warm start finds the pretraining run by the

@@ -26,6 +26,8 @@ from robotrl.data import load_dataset
 from robotrl.experiment import build_trainer
 from robotrl.policy import load_policy
 
+pytestmark = pytest.mark.slow  # learning / end-to-end: `pytest -m "not slow"` skips them, CI runs them
+
 DATASET_ID = "robotrl/pointmaze/umaze-slow-test-v0"  # a variant of the default (slow demonstrator) recipe's id
 SMALL = [
     f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=3000", "+dataset.recipe_args.ref_episodes=3",

@@ -13,6 +13,7 @@ every run reached success >= 0.9 (PPO 44k-63k env steps; SAC 3000 updates).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from robotrl.agents.bc import BCPolicy
@@ -24,6 +25,8 @@ from robotrl.evaluation import evaluate
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.policy import act
 from robotrl.trainer import Trainer, TrainerConfig
+
+pytestmark = pytest.mark.slow  # learning / end-to-end: `pytest -m "not slow"` skips them, CI runs them
 
 ENV = "PointMaze_Open-v3"
 ROOM = [[1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0, 1], [1, 0, "r", 0, "g", 0, 1], [1, 0, 0, 0, 0, 0, 1], [1, 1, 1, 1, 1, 1, 1]]

@@ -89,6 +89,7 @@ def test_killing_the_policy_process_holds_the_robot_within_two_periods(server, k
     client.close()
 
 
+@pytest.mark.slow
 def test_killing_the_server_stops_the_runner_which_reports_and_keeps_its_data(keyfile, checkpoint, tmp_path):
     with ServerProcess(keyfile, SLOW) as srv:
         client = RobotClient(srv.endpoint, load_key(keyfile))

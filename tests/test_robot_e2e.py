@@ -44,6 +44,7 @@ def trained(tmp_path_factory):
     mp.undo()
 
 
+@pytest.mark.slow
 def test_deploy_over_the_bridge_matches_in_process_evaluation_and_records_minari(trained, tmp_path):
     run_dir, root = trained
     policy = load_policy(str(run_dir))

@@ -72,6 +72,7 @@ def shared():
 
 
 # ---- 1, 2, 6, 10: a real server process, killed and restarted on the same endpoint --------------------
+@pytest.mark.slow
 def test_first_step_estop_latch_and_a_reused_client_across_server_restarts(tmp_path):
     """1: a step before any reset/observe is answered (it killed the server). 2: the latched e-stop refuses
     reset, survives kill -9 and a restart, and only a named re-arm clears it (logged, persisted atomically).

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hydra import compose, initialize_config_module
 
@@ -50,6 +51,7 @@ def _compose(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
 
 
+@pytest.mark.slow
 def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_module_root, tmp_path):
     run_dir = tmp_path / "run"
     res = _robotrl(["train", *TINY, "trainer.offline_steps=300", "trainer.eval_every=150",
@@ -87,6 +89,7 @@ def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_module_ro
         assert gifs and gifs[0].read_bytes()[:3] == b"GIF"
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_checkpoint(minari_module_root, tmp_path, kill_after_checkpoint):
     run_dir = tmp_path / "killed"
     args = [sys.executable, "-m", "robotrl.cli", "train", *TINY, "trainer.offline_steps=1000000",
@@ -181,6 +184,7 @@ def test_cli_rejects_dataset_of_another_env(minari_module_root, tmp_path):
     assert not (tmp_path / "y" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_ppo_fine_tunes_a_bc_checkpoint_through_robotrl_train(minari_module_root, tmp_path):
     """`robotrl train agent=ppo trainer.init_from=<bc run>` runs the on-policy loop from the BC weights."""
     bc_dir = tmp_path / "bc"
