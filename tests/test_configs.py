@@ -126,22 +126,22 @@ def test_every_composed_config_has_one_utd_and_a_derived_batch():
     """Every agent × every experiment (and no experiment): an agent that splits its batch
     (``critic_utd``) takes the split from ``trainer.utd`` (one knob), and the sampled batch is
     ``split × trainer.batch_size`` with ``calls × split == utd``. Each config composes once; each
-    agent's ``agent.model`` is resolved inside each experiment's config (so no experiment may set
+    agent's split is resolved against each experiment's trainer section (so no experiment may set
     the split itself: checked on the files)."""
     for experiment in _options("experiment"):
         assert "critic_utd" not in (CONFIG_DIR / "experiment" / f"{experiment}.yaml").read_text(), experiment
     seen = 0
-    models = {a: OmegaConf.to_container(_composed_train(f"agent={a}").agent.model) for a in _options("agent")}
+    splits = {a: OmegaConf.to_container(_composed_train(f"agent={a}").agent.model).get("critic_utd")
+              for a in _options("agent")}  # unresolved: ${trainer.utd} stays an interpolation; None: no split
     for experiment in ["seed=0", *(f"experiment={e}" for e in _options("experiment"))]:
-        base = OmegaConf.to_container(_composed_train(experiment))  # unresolved: interpolations stay
         trainer = OmegaConf.to_container(_composed_train(experiment).trainer, resolve=True)
-        for agent, model in models.items():
-            pair = OmegaConf.create({**base, "agent": {**base["agent"], "model": model}})
-            model = OmegaConf.to_container(pair.agent.model, resolve=True)
-            resolved = {"trainer": trainer, "agent": {"model": model}}
-            if "critic_utd" in model:
+        for agent, split in splits.items():
+            # the agent's split resolved against this experiment's trainer section
+            model = {} if split is None else OmegaConf.to_container(
+                OmegaConf.create({"trainer": trainer, "model": {"critic_utd": split}}), resolve=True)["model"]
+            if split is not None:
                 assert model["critic_utd"] == trainer["utd"], (experiment, agent)
-            s = _schedule(resolved)
+            s = _schedule({"trainer": trainer, "agent": {"model": model}})
             assert s.calls_per_step * s.split == trainer["utd"], (experiment, agent)
             assert s.sampled_batch == s.split * trainer["batch_size"], (experiment, agent)
             seen += 1
