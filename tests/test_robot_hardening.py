@@ -290,17 +290,23 @@ print(n, flush=True)
 
 
 def test_an_unauthenticated_flood_is_screened_before_hashing_and_commands_keep_flowing():
-    srv = sim_server(log=lambda m: None)
+    # deadline 10 periods (the maximum): this test is about the flood's cost to the server, not the expiry of
+    # commands delayed by a CI machine whose 2 cores also run the flooder (that expiry is tested above)
+    srv = sim_server(log=lambda m: None, deadline_periods=10)
     try:
         with RobotClient(srv.endpoint, KEY) as c:
             c.reset(0)
             flood = subprocess.Popen([sys.executable, "-c", FLOOD, srv.endpoint, "3"], stdout=subprocess.PIPE, text=True)
             try:
                 time.sleep(0.5)
-                answered = 0
+                answered = expired = 0
                 while flood.poll() is None:
-                    c.step(np.array([0.05, 0.0], np.float32), deadline=time.time() + 1.0, timeout_s=2.0)
-                    answered += 1
+                    try:
+                        c.step(np.array([0.05, 0.0], np.float32), deadline=time.time() + 1.0, timeout_s=2.0)
+                        answered += 1
+                    except RobotCommandError as exc:  # answered, but late on a loaded machine: refused, as it must be
+                        assert "expired" in str(exc), exc
+                        expired += 1
                 sent = int(flood.communicate(timeout=30)[0])
             finally:
                 if flood.poll() is None:
