@@ -294,7 +294,8 @@ def test_every_mode_resumes_after_a_kill_and_its_checkpoint_runs_in_robotrl_eval
     init = [f"trainer.init_from={pretrained[MODES[mode][0]][0]}"] if MODES[mode] else []
     args = [sys.executable, "-m", "robotrl.cli", "train", f"experiment={mode}", *SMALL, *init,
             "trainer.online_warmup_steps=50", "trainer.batch_size=64", "trainer.checkpoint_every=100",
-            f"run_dir={run_dir}"] + ([] if offline else ["trainer.offline_steps=0"])
+            f"run_dir={run_dir}"] + ([] if offline else ["trainer.offline_steps=0", "trainer.utd=2",
+                                                         "trainer.warmup_updates=0"])  # resume is under test, not UTD
     killed_at = kill_after_checkpoint([*args, f"{budget}=1000000"], env, run_dir)
     ckpt = run_dir / "checkpoints" / "latest.pt"
     assert killed_at >= 200 and killed_at % 100 == 0
