@@ -281,7 +281,11 @@ MODES = {"calql": [], "wsrl": ["calql"], "rlpd": [], "calql-online": ["calql"], 
          "iql-online": ["iql"]}
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+# One runner (robotrl.runner) resumes every mode: the killed process covers each kind of state it must restore -
+# the offline phase (calql), a warm start with an empty online buffer (wsrl), offline/online mixing (rlpd) and
+# MC-return sampling from ended episodes (calql-online). IQL online resumes in-process in its own test; PORL runs
+# WSRL's online loop (a policy-only warm start, also never repeated on resume: the runner's one warm-start path).
+@pytest.mark.parametrize("mode", ["calql", "wsrl", "rlpd", "calql-online"])
 def test_every_mode_resumes_after_a_kill_and_its_checkpoint_runs_in_robotrl_eval(mode, pretrained, minari_module_root,
                                                                                    tmp_path, kill_after_checkpoint):
     """A real ``robotrl train`` process of each mode, SIGKILLed after its second checkpoint, started
