@@ -299,7 +299,7 @@ def needs_dataset(cfg: DictConfig, tcfg: TrainerConfig) -> bool:
 
 #: ``agent.model`` keys that define the networks (layer sizes, activations, ensemble size, normaliser
 #: clipping, diffusion horizons): a warm start takes them from the checkpoint it loads.
-ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_n", "critic_layer_norm", "actor_layer_norm",
+ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_layer_norm", "actor_layer_norm",
                      "layer_norm", "act", "critic_act", "gaussian", "dropout", "obs_clip", "obs_horizon",
                      "action_horizon", "act_steps", "denoising_steps", "denoiser", "denoiser_kwargs")
 
