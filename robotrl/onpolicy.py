@@ -120,14 +120,15 @@ class RunningRewardScaler:
 class Rollout:
     """One iteration of on-policy data, all ``(T, N, ...)``.
 
-    ``obs``/``next_obs``: histories ``(T, N, To, Do)`` raw (``next_obs`` ends with the
-    real next observation); ``rewards`` raw chunk sums; ``scaled_rewards`` after running
+    ``observations``/``next_observations``: histories ``(T, N, To, Do)`` raw
+    (``next_observations`` ends with the real next observation; the names of
+    :class:`~robotrl.data.Batch`); ``rewards`` raw chunk sums; ``scaled_rewards`` after running
     scaling (= rewards when off); ``terminated``/``truncated``/``valid`` bool;
     ``extras``: what the agent's ``rollout_act`` returned, stacked (tensors).
     """
 
-    obs: np.ndarray
-    next_obs: np.ndarray
+    observations: np.ndarray
+    next_observations: np.ndarray
     rewards: np.ndarray
     scaled_rewards: np.ndarray
     terminated: np.ndarray

@@ -101,8 +101,8 @@ def test_rollout_collector_handles_next_step_autoreset_on_real_envs():
     assert ro.valid.sum() == 3 * 18 and ro.env_steps == 3 * 18
     assert len(ro.episode_returns) == 6
     # the truncated step's next observation is the real final one, not the reset observation
-    assert not np.allclose(ro.next_obs[6, :, -1], ro.obs[8, :, -1])
+    assert not np.allclose(ro.next_observations[6, :, -1], ro.observations[8, :, -1])
     # after the reset the history restarts: both history slots equal the reset observation
-    np.testing.assert_allclose(ro.obs[8, :, 0], ro.obs[8, :, 1])
-    np.testing.assert_allclose(ro.obs[1, :, 0], ro.obs[0, :, 1])  # history rolls within an episode
+    np.testing.assert_allclose(ro.observations[8, :, 0], ro.observations[8, :, 1])
+    np.testing.assert_allclose(ro.observations[1, :, 0], ro.observations[0, :, 1])  # history rolls within an episode
     assert ro.extras["obs_last"].shape == (20, 3, 4 + 4)

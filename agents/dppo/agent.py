@@ -165,8 +165,8 @@ class DPPOAgent:
         old log-probs ``(S, K')``."""
         dev, p = self.device, self.policy
         with torch.no_grad():
-            cond = p.condition(torch.as_tensor(ro.obs, device=dev).flatten(0, 1))
-            ncond = p.condition(torch.as_tensor(ro.next_obs, device=dev).flatten(0, 1))
+            cond = p.condition(torch.as_tensor(ro.observations, device=dev).flatten(0, 1))
+            ncond = p.condition(torch.as_tensor(ro.next_observations, device=dev).flatten(0, 1))
             v, nv = self.critic(cond), self.critic(ncond)
         adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
         d = {"cond": cond[keep], "chains": ro.extras["chains"].flatten(0, 1)[keep], "adv": adv[keep], "ret": ret[keep]}

@@ -127,8 +127,8 @@ class PPOAgent:
     # ------------------------------------------------------------------ update
     def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
         dev = self.device
-        obs = torch.as_tensor(ro.obs[:, :, -1], device=dev).flatten(0, 1)
-        nobs = torch.as_tensor(ro.next_obs[:, :, -1], device=dev).flatten(0, 1)
+        obs = torch.as_tensor(ro.observations[:, :, -1], device=dev).flatten(0, 1)
+        nobs = torch.as_tensor(ro.next_observations[:, :, -1], device=dev).flatten(0, 1)
         with torch.no_grad():
             norm = self.policy.obs_normalizer
             v, nv = self.critic(norm(obs)), self.critic(norm(nobs))

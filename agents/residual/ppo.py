@@ -169,7 +169,7 @@ class ResidualPPOAgent:
         T, N = ro.rewards.shape
         x = ro.extras["features"].flatten(0, 1)
         with torch.no_grad():
-            nobs = torch.as_tensor(ro.next_obs[:, :, -1], device=dev).flatten(0, 1)
+            nobs = torch.as_tensor(ro.next_observations[:, :, -1], device=dev).flatten(0, 1)
             # V(s') needs the base action at s': the stateless base call is exact for per-step
             # bases; for chunked bases it approximates the queued action by a fresh chunk's first
             nx = self.policy.features(nobs, self._stateless_base(nobs)).view(T, N, -1)
