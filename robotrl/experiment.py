@@ -342,10 +342,11 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None)
         return cfg  # missing: the trainer's own warm start raises the clear error
     recorded = (load_checkpoint(source).get("config") or {}).get("agent", {}).get("model") or {}
     explicit, adopt = _explicit_model_keys(overrides), {}
+    model = OmegaConf.to_container(cfg.agent.model, resolve=True)
     for key in ARCHITECTURE_KEYS:
-        if key not in recorded or key not in cfg.agent.model:
+        if key not in recorded or key not in model:
             continue
-        mine = OmegaConf.to_container(cfg.agent.model, resolve=True)[key]
+        mine = model[key]
         if mine == recorded[key]:
             continue
         if key in explicit:
