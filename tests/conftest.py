@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _seed_global_rngs():
+    """Every test starts from the same global RNG state (``random``, NumPy, torch), whatever
+    ran before it in the process: a result may not depend on the order tests run in."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
 
 
 @pytest.fixture
