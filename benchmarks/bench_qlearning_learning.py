@@ -14,13 +14,16 @@ Contenders (the online phase starts at env step 0 for all):
 - ``robotrl-wsrl``: ``experiment=calql`` pretraining, then
   ``experiment=wsrl`` (init from that checkpoint, empty online buffer).
 - ``robotrl-calql-online``: the same checkpoint, ``experiment=calql-online``.
+- ``robotrl-rlpd``: ``experiment=rlpd`` from scratch on the same data (symmetric 50/50 offline/online
+  batches, ``--rlpd-utd``: the paper's 20 by default; CPU-sized runs pass less and say so).
 - ``d3rlpy-calql``: d3rlpy 2.8 ``CalQL`` ``fit`` on the same data, then ``fit_online``
   on a buffer that holds the offline episodes (its documented fine-tuning recipe).
 - ``sb3-sac``: stable-baselines3 SAC from scratch (no data), default hyper-parameters.
 
 Writes ``benchmarks/results/qlearning_learning.json``: per contender and seed the curve
-``[(env_steps, return_mean, success_rate)]`` plus the mean over seeds at each budget, the
-onset dip (first online evaluation minus the offline one) and wall time.
+``[(env_steps, return_mean, success_rate, online wall s)]`` plus the mean over seeds at each budget,
+the onset dip (first online evaluation minus the offline one), wall time, and the ``threshold``
+(``--threshold``, success 0.9) of the tables' time-to-threshold column.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ def _compose(overrides: list[str]):
 
 
 def _curve(history: list[dict], offset: int) -> list[list[float]]:
-    return [[h["step"] - offset, h["return_mean"], h["success_rate"]] for h in history]
+    """``[[env_steps, return, success, online wall s]]`` (wall: training time, evaluations excluded)."""
+    return [[h["step"] - offset, h["return_mean"], h["success_rate"], h.get("train_wall_s", float("nan"))]
+            for h in history]
 
 
 def robotrl_runs(args, seed: int, work: Path) -> dict:
@@ -57,18 +62,29 @@ def robotrl_runs(args, seed: int, work: Path) -> dict:
     if args.dataset_steps:
         common.append(f"dataset.recipe_args.num_steps={args.dataset_steps}")
     pre_dir = work / f"calql-s{seed}"
+    if set(args.modes) <= {"rlpd"}:  # nothing warm-starts: no pretraining
+        out: dict = {}
+        return _online_runs(args, seed, work, pre_dir, common, out)
     t = time.time()
     pre = build_trainer(_compose(["experiment=calql", *common, f"trainer.offline_steps={args.offline_steps}",
                                   f"trainer.eval_every={args.offline_steps}", f"run_dir={pre_dir}", *args.robotrl_extra]),
                         pre_dir)
     pre.fit()
     out = {"offline": {"return_mean": pre.history[-1]["return_mean"], "seconds": time.time() - t}}
-    for mode in ("wsrl", "calql-online"):
+    return _online_runs(args, seed, work, pre_dir, common, out)
+
+
+def _online_runs(args, seed: int, work: Path, pre_dir: Path, common: list[str], out: dict) -> dict:
+    from robotrl.experiment import build_trainer
+
+    for mode in args.modes:
         d = work / f"{mode}-s{seed}"
         t = time.time()
-        # --warmup is WSRL's no-update warmup only; Cal-QL online keeps its config's (0: updates from step 0)
-        warm = [f"trainer.online_warmup_steps={args.warmup}"] if mode == "wsrl" else []
-        tr = build_trainer(_compose([f"experiment={mode}", *common, f"trainer.init_from={pre_dir}",
+        # --warmup is WSRL's and RLPD's no-update warmup; Cal-QL online keeps its config's (0: updates from step 0)
+        warm = [f"trainer.online_warmup_steps={args.warmup}"] if mode in ("wsrl", "rlpd") else []
+        # RLPD starts from scratch on the offline data (its paper); the others from the Cal-QL checkpoint
+        init = [f"trainer.utd={args.rlpd_utd}"] if mode == "rlpd" else [f"trainer.init_from={pre_dir}"]
+        tr = build_trainer(_compose([f"experiment={mode}", *common, *init,
                                      f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
                                      *warm, f"run_dir={d}", *args.robotrl_extra]), d)
         tr.fit()
@@ -104,16 +120,18 @@ def d3rlpy_run(args, seed: int, data, make_env, make_eval_env) -> dict:
     t = time.time()
     algo.fit(dataset, n_steps=args.offline_steps, n_steps_per_epoch=args.offline_steps, show_progress=False,
              save_interval=10**9, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
-    curve = [[0, *evaluate(algo.predict)]]
+    curve = [[0, *evaluate(algo.predict), 0.0]]
     buffer = d3rlpy.dataset.ReplayBuffer(d3rlpy.dataset.InfiniteBuffer(), episodes=dataset.episodes)
     env = make_env()
-    done = 0
+    done, online_s = 0, 0.0
     while done < args.online_steps:  # fit_online in chunks so every contender is evaluated at the same budgets
         n = min(args.eval_every, args.online_steps - done)
+        t1 = time.time()
         algo.fit_online(env, buffer, n_steps=n, n_steps_per_epoch=n, update_start_step=0, show_progress=False,
                         save_interval=10**9, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+        online_s += time.time() - t1
         done += n
-        curve.append([done, *evaluate(algo.predict)])
+        curve.append([done, *evaluate(algo.predict), online_s])
     return {"curve": curve, "seconds": time.time() - t}
 
 
@@ -123,13 +141,15 @@ def sb3_run(args, seed: int, make_env, make_eval_env) -> dict:
     evaluate = _eval_fn(make_eval_env, args.eval_episodes, seed)
     t = time.time()
     model = SAC("MlpPolicy", make_env(), seed=seed, learning_starts=min(args.warmup, args.eval_every), verbose=0)
-    curve = [[0, *evaluate(lambda o: model.predict(o, deterministic=True)[0])]]
-    done = 0
+    curve = [[0, *evaluate(lambda o: model.predict(o, deterministic=True)[0]), 0.0]]
+    done, online_s = 0, 0.0
     while done < args.online_steps:
         n = min(args.eval_every, args.online_steps - done)
+        t1 = time.time()
         model.learn(n, reset_num_timesteps=False)
+        online_s += time.time() - t1
         done += n
-        curve.append([done, *evaluate(lambda o: model.predict(o, deterministic=True)[0])])
+        curve.append([done, *evaluate(lambda o: model.predict(o, deterministic=True)[0]), online_s])
     return {"curve": curve, "seconds": time.time() - t}
 
 
@@ -168,8 +188,10 @@ def summarize(per_seed: dict[str, list[dict]], first_update: dict[str, int] | No
     return out
 
 
-FIRST_UPDATE = {"robotrl-wsrl": "warmup", "robotrl-calql-online": 0, "d3rlpy-calql": 0, "sb3-sac": "warmup"}
+FIRST_UPDATE = {"robotrl-wsrl": "warmup", "robotrl-rlpd": "warmup", "robotrl-calql-online": 0, "d3rlpy-calql": 0,
+                "sb3-sac": "warmup"}
 PEERS = {"d3rlpy-calql", "sb3-sac"}
+FROM_SCRATCH = {"sb3-sac", "robotrl-rlpd"}  # no pretrained policy: no offline score, no onset dip
 
 
 def _setup(args):
@@ -202,7 +224,8 @@ def run_seed(args, seed: int) -> dict[str, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         if "robotrl" not in args.skip:
             res = robotrl_runs(args, seed, Path(tmp))
-            out["robotrl-offline-calql"] = res.pop("offline")
+            if "offline" in res:
+                out["robotrl-offline-calql"] = res.pop("offline")
             out.update(res)
     if "d3rlpy" not in args.skip:
         out["d3rlpy-calql"] = d3rlpy_run(args, seed, data, make_train_env, make_eval_env)
@@ -226,10 +249,12 @@ def to_runs(per_seed: dict[str, list[dict]], seeds: list[int], args) -> list[dic
         for i, (seed, r) in enumerate(zip(seeds, rows)):
             c = np.asarray(r["curve"], float)
             row = {"method": name, "family": "qlearning", "peer": name in PEERS, "seed": seed,
-                   "offline_score": None if name == "sb3-sac" else float(c[0, 2]),
+                   "offline_score": None if name in FROM_SCRATCH else float(c[0, 2]),
                    "curve": c[:, [0, 2]].tolist(), "return_curve": c[:, [0, 1]].tolist(), "wall_s": r["seconds"],
                    "first_update_step": args.warmup if FIRST_UPDATE[name] == "warmup" else 0}
-            if name.startswith("robotrl") and i < len(offline):
+            if c.shape[1] > 3 and np.isfinite(c[:, 3]).all():
+                row["wall_curve"] = c[:, [0, 3]].tolist()
+            if name.startswith("robotrl") and name not in FROM_SCRATCH and i < len(offline):
                 row.update(pretrain_wall_s=offline[i]["seconds"], online_wall_s=r["seconds"],
                            wall_s=offline[i]["seconds"] + r["seconds"])
             runs.append(row)
@@ -254,6 +279,10 @@ def main() -> None:
     ap.add_argument("--d3rlpy-n-action-samples", type=int, default=10, help="d3rlpy CalQL n_action_samples")
     ap.add_argument("--robotrl-extra", nargs="*", default=[], help="extra Hydra overrides for robotrl runs")
     ap.add_argument("--skip", nargs="*", default=[], help="contenders to skip: robotrl d3rlpy sb3")
+    ap.add_argument("--modes", nargs="+", default=["wsrl", "rlpd", "calql-online"],
+                    choices=["wsrl", "rlpd", "calql-online"], help="robotrl contenders")
+    ap.add_argument("--rlpd-utd", type=int, default=20, help="RLPD's UTD (paper: 20; CPU-sized runs use less)")
+    ap.add_argument("--threshold", type=float, default=0.9, help="success for the time-to-threshold column")
     ap.add_argument("--out", default="", help="results file (relative: under benchmarks/results; default "
                     "qlearning_learning.json, or qlearning_learning_smoke.json with --smoke)")
     ap.add_argument("--smoke", action="store_true", help="tiny budgets and networks: checks the plumbing")
@@ -286,6 +315,7 @@ def main() -> None:
         "environment": env, "args": vars(args), "command": "python " + " ".join(env["argv"]),
         "benchmark": "qlearning-offline-to-online", "task": f"PointMaze UMaze, sparse reward ({args.dataset_id})",
         "metric": "success", "budgets": list(range(0, args.online_steps + 1, args.eval_every)),
+        "threshold": args.threshold,
         "runs": to_runs(per_seed, args.seeds, args), "total_wall_s": time.time() - t0,
         "per_seed": per_seed, "summary": summary})
     print(f"results: {path}")

@@ -179,13 +179,16 @@ class Runner:
         """Evaluate ``agent.policy`` (``cfg.eval_episodes`` episodes); append to the history, log, print.
 
         Returns:
-            The :func:`~robotrl.evaluation.evaluate` result with ``phase``, ``step``, ``updates``
-            and ``eval_seconds`` added.
+            The :func:`~robotrl.evaluation.evaluate` result with ``phase``, ``step``, ``updates``,
+            ``eval_seconds`` and ``train_wall_s`` (the run's wall seconds so far, resumed parts
+            included, evaluations excluded) added.
         """
         t, cfg, pol = time.time(), self.loop.cfg, self.loop.agent.policy
+        train_wall = self.wall_time + (t - self._t0) - sum(h.get("eval_seconds", 0.0) for h in self.history)
         res = evaluate(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.seed + 10_000,
                        num_envs=cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
-        res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t)
+        res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t,
+                   train_wall_s=train_wall)
         self.history.append(res)
         self.log("eval", {k: v for k, v in res.items() if isinstance(v, float)})
         self.writer.flush()

@@ -367,3 +367,31 @@ def test_benchmarks_and_the_suite_share_one_environment_collector_and_old_result
     got = _recorded_env([old, new])
     assert got["cpu_model"] == "x86_64" and got["versions"]["torch"] == "2.4.0"
     assert got["versions"]["stable-baselines3"] == "2.3" and got["versions"]["numpy"] == env["versions"]["numpy"]
+
+
+def test_time_to_threshold_column_reports_seconds_never_and_partial_counts():
+    from robotrl.bench.stats import time_to_threshold
+
+    curve = [[0, 0.5], [1000, 0.6], [2000, 0.92], [3000, 0.95]]
+    wall = [[0, 0.0], [1000, 10.0], [2000, 25.0], [3000, 40.0]]
+    assert time_to_threshold(curve, wall, 0.9) == 25.0
+    assert time_to_threshold(curve, wall, 0.99) == float("inf")
+    assert time_to_threshold(curve, None, 0.9) is None
+    # the offline evaluation (env step 0) never counts, even above the threshold
+    assert time_to_threshold([[0, 1.0], [1000, 0.5]], [[0, 0.0], [1000, 5.0]], 0.9) == float("inf")
+
+    def run(method, seed, reach_at):
+        c = [[0, 0.4], [1000, 0.95 if reach_at == 1000 else 0.5], [2000, 0.95 if reach_at else 0.5]]
+        return {"method": method, "seed": seed, "offline_score": 0.4, "curve": c,
+                "wall_curve": [[0, 0.0], [1000, 100.0 + seed], [2000, 200.0 + seed]], "wall_s": 250.0}
+
+    doc = {"benchmark": "b", "task": "t", "metric": "success", "budgets": [0, 1000, 2000], "threshold": 0.9,
+           "runs": [run("a", s, 1000) for s in range(4)] + [run("b", s, 2000 if s < 2 else None) for s in range(4)]
+           + [run("c", s, None) for s in range(4)]}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in learning_table(doc).splitlines() if line.startswith("| ")}
+    assert "time to 0.90 s" in rows["method"]
+    assert " | 101.5 [100.0, 103.0] | " in rows["a"], rows["a"]     # IQM of 100..103 s, every seed got there
+    assert " | 200.5 (2/4) | " in rows["b"], rows["b"]               # two seeds got there (200, 201 s)
+    assert " | never | " in rows["c"], rows["c"]
+    del doc["threshold"]
+    assert "time to" not in learning_table(doc)

@@ -8,7 +8,9 @@ Learning results (one benchmark = one table and one plot)::
                "offline_score": float | None,        # before any online step (None: from scratch)
                "curve": [[env_steps, score], ...],   # online evaluations (env_steps 0 = before updates)
                "success_curve": [[env_steps, success], ...],   # optional
+               "wall_curve": [[env_steps, seconds], ...],      # optional: online wall time at each evaluation
                "wall_s": float | None}],
+     "threshold": float,                        # optional: the table gets a time-to-threshold column
      "command": str, "argv": [...], "environment": {...},
      "throughput": {...}}                       # optional: a throughput document measured in the same run
 

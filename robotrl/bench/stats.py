@@ -1,4 +1,5 @@
-"""Statistics of the benchmark tables: IQM, bootstrap confidence intervals, regret, onset dip.
+"""Statistics of the benchmark tables: IQM, bootstrap confidence intervals, regret, onset dip,
+time to a score threshold.
 
 All functions take plain sequences of floats (one value per seed, or one learning curve
 ``[[env_steps, score], ...]``) and return floats; ``None``/NaN inputs are dropped where
@@ -136,3 +137,22 @@ def onset_dip(offline_score: float | None, curve: Sequence[Sequence[float]], bud
     budget = pts[-1][0] if budget is None else float(budget)
     early = [v for s, v in pts if s <= start + 0.1 * budget] or [pts[0][1]]
     return float(min(early) - float(offline_score))
+
+
+def time_to_threshold(curve: Sequence[Sequence[float]], wall_curve: Sequence[Sequence[float]] | None,
+                      threshold: float) -> float | None:
+    """Wall seconds until a learning curve first reaches ``threshold`` (``inf``: never).
+
+    ``curve`` is ``[[env_steps, score], ...]`` and ``wall_curve`` ``[[env_steps, seconds], ...]``:
+    the wall time of the online phase at each evaluation (training time, evaluations excluded).
+    The result is the seconds at the first online evaluation (env_steps > 0) whose score is
+    ``>= threshold``; ``math.inf`` when no evaluation reaches it ("never" in a table);
+    ``None`` when the run recorded no wall curve (nothing to say).
+    """
+    if not wall_curve:
+        return None
+    wall = {float(s): float(t) for s, t, *_ in wall_curve}
+    for s, v, *_ in sorted(curve, key=lambda p: float(p[0])):
+        if float(s) > 0 and float(v) >= threshold and float(s) in wall:
+            return wall[float(s)]
+    return math.inf

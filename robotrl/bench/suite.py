@@ -70,7 +70,8 @@ Q = "benchmarks/results/quick"
 QUICK_QLEARNING_LEARNING_ARGS = (
     "--seeds", "0", "1", "2", "--dataset-id", "robotrl/pointmaze/umaze-slow-50k-v1", "--dataset-steps", "50000",
     "--offline-steps", "1000", "--online-steps", "2000", "--eval-every", "500", "--eval-episodes", "10",
-    "--warmup", "500", "--threads", "1", "--d3rlpy-hidden", "128", "128", "--robotrl-extra",
+    "--warmup", "500", "--threads", "1", "--d3rlpy-hidden", "128", "128", "--modes", "wsrl", "calql-online",
+    "--robotrl-extra",
     "agent.model.num_critics=2", "agent.model.hidden=[128,128]", "agent.model.critic_hidden=[128,128]")
 
 #: BC seed sweep of the quick tier on the full-speed planner's data (Hydra multirun overrides).
@@ -124,6 +125,7 @@ R = "benchmarks/results"
 _QL_FULL = ("--seeds", "0", "1", "2", "3", "--workers", "2", "--threads", "1", "--dataset-id",
             "robotrl/pointmaze/umaze-slow-50k-v1", "--dataset-steps", "50000", "--offline-steps", "4000", "--online-steps",
             "10000", "--eval-every", "1000", "--eval-episodes", "20", "--warmup", "1000", "--d3rlpy-hidden", "128", "128",
+            "--modes", "wsrl", "calql-online",
             "--robotrl-extra", "agent.model.num_critics=2", "agent.model.hidden=[128,128]",
             "agent.model.critic_hidden=[128,128]")
 

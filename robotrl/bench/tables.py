@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from robotrl.bench.stats import METRIC_MAX, final_score, iqm, onset_dip, regret, score_at, summarize
+from robotrl.bench.stats import METRIC_MAX, final_score, iqm, onset_dip, regret, score_at, summarize, time_to_threshold
 
 METRIC_NAMES = {"return": "return", "success": "success rate", "normalized_score": "normalised score"}
 
@@ -102,7 +102,23 @@ def learning_stats(doc: dict) -> dict:
                   "dip": summarize([onset_dip(r["offline_score"], r["curve"], total, r.get("first_update_step") or 0)
                                     for r in rs]),
                   "wall": summarize([r.get("wall_s") for r in rs])}
+        if doc.get("threshold") is not None:
+            out[m]["time_to"] = [time_to_threshold(r["curve"], r.get("wall_curve"), float(doc["threshold"]))
+                                 for r in rs]
     return {"best": best, "methods": out}
+
+
+def time_cell(times: list[float | None]) -> str:
+    """A time-to-threshold cell: ``IQM [lo, hi]`` seconds when every seed got there, "never" when
+    none did, else the IQM of those that did with how many (``"420 (2/4)"``); "—" without wall curves."""
+    known = [t for t in times if t is not None]
+    if not known:
+        return "—"
+    reached = [t for t in known if math.isfinite(t)]
+    if not reached:
+        return "never"
+    s = cell(summarize(reached))
+    return s if len(reached) == len(known) else f"{fmt(iqm(reached))} ({len(reached)}/{len(known)})"
 
 
 def _steps(b: int) -> str:
@@ -142,20 +158,26 @@ def learning_table(doc: dict) -> str:
     metric = doc["metric"]
     st = learning_stats(doc)
     cols = shown_budgets(doc["budgets"])
+    thr = doc.get("threshold")
     head = ["method", "n", "offline"] + [f"@{_steps(b)}" for b in cols] + \
-        [f"final{' @' + _steps(max(doc['budgets'])) if doc['budgets'] else ''}", "regret", "onset dip", "wall s"]
+        [f"final{' @' + _steps(max(doc['budgets'])) if doc['budgets'] else ''}", "regret", "onset dip"] + \
+        ([f"time to {fmt(thr, metric)} s"] if thr is not None else []) + ["wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for m, s in st["methods"].items():
         name = f"{m} (peer)" if s["peer"] else m
         row = [name, str(s["n"]), cell(s["offline"], metric)] + [cell(s["budgets"][b], metric) for b in cols] + \
-            [cell(s["final"], metric), cell(s["regret"], metric), cell(s["dip"], metric), cell(s["wall"])]
+            [cell(s["final"], metric), cell(s["regret"], metric), cell(s["dip"], metric)] + \
+            ([time_cell(s["time_to"])] if thr is not None else []) + [cell(s["wall"])]
         lines.append("| " + " | ".join(row) + " |")
     best = st["best"]
     ref = ("the metric's maximum" if METRIC_MAX.get(metric) is not None else "the best final IQM in the table")
     lines.append("")
     lines.append(f"Metric: {metric_name(doc)}; cells: IQM over seeds [95 % bootstrap CI]; budgets in online env "
                  f"steps; regret = mean over online evaluations of ({fmt(best, metric)} − score), {fmt(best, metric)} "
-                 f"being {ref}; onset dip = lowest score within 10 % of the budget after gradient updates start (after a no-update warmup, if any) − offline score.")
+                 f"being {ref}; onset dip = lowest score within 10 % of the budget after gradient updates start (after a no-update warmup, if any) − offline score."
+                 + (f" Time to {fmt(thr, metric)}: online wall seconds (evaluations excluded) until the first "
+                    "evaluation at or above it; \"never\" where no seed reached it, (k/n) where k of n seeds did."
+                    if thr is not None else ""))
     return "\n".join(lines)
 
 
