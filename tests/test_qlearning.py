@@ -7,6 +7,7 @@ on a generated PointMaze dataset are in ``tests/test_qlearning_modes.py``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -314,3 +315,15 @@ def test_polyak_update_and_squashed_gaussian_are_the_shared_pieces():
     a, lp = squashed_gaussian(mean, log_std, torch.zeros(5, 2))  # the mode: tanh(0) = 0, log N(0; 0, 1) per dim
     assert torch.equal(a, torch.zeros(5, 2))
     torch.testing.assert_close(lp, torch.full((5,), -math.log(2 * math.pi)))
+
+
+def test_q_minus_mc_reports_the_critic_scale_against_monte_carlo_returns():
+    q = torch.tensor([[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]])        # (N=2, B=3): head means 2, 3, 4
+    mc = torch.tensor([0.0, -float("inf"), 10.0])                # the middle row's return is unknown
+    assert float(L.q_minus_mc(q, mc)) == pytest.approx(((2 - 0) + (4 - 10)) / 2)
+    assert math.isnan(float(L.q_minus_mc(q, torch.full((3,), -float("inf")))))
+    # a fresh Cal-QL critic (values near 0) sits far above returns of -100: the gap says so, every update
+    m = _agent("calql", seed=0, cql_n_actions=3).update(_batch(mc=torch.full((32,), -100.0)), 0)
+    assert float(m["q_minus_mc"]) > 90.0
+    no_mc = dataclasses.replace(_batch(), mc_returns=None)
+    assert "q_minus_mc" not in _agent("sac", seed=0).update(no_mc, 0)

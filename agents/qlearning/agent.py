@@ -260,8 +260,11 @@ class QLAgent:
             critic_loss, q, extra = L.sac_critic_loss(self.critic, obs, act, target)
         self._opt_step(self.critic_opt, critic_loss, self.critic)
         q = q.detach()
-        return {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
-                "critic_loss": critic_loss.detach(), "target_mean": target.mean(), **extra}, None
+        metrics = {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
+                   "critic_loss": critic_loss.detach(), "target_mean": target.mean(), **extra}
+        if b.mc_returns is not None:
+            metrics["q_minus_mc"] = L.q_minus_mc(q, b.mc_returns)
+        return metrics, None
 
     def _sac_actor(self, b: Batch, advantage: None = None) -> dict[str, torch.Tensor]:
         """SAC actor (ensemble mean or min) and, unless fixed, temperature step."""

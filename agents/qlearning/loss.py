@@ -173,6 +173,26 @@ def cql_critic_loss(critic: Critic, obs: torch.Tensor, act: torch.Tensor, target
     return loss, q, {"cql_penalty": penalty.mean().detach(), **info}
 
 
+def q_minus_mc(q: torch.Tensor, mc_returns: torch.Tensor) -> torch.Tensor:
+    """How far the critic sits from the data's Monte-Carlo returns: ``mean_B(mean_N Q(s, a) - G)``
+    over the rows with a finite return ``G`` (NaN when none): the critic's scale check.
+
+    A Cal-QL/CQL critic trained too briefly sits far above ``G`` on sparse tasks (its values
+    have not propagated the per-step cost over the horizon yet), and WSRL then spends its first
+    online updates dragging the whole critic down instead of improving the policy. ``G`` of a
+    time-limited episode is cut at the limit where ``Q`` bootstraps past it, so a calibrated
+    critic sits somewhat below ``G`` on failed episodes; the gap's trend is what to watch.
+
+    Args:
+        q: ``(N, B)`` ensemble values of the data actions; mc_returns: ``(B,)`` returns-to-go
+            in the agent's reward units (``-inf``/NaN: unknown).
+    """
+    ok = torch.isfinite(mc_returns)
+    if not bool(ok.any()):
+        return torch.tensor(float("nan"), device=q.device)
+    return (q.mean(0)[ok] - mc_returns[ok]).mean()
+
+
 class IQLLosses(NamedTuple):
     """What :func:`iql_critic_losses` returns: both losses, ``q (N, B)``, ``target (B,)``, the
     advantage ``Q̄(s, a) - V(s)`` ``(B,)`` the AWR actor uses, and ``mean V`` (all but the losses detached)."""
