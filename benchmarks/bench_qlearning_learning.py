@@ -70,7 +70,11 @@ def robotrl_runs(args, seed: int, work: Path) -> dict:
                                   f"trainer.eval_every={args.offline_steps}", f"run_dir={pre_dir}", *args.robotrl_extra]),
                         pre_dir)
     pre.fit()
-    out = {"offline": {"return_mean": pre.history[-1]["return_mean"], "seconds": time.time() - t}}
+    # the critic's scale at the end of pretraining (Q - Monte-Carlo return on offline data, reward units):
+    # far above 0, the online phase first spends its updates dragging the critic down (issue 11's onset)
+    gap = pre.agent.q_minus_mc(pre.loop.offline.sample(4096, allow_small=True))
+    out = {"offline": {"return_mean": pre.history[-1]["return_mean"], "seconds": time.time() - t,
+                       "q_minus_mc": gap}}
     return _online_runs(args, seed, work, pre_dir, common, out)
 
 
@@ -184,7 +188,8 @@ def summarize(per_seed: dict[str, list[dict]], first_update: dict[str, int] | No
     offline = per_seed.get("robotrl-offline-calql", [])
     if offline:
         out["robotrl-offline-calql"] = {"return_mean_over_seeds": float(np.mean([r["return_mean"] for r in offline])),
-                                        "seconds_mean": float(np.mean([r["seconds"] for r in offline]))}
+                                        "seconds_mean": float(np.mean([r["seconds"] for r in offline])),
+                                        "q_minus_mc_per_seed": [r.get("q_minus_mc") for r in offline]}
     return out
 
 
@@ -306,7 +311,8 @@ def main() -> None:
     summary = summarize(per_seed, warm)
     for name, s in summary.items():
         if "steps" not in s:
-            print(f"{name:24s} offline return {s['return_mean_over_seeds']:8.2f}  ({s['seconds_mean']:.0f} s/seed)")
+            print(f"{name:24s} offline return {s['return_mean_over_seeds']:8.2f}  ({s['seconds_mean']:.0f} s/seed)"
+                  f"  critic Q - MC return per seed: {s.get('q_minus_mc_per_seed')}")
             continue
         print(f"{name:24s} final return {s['return_mean_over_seeds'][-1]:8.2f}  success {s['success_mean_over_seeds'][-1]:.2f}"
               f"  ({s['seconds_mean']:.0f} s/seed)")

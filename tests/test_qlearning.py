@@ -327,3 +327,7 @@ def test_q_minus_mc_reports_the_critic_scale_against_monte_carlo_returns():
     assert float(m["q_minus_mc"]) > 90.0
     no_mc = dataclasses.replace(_batch(), mc_returns=None)
     assert "q_minus_mc" not in _agent("sac", seed=0).update(no_mc, 0)
+    a = _agent("calql", seed=0, cql_n_actions=3)
+    assert a.q_minus_mc(_batch(mc=torch.full((32,), -100.0))) > 90.0
+    with pytest.raises(ValueError, match="mc_returns"):
+        a.q_minus_mc(no_mc)

@@ -165,6 +165,21 @@ class QLAgent:
         """Cal-QL bounds with MC returns-to-go: the trainer samples only ended episodes online."""
         return self.algo == "calql"
 
+    @torch.no_grad()
+    def q_minus_mc(self, batch: Batch) -> float:
+        """The critic's scale check on ``batch`` (:func:`~robotrl.agents.qlearning.loss.q_minus_mc`):
+        mean ensemble ``Q(s, a) - G`` over rows with a finite return, in the agent's reward units.
+
+        Raises:
+            ValueError: the batch has no ``mc_returns``.
+        """
+        if batch.mc_returns is None:
+            raise ValueError("q_minus_mc needs a batch with mc_returns (sample it from a replay buffer with returns)")
+        obs, act, _ = self._normalize(batch)
+        with self._amp():
+            q = self.critic(obs, act)
+        return float(L.q_minus_mc(q.float(), batch.mc_returns))
+
     def _opt_step(self, opt, loss, module) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
