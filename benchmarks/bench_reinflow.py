@@ -54,7 +54,9 @@ REINFLOW_ARGS = dict(
     flow_steps=4,            # the reference's Gym K (DPPO here: K = K' = 5)
     gamma=0.95,              # per 4-step chunk, as DPPO_ARGS
     critic_hidden=[64, 64],  # as DPPO_ARGS
-    batch_size=500,          # env steps per minibatch (x repeat_samples 10: ~6 minibatches per epoch)
+    batch_size=500,          # env steps per minibatch, as DPPO_ARGS's pairs
+    repeat_samples=5,        # the reference repeats each env step 10x = its DPPO K'=10, so both run as many
+                             # minibatches; DPPO_ARGS has K'=5
     critic_warmup_iters=2,   # as DPPO_ARGS
     noise_decay_iters=None,  # set from the budget in fine_tune_reinflow (iterations of the run)
 )
