@@ -107,7 +107,7 @@ class FlowPolicy(nn.Module):
         return euler_sample(self.velocity, cond, x0, int(steps or self.K), x_clip=self.x_clip)
 
     @torch.no_grad()
-    def predict_chunk(self, obs_hist: torch.Tensor, *, steps: int | None = None, **_: object) -> torch.Tensor:
+    def predict_chunk(self, obs_hist: torch.Tensor, *, steps: int | None = None) -> torch.Tensor:
         """Raw history ``(B, To, Do)`` (or ``(B, Do)`` when ``To == 1``) → raw chunk ``(B, Ta, Da)``.
 
         ``steps``: Euler steps (default ``K``).
