@@ -140,13 +140,15 @@ DATASET_ID = "robotrl/pointmaze/umaze-flow-test-v0"
 @pytest.mark.slow
 def test_robotrl_train_experiment_flow_then_robotrl_eval(tmp_path):
     """Real processes: pretraining writes runs/pretrain/flow/<dataset>/seed0 (the ReinFlow warm-start path);
-    its checkpoint rebuilds the EMA flow policy; `robotrl eval` evaluates it."""
+    its checkpoint rebuilds the EMA flow policy; `robotrl eval` evaluates it; `experiment=flow-distill`
+    distils it into a one-step flow policy."""
     env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "PYTHONWARNINGS": "ignore"}
-    args = ["experiment=flow", "env=pointmaze-umaze", "dataset=pointmaze-umaze-planner", f"dataset.id={DATASET_ID}",
-            "dataset.recipe_args.num_steps=1500", "+dataset.recipe_args.ref_episodes=2", "trainer.offline_steps=100",
-            "trainer.eval_every=100", "trainer.checkpoint_every=100", "trainer.eval_episodes=2", "trainer.eval_envs=2",
-            "trainer.progress=false", "torch_threads=1", "agent.model.denoiser_kwargs.hidden=[32,32]",
-            "agent.model.flow_steps=2", "agent.model.ema_start=20"]
+    common = ["env=pointmaze-umaze", "dataset=pointmaze-umaze-planner", f"dataset.id={DATASET_ID}",
+              "dataset.recipe_args.num_steps=1500", "+dataset.recipe_args.ref_episodes=2", "trainer.eval_episodes=2",
+              "trainer.eval_envs=2", "trainer.progress=false", "torch_threads=1"]
+    args = ["experiment=flow", *common, "trainer.offline_steps=100", "trainer.eval_every=100",
+            "trainer.checkpoint_every=100", "agent.model.denoiser_kwargs.hidden=[32,32]", "agent.model.flow_steps=2",
+            "agent.model.ema_start=20"]
     res = subprocess.run([sys.executable, "-m", "robotrl.cli", "train", *args], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -160,3 +162,10 @@ def test_robotrl_train_experiment_flow_then_robotrl_eval(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads((tmp_path / "eval.json").read_text())
     assert out["episodes"] == 2.0 and np.isfinite(out["return_mean"])
+    # one-step distillation finds the pretraining run by the experiments' default path and takes its network
+    res = subprocess.run([sys.executable, "-m", "robotrl.cli", "train", "experiment=flow-distill", *common,
+                          "trainer.offline_steps=50", "trainer.eval_every=50", "trainer.checkpoint_every=50"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "architecture taken from the checkpoint" in res.stdout
+    student = load_policy(str(tmp_path / "runs" / "pretrain" / "flow-distill" / DATASET_ID.replace("/", "-") / "seed0"))
+    assert isinstance(student, FlowPolicy) and student.K == 1 and student.spec()["denoiser_kwargs"]["hidden"] == [32, 32]
