@@ -52,7 +52,7 @@ class FlowAgent:
         device: torch device; seed: seed of the noise / time generator.
 
     Raises:
-        ValueError: bad policy settings (:class:`FlowPolicy`).
+        ConfigError: bad policy settings (:class:`FlowPolicy`).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,

@@ -28,6 +28,7 @@ from robotrl.agents.diffusion.networks import build_denoiser
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.flow.sampling import euler_sample, euler_times
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import ConfigError
 
 
 class FlowPolicy(nn.Module):
@@ -45,7 +46,7 @@ class FlowPolicy(nn.Module):
             ``None``: off). The final chunk is always clamped to ``[-1, 1]``.
 
     Raises:
-        ValueError: ``act_steps`` outside ``[1, Ta]``, ``flow_steps < 1``, or a bad denoiser.
+        ConfigError: ``act_steps`` outside ``[1, Ta]``, ``flow_steps < 1``, or a bad denoiser.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_horizon: int = 1, action_horizon: int = 4,
@@ -53,7 +54,7 @@ class FlowPolicy(nn.Module):
                  obs_clip: float | None = 10.0, x_clip: float | None = 1.0):
         super().__init__()
         if not 1 <= act_steps <= action_horizon:
-            raise ValueError(f"act_steps Te={act_steps} must be in [1, Ta={action_horizon}]")
+            raise ConfigError(f"agent.model.act_steps Te={act_steps} must be in [1, Ta={action_horizon}]")
         euler_times(flow_steps)  # validates K
         self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
         self.To, self.Ta, self.Te, self.K = int(obs_horizon), int(action_horizon), int(act_steps), int(flow_steps)
@@ -63,8 +64,11 @@ class FlowPolicy(nn.Module):
                           denoiser_kwargs=dict(denoiser_kwargs or {}), obs_clip=obs_clip, x_clip=self.x_clip)
         self.obs_normalizer = ObservationNormalizer(np.zeros(obs_dim), np.ones(obs_dim), clip=obs_clip)
         self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
-        self.velocity = build_denoiser(denoiser, self.obs_dim, self.action_dim, self.To, self.Ta,
-                                       **(denoiser_kwargs or {}))
+        try:
+            self.velocity = build_denoiser(denoiser, self.obs_dim, self.action_dim, self.To, self.Ta,
+                                           **(denoiser_kwargs or {}))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"agent.model.denoiser / denoiser_kwargs: {exc}") from exc
         self._hist: torch.Tensor | None = None  # (N, To, Do) raw
         self._queue: torch.Tensor | None = None  # (N, Te, Da) raw
         self._qpos = np.zeros(0, np.int64)

@@ -18,15 +18,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from robotrl.errors import ConfigError
+
 
 def euler_times(K: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Times ``t_i = i/K`` ``(K,)`` float32 of a ``K``-step Euler chain.
 
     Raises:
-        ValueError: ``K < 1``.
+        ConfigError: ``K < 1``.
     """
     if K < 1:
-        raise ValueError(f"flow_steps K must be >= 1, got {K}")
+        raise ConfigError(f"agent.model.flow_steps (K Euler steps) must be >= 1, got {K}")
     return torch.arange(K, device=device, dtype=torch.float32) / K
 
 
@@ -62,7 +64,7 @@ def euler_sample(net: nn.Module, cond: torch.Tensor, x0: torch.Tensor, K: int, *
     clamped to ``[-1, 1]`` (the action box in normalised units), ``(B, Ta, Da)``.
 
     Raises:
-        ValueError: ``K < 1``.
+        ConfigError: ``K < 1``.
     """
     ts = euler_times(K, cond.device)
     x = x0

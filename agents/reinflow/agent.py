@@ -83,7 +83,7 @@ class ReinFlowAgent:
         device, seed: torch device; seed of the chain noise and minibatch order.
 
     Raises:
-        ConfigError: ``repeat_samples < 1`` or ``flow_steps < 1``; ValueError: bad flow/noise settings.
+        ConfigError: ``repeat_samples < 1``, ``flow_steps < 1`` or bad flow/noise settings.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,

@@ -24,6 +24,7 @@ from robotrl.agents.diffusion.networks import SinusoidalEmbedding
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.agents.flow.sampling import euler_mean, euler_times
 from robotrl.agents.reinflow.loss import bounded_std
+from robotrl.errors import ConfigError
 from robotrl.networks import MLP
 
 
@@ -42,7 +43,7 @@ class NoiseNet(nn.Module):
         use_x: also condition on the latent ``x_t`` (ReinFlow: off).
 
     Raises:
-        ValueError: ``not 0 < std_min <= std_max``.
+        ConfigError: ``not 0 < std_min <= std_max``.
     """
 
     def __init__(self, cond_dim: int, action_horizon: int, action_dim: int, *, hidden: Sequence[int] = (64, 64),
@@ -61,10 +62,10 @@ class NoiseNet(nn.Module):
         """Set ``[σ_min, σ_max]``.
 
         Raises:
-            ValueError: ``not 0 < std_min <= std_max``.
+            ConfigError: ``not 0 < std_min <= std_max``.
         """
         if not 0 < std_min <= std_max:
-            raise ValueError(f"noise std bounds must satisfy 0 < std_min <= std_max, got [{std_min}, {std_max}]")
+            raise ConfigError(f"agent.model.std_min/std_max: noise std bounds must satisfy 0 < std_min <= std_max, got [{std_min}, {std_max}]")
         self.std_min.fill_(float(std_min))
         self.std_max.fill_(float(std_max))
 
@@ -83,7 +84,7 @@ class ReinFlowPolicy(FlowPolicy):
         **kwargs: :class:`FlowPolicy` arguments.
 
     Raises:
-        ValueError: bad flow settings or noise bounds.
+        ConfigError: bad flow settings or noise bounds.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, noise_hidden: Sequence[int] = (64, 64),
