@@ -1,0 +1,8 @@
+"""Flow-matching policy (rectified flow over action chunks): ``sampling`` (Euler chain,
+interpolation path), ``loss`` (pure losses), ``policy`` (deployable, chunk queues),
+``agent`` (pretraining update, EMA), ``export`` (traceable fixed-noise sampler)."""
+
+from robotrl.agents.flow.agent import FlowAgent
+from robotrl.agents.flow.policy import FlowPolicy
+
+__all__ = ["FlowAgent", "FlowPolicy"]

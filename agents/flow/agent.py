@@ -1,0 +1,129 @@
+"""Flow-matching behaviour cloning: rectified-flow training on ``(To, Ta)`` windows with EMA.
+
+Rectified flow (Liu et al. 2023) as the ReinFlow repository pretrains its policies
+(ReinFlow/ReinFlow ``model/flow/reflow.py``, ``agent/pretrain/train_reflow_agent.py``:
+uniform ``t``, MSE on the velocity, EMA 0.995). Symbols: ``B`` batch, ``To``/``Do``
+observation history/size, ``Ta``/``Da`` chunk length/action size, ``K`` Euler steps.
+
+The trainer calls :meth:`FlowAgent.sample_batch` (``buffer.sample_sequences(B, To, Ta)``:
+observations ``(B, To, Do)``, actions ``(B, Ta, Da)``, mask ``(B, Ta)``) and then
+:meth:`update`: ``x1`` = normalised action chunk clamped to ``[-1, 1]``, ``x0 ~ N(0, I)``,
+``t ~ U[0, 1)``, ``x_t = (1-t)·x0 + t·x1``, loss ``‖v_θ(x_t, t, o) − (x1 − x0)‖²`` over the
+valid chunk entries. The trained network is ``agent.model``; the deployable
+``agent.policy`` holds its exponential moving average (what evaluation and checkpoints'
+``policy`` use), exactly as :class:`~robotrl.agents.diffusion.DiffusionAgent` does.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from robotrl.agents.flow.loss import flow_matching_loss
+from robotrl.agents.flow.policy import FlowPolicy
+from robotrl.agents.flow.sampling import interpolate
+from robotrl.data.batch import Batch
+from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+
+
+@torch.no_grad()
+def ema_update(target: nn.Module, source: nn.Module, decay: float) -> None:
+    """``θ_target ← decay·θ_target + (1−decay)·θ_source`` (parameters); buffers copied."""
+    for pe, pm in zip(target.parameters(), source.parameters()):
+        pe.lerp_(pm, 1.0 - decay)
+    for be, bm in zip(target.buffers(), source.buffers()):
+        be.copy_(bm)
+
+
+class FlowAgent:
+    """Rectified-flow behaviour cloning over action chunks.
+
+    Args:
+        obs_dim, action_dim: ``Do``, ``Da`` (derived by the trainer).
+        obs_normalizer, action_scaler: dataset statistics / env bounds.
+        obs_horizon, action_horizon, act_steps, flow_steps, denoiser, denoiser_kwargs, obs_clip,
+            x_clip: see :class:`~robotrl.agents.flow.policy.FlowPolicy`.
+        lr, weight_decay, max_grad_norm: AdamW settings and max gradient norm (``None``: off).
+        ema_decay: EMA decay of the deployed weights; ``ema_start``: updates before which
+            the EMA copies the weights.
+        device: torch device; seed: seed of the noise / time generator.
+
+    Raises:
+        ConfigError: bad policy settings (:class:`FlowPolicy`).
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
+                 action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,
+                 flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
+                 obs_clip: float | None = 10.0, x_clip: float | None = 1.0, lr: float = 1e-4,
+                 weight_decay: float = 1e-6, max_grad_norm: float | None = 1.0, ema_decay: float = 0.995,
+                 ema_start: int = 1000, device: str | torch.device = "cpu", seed: int = 0):
+        self.device = torch.device(device)
+        self.policy = FlowPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
+                                 act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
+                                 denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip)
+        self.policy.set_normalizers(obs_normalizer, action_scaler)
+        self.policy.to(self.device).eval()
+        self.model = copy.deepcopy(self.policy.velocity).train()
+        self.policy.velocity.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
+        self.num_updates = 0
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    # ------------------------------------------------------------------ data
+    def sample_batch(self, buffer, batch_size: int) -> Batch:
+        """``(To, Ta)`` windows from ``buffer`` (:meth:`ReplayBuffer.sample_sequences`)."""
+        return buffer.sample_sequences(batch_size, self.policy.To, self.policy.Ta)
+
+    # ------------------------------------------------------------------ training
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """Flow-matching loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``, actions ``(B,Ta,Da)``)."""
+        p = self.policy
+        obs = batch.observations.to(self.device)
+        if obs.ndim == 2:
+            obs = obs[:, None]
+        x1 = p.action_scaler.normalize(batch.actions.to(self.device)).clamp(-1.0, 1.0)
+        if x1.ndim == 2:
+            x1 = x1[:, None]
+        B = x1.shape[0]
+        t = torch.rand((B,), device=self.device, generator=self.gen)
+        x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
+        x_t, v = interpolate(x0, x1, t)
+        mask = batch.mask.to(self.device) if batch.mask is not None else None
+        return flow_matching_loss(self.model(x_t, t, p.condition(obs)), v, mask)
+
+    def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
+        loss = self.loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm or float("inf"))
+        self.optimizer.step()
+        self.num_updates += 1
+        ema_update(self.policy.velocity, self.model, 0.0 if self.num_updates <= self.ema_start else self.ema_decay)
+        return {"loss": loss.detach(), "grad_norm": gn.detach()}
+
+    # ------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Stateless acting: first action of a fresh chunk per env ``(N, Da)`` raw (``To = 1`` semantics)."""
+        x = torch.as_tensor(np.asarray(obs, np.float32), device=self.device)
+        return self.policy.predict_chunk(x[:, None].expand(-1, self.policy.To, -1))[:, 0].cpu().numpy()
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Trained and EMA weights, normalisers, optimizer, counters, RNG."""
+        return {"model": self.model.state_dict(), "policy": self.policy.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "num_updates": self.num_updates, "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self.model.load_state_dict(state["model"])
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = int(state["num_updates"])
+        self.gen.set_state(state["gen"])

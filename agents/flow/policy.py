@@ -1,0 +1,121 @@
+"""The deployable flow-matching policy: normalisers + velocity network (EMA weights) + chunk queues.
+
+Rectified-flow policy over action chunks (Liu et al. 2023; the ReinFlow repository's
+``ReFlow``/``FlowMLP``, ReinFlow/ReinFlow ``model/flow/``). Symbols: ``B``/``N`` batch /
+envs, ``To`` observation history, ``Do`` observation size, ``Ta`` predicted chunk, ``Te``
+executed steps per chunk (``act_steps``), ``Da`` action size, ``K`` Euler steps.
+
+The velocity network is one of the diffusion denoisers
+(:func:`robotrl.agents.diffusion.networks.build_denoiser`: residual MLP, plain MLP or 1D
+UNet) fed the continuous time ``t ∈ [0, 1)`` instead of an integer timestep (its
+sinusoidal embedding takes floats). Inference draws ``x_0 ~ N(0, I)`` and integrates
+``K`` Euler steps (:func:`~robotrl.agents.flow.sampling.euler_sample`); no noise is
+injected, so for a given ``x_0`` the chunk is a deterministic function of the history.
+
+``forward(obs (N, Do) raw) -> action (N, Da) raw`` acts per env step with the same
+history/queue semantics as :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy`
+(its per-step methods are reused as they are); :meth:`predict_chunk` is the stateless
+path ``(B, To, Do) -> (B, Ta, Da)`` raw.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from robotrl.agents.diffusion.networks import build_denoiser
+from robotrl.agents.diffusion.policy import DiffusionPolicy
+from robotrl.agents.flow.sampling import euler_sample, euler_times
+from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import ConfigError
+
+
+class FlowPolicy(nn.Module):
+    """Rectified-flow action-chunk policy with ``K``-step Euler inference.
+
+    Args:
+        obs_dim, action_dim: ``Do``, ``Da``.
+        obs_horizon, action_horizon, act_steps: ``To``, ``Ta``, ``Te`` (``Te <= Ta``).
+        flow_steps: ``K``, Euler steps at inference (an inference setting, not part of the
+            network: a policy trained once samples with any ``K``).
+        denoiser: ``"mlp"`` (residual), ``"plain_mlp"`` or ``"unet"``; ``denoiser_kwargs``
+            go to its constructor (``hidden``, ``time_dim``, ``act`` / ``channels``).
+        obs_clip: clamp of normalised observations.
+        x_clip: clamp of the intermediate latents after each Euler step (ReinFlow: 1;
+            ``None``: off). The final chunk is always clamped to ``[-1, 1]``.
+
+    Raises:
+        ConfigError: ``act_steps`` outside ``[1, Ta]``, ``flow_steps < 1``, or a bad denoiser.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, obs_horizon: int = 1, action_horizon: int = 4,
+                 act_steps: int = 4, flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
+                 obs_clip: float | None = 10.0, x_clip: float | None = 1.0):
+        super().__init__()
+        if not 1 <= act_steps <= action_horizon:
+            raise ConfigError(f"agent.model.act_steps Te={act_steps} must be in [1, Ta={action_horizon}]")
+        euler_times(flow_steps)  # validates K
+        self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
+        self.To, self.Ta, self.Te, self.K = int(obs_horizon), int(action_horizon), int(act_steps), int(flow_steps)
+        self.x_clip = None if x_clip is None else float(x_clip)
+        self._spec = dict(obs_dim=self.obs_dim, action_dim=self.action_dim, obs_horizon=self.To,
+                          action_horizon=self.Ta, act_steps=self.Te, flow_steps=self.K, denoiser=denoiser,
+                          denoiser_kwargs=dict(denoiser_kwargs or {}), obs_clip=obs_clip, x_clip=self.x_clip)
+        self.obs_normalizer = ObservationNormalizer(np.zeros(obs_dim), np.ones(obs_dim), clip=obs_clip)
+        self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
+        try:
+            self.velocity = build_denoiser(denoiser, self.obs_dim, self.action_dim, self.To, self.Ta,
+                                           **(denoiser_kwargs or {}))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"agent.model.denoiser / denoiser_kwargs: {exc}") from exc
+        self._hist: torch.Tensor | None = None  # (N, To, Do) raw
+        self._queue: torch.Tensor | None = None  # (N, Te, Da) raw
+        self._qpos = np.zeros(0, np.int64)
+        self._fresh = np.zeros(0, bool)
+
+    # the per-env history / chunk-queue machinery is the diffusion policy's, unchanged
+    set_normalizers = DiffusionPolicy.set_normalizers
+    condition = DiffusionPolicy.condition
+    forward = DiffusionPolicy.forward
+    reset = DiffusionPolicy.reset
+    _restart = DiffusionPolicy._restart
+    chunk_len = DiffusionPolicy.chunk_len
+    act_steps = DiffusionPolicy.act_steps
+
+    def spec(self) -> dict:
+        """Constructor kwargs (JSON-able)."""
+        return {**self._spec, "denoiser_kwargs": dict(self._spec["denoiser_kwargs"])}
+
+    def export_module(self, seed: int = 0) -> nn.Module:
+        """Traceable ``obs (B, Do) -> chunk (B, Ta, Da)`` with a fixed ``x_0``, for TorchScript/ONNX.
+
+        See :class:`~robotrl.agents.flow.export.FlowChunkExport`.
+        """
+        from robotrl.agents.flow.export import FlowChunkExport
+
+        return FlowChunkExport(self, seed=seed)
+
+    # ------------------------------------------------------------------ stateless
+    @torch.no_grad()
+    def sample_normalized(self, cond: torch.Tensor, *, steps: int | None = None, x0: torch.Tensor | None = None,
+                          generator: torch.Generator | None = None) -> torch.Tensor:
+        """Chunk ``(B, Ta, Da)`` in ``[-1, 1]`` for a normalised condition ``(B, To, Do)``.
+
+        Args:
+            steps: Euler steps (default ``K``); x0: starting noise ``(B, Ta, Da)`` (default: drawn
+                from ``N(0, I)`` with ``generator``).
+        """
+        if x0 is None:
+            x0 = torch.randn((cond.shape[0], self.Ta, self.action_dim), device=cond.device, generator=generator)
+        return euler_sample(self.velocity, cond, x0, int(steps or self.K), x_clip=self.x_clip)
+
+    @torch.no_grad()
+    def predict_chunk(self, obs_hist: torch.Tensor, *, steps: int | None = None) -> torch.Tensor:
+        """Raw history ``(B, To, Do)`` (or ``(B, Do)`` when ``To == 1``) → raw chunk ``(B, Ta, Da)``.
+
+        ``steps``: Euler steps (default ``K``).
+        """
+        if obs_hist.ndim == 2:
+            obs_hist = obs_hist[:, None]
+        return self.action_scaler.unnormalize(self.sample_normalized(self.condition(obs_hist), steps=steps))

@@ -1,0 +1,251 @@
+"""ReinFlow: PPO over the noisy Euler chain of a pretrained flow-matching policy.
+
+Zhang et al. 2025, "ReinFlow: Fine-tuning Flow Matching Policy with Online Reinforcement
+Learning" (ReinFlow/ReinFlow ``model/flow/ft_ppo/ppoflow.py``,
+``agent/finetune/reinflow/train_ppo_flow_agent.py``). Symbols: ``T`` chunk steps per env
+per iteration, ``N`` envs, ``S`` valid env steps of a rollout, ``K`` Euler steps, ``M``
+minibatch of env steps, ``To``/``Do``, ``Ta``/``Te``/``Da`` as in :mod:`robotrl.agents.flow`.
+
+Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
+
+1. Rollout: each chunk is a noisy chain ``x_0 … x_K`` ``(N, K+1, Ta, Da)`` of
+   :meth:`ReinFlowPolicy.sample_noisy_chain` (noise std from the learnable noise network,
+   bounded in ``[σ_min, σ_max]``); ``clip(x_K, ±1)``'s first ``Te`` actions are executed.
+2. Rewards scaled by the running std of the discounted return; GAE over chunk steps
+   (:func:`robotrl.agents.ppo.update.gae_targets`), ``V`` on the observation history only.
+3. One PPO ratio per env step: the chain's exact log-likelihood
+   (:func:`~robotrl.agents.reinflow.loss.chain_log_prob`, normalised by ``(K+1)·Ta·Da`` and
+   clamped to ``[logprob_min, logprob_max]``, as ReinFlow does), advantages normalised per
+   minibatch, clip ``ε``; loss ``pg − ent_coef·H + vf_coef·V-loss + bc_coef·W2``, one backward,
+   actor (velocity + noise nets) and critic stepped together; early stop on approx KL.
+4. After the update the noise upper bound follows ReinFlow's ``learn_decay`` schedule
+   (:func:`~robotrl.agents.reinflow.loss.decayed_max_std`) when ``noise_decay_iters`` is set.
+
+Deviations from the reference (also listed in ``configs/agent/reinflow.yaml``): the log-prob
+is taken on the unclamped final sample (ReinFlow clamps ``x_K`` to the action box first and
+scores the clamped value, which is not that sample's density); the sampling std is the noise
+net's (ReinFlow floors it at ``min_sampling_denoising_std = σ_min``, the same thing); learning
+rates are constant (the reference uses cosine schedules with warmup); the critic is a plain
+MLP (the reference: residual).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from robotrl.agents.flow.sampling import euler_sample
+from robotrl.agents.ppo.loss import normalize_advantages, ppo_policy_loss, value_loss
+from robotrl.agents.ppo.update import ONPOLICY_STATE, gae_targets, load_state, minibatch_epochs, save_state
+from robotrl.agents.reinflow.loss import chain_entropy, chain_log_prob, decayed_max_std, w2_bc_loss
+from robotrl.agents.reinflow.policy import ReinFlowPolicy
+from robotrl.checkpoint import load_checkpoint
+from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import CheckpointError, ConfigError
+from robotrl.networks import ValueNet
+from robotrl.onpolicy import Rollout
+
+#: Settings of the flow network that a pretrained checkpoint and this agent must share.
+_ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoiser", "denoiser_kwargs")
+#: What the agent saves: the on-policy state plus the frozen pretrained velocity net (the BC reference).
+_STATE = (*ONPOLICY_STATE, "ref_velocity")
+
+
+class ReinFlowAgent:
+    """ReinFlow fine-tuning of a flow-matching policy.
+
+    Args:
+        obs_dim, action_dim, obs_normalizer, action_scaler: as for every agent.
+        obs_horizon, action_horizon, act_steps, denoiser, denoiser_kwargs, obs_clip, x_clip: the flow
+            policy (:class:`~robotrl.agents.flow.policy.FlowPolicy`; must match the pretrained checkpoint).
+        flow_steps: ``K``, Euler steps of the fine-tuned chain (ReinFlow Gym: 4).
+        noise_hidden, noise_act, noise_time_dim, noise_uses_x: the noise network (``[64, 64]``, tanh).
+        std_min, std_max: noise std bounds (0.10, 0.24).
+        noise_decay_iters: iterations over which ``σ_max`` follows the ``learn_decay`` schedule
+            (``None``: constant bounds); noise_hold_ratio, noise_decay_ratio: its shape (0.35, 0.7).
+        eps_clip: clip of the standard-normal sampling noise (3; ``None``: off).
+        logprob_min, logprob_max: clamp of the normalised chain log-prob (−1, 1).
+        normalize_logprob, include_initial_logprob: :func:`chain_log_prob` options (both on).
+        gamma, gae_lambda: discount (per chunk step) and GAE λ.
+        clip: PPO clip ``ε`` (0.01).
+        actor_lr, actor_weight_decay, critic_lr, critic_weight_decay: AdamW settings.
+        critic_hidden, critic_act: value net.
+        n_epochs, batch_size: epochs and minibatch size in env steps.
+        repeat_samples: each env step appears this many times per epoch (ReinFlow's ``repeat_samples``
+            with its multiplier 10, matching DPPO's number of minibatches); 1: plain PPO epochs.
+        target_kl: early stop of the epochs on approx KL (``None``: off).
+        vf_coef, ent_coef, bc_coef: loss weights (0.5, 0.03, 0).
+        max_grad_norm: gradient clip of actor and critic (``None``: off).
+        critic_warmup_iters: iterations that train the critic only.
+        reward_scaling: running return-std reward scaling.
+        device, seed: torch device; seed of the chain noise and minibatch order.
+
+    Raises:
+        ConfigError: ``repeat_samples < 1``, ``flow_steps < 1`` or bad flow/noise settings.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
+                 action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,
+                 flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
+                 obs_clip: float | None = 10.0, x_clip: float | None = 1.0, noise_hidden=(64, 64),
+                 noise_act: str = "tanh", noise_time_dim: int = 16, noise_uses_x: bool = False,
+                 std_min: float = 0.10, std_max: float = 0.24, noise_decay_iters: int | None = None,
+                 noise_hold_ratio: float = 0.35, noise_decay_ratio: float = 0.7, eps_clip: float | None = 3.0,
+                 logprob_min: float = -1.0, logprob_max: float = 1.0, normalize_logprob: bool = True,
+                 include_initial_logprob: bool = True, gamma: float = 0.99, gae_lambda: float = 0.95,
+                 clip: float = 0.01, actor_lr: float = 4.5e-5, actor_weight_decay: float = 0.0,
+                 critic_lr: float = 6.5e-4, critic_weight_decay: float = 1e-5, critic_hidden=(256, 256, 256),
+                 critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000, repeat_samples: int = 10,
+                 target_kl: float | None = 1.0, vf_coef: float = 0.5, ent_coef: float = 0.03, bc_coef: float = 0.0,
+                 max_grad_norm: float | None = None, critic_warmup_iters: int = 0, reward_scaling: bool = True,
+                 device: str | torch.device = "cpu", seed: int = 0):
+        if flow_steps < 1:
+            raise ConfigError(f"agent.model.flow_steps must be >= 1, got {flow_steps}")
+        if repeat_samples < 1:
+            raise ConfigError(f"agent.model.repeat_samples must be >= 1, got {repeat_samples}")
+        self.device = torch.device(device)
+        self.policy = ReinFlowPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
+                                     act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
+                                     denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip,
+                                     noise_hidden=noise_hidden, noise_act=noise_act, noise_time_dim=noise_time_dim,
+                                     std_min=std_min, std_max=std_max, noise_uses_x=noise_uses_x)
+        self.policy.set_normalizers(obs_normalizer, action_scaler)
+        self.policy.to(self.device).eval()
+        self.ref_velocity = copy.deepcopy(self.policy.velocity).requires_grad_(False)
+        self.critic = ValueNet(obs_horizon * obs_dim, critic_hidden, critic_act).to(self.device)
+        self.actor_opt = torch.optim.AdamW(self.policy.parameters(), lr=actor_lr, weight_decay=actor_weight_decay)
+        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic_lr, weight_decay=critic_weight_decay)
+        self.std_min, self.std_max = float(std_min), float(std_max)
+        self.noise_decay_iters = None if noise_decay_iters is None else int(noise_decay_iters)
+        self.noise_hold_ratio, self.noise_decay_ratio = float(noise_hold_ratio), float(noise_decay_ratio)
+        self.eps_clip = None if eps_clip is None else float(eps_clip)
+        self.logprob_clamp = (float(logprob_min), float(logprob_max))
+        self.normalize_logprob, self.include_initial_logprob = bool(normalize_logprob), bool(include_initial_logprob)
+        self.gamma, self.gae_lambda, self.clip = float(gamma), float(gae_lambda), float(clip)
+        self.n_epochs, self.batch_size, self.repeat_samples = int(n_epochs), int(batch_size), int(repeat_samples)
+        self.target_kl = target_kl
+        self.vf_coef, self.ent_coef, self.bc_coef = float(vf_coef), float(ent_coef), float(bc_coef)
+        self.max_grad_norm, self.critic_warmup_iters = max_grad_norm, int(critic_warmup_iters)
+        self.reward_scaling = bool(reward_scaling)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    # ------------------------------------------------------------------ warm start
+    def load_pretrained(self, path: str) -> None:
+        """Initialise from a flow-BC checkpoint (EMA velocity net → fine-tuned policy and frozen
+        BC reference, normalisers; the noise net starts fresh) or resume from a ReinFlow checkpoint.
+
+        Raises:
+            CheckpointError: another policy class, or a flow network that does not match the config.
+        """
+        state = load_checkpoint(path, map_location=self.device)
+        pol = state.get("policy", {})
+        target = pol.get("target", "")
+        if target.endswith(".ReinFlowPolicy"):
+            self.load_state_dict(state["agent"])
+            return
+        if not target.endswith(".FlowPolicy"):
+            raise CheckpointError(f"{path}: ReinFlow fine-tunes a flow-policy checkpoint (agent=flow), not {target!r}")
+        mine, theirs = self.policy.spec(), pol["kwargs"]
+        diff = {k: (theirs.get(k), mine[k]) for k in _ARCH_KEYS if theirs.get(k) != mine[k]}
+        if diff:
+            raise CheckpointError(f"{path}: pretrained flow policy differs from the ReinFlow config in {diff} "
+                                  "(checkpoint, config)")
+        sd = {k: v for k, v in pol["state_dict"].items() if not k.startswith("noise_net.")}
+        missing, unexpected = self.policy.load_state_dict(sd, strict=False)
+        if unexpected or any(not k.startswith("noise_net.") for k in missing):
+            raise CheckpointError(f"{path}: flow weights do not fit (missing {missing}, unexpected {unexpected})")
+        self.ref_velocity.load_state_dict(self.policy.velocity.state_dict())
+
+    # ------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """Exploratory chunks for histories ``(N, To, Do)``: raw actions ``(N, Te, Da)`` (``(N, Da)`` if
+        ``Te = 1``) and ``{"chains": (N, K+1, Ta, Da)}``."""
+        p = self.policy
+        cond = p.condition(torch.as_tensor(obs_hist, device=self.device))
+        chain = p.sample_noisy_chain(cond, eps_clip=self.eps_clip, generator=self.gen)
+        a = p.action_scaler.unnormalize(chain[:, -1, : p.Te].clamp(-1.0, 1.0)).cpu().numpy()
+        return (a[:, 0] if p.Te == 1 else a), {"chains": chain}
+
+    # ------------------------------------------------------------------ chain likelihood
+    def log_prob(self, cond: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clamped chain log-probs ``(M,)`` and entropies ``(M,)`` under the current policy.
+
+        Args:
+            cond: normalised histories ``(M, To, Do)``; chain: ``(M, K+1, Ta, Da)``.
+        """
+        mean, std = self.policy.transitions(cond, chain)
+        kw = dict(include_initial=self.include_initial_logprob, normalize=self.normalize_logprob)
+        return chain_log_prob(chain, mean, std, **kw).clamp(*self.logprob_clamp), chain_entropy(std, **kw)
+
+    # ------------------------------------------------------------------ update
+    def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
+        """Flatten the valid steps: cond ``(S, To, Do)``, chains ``(S, K+1, Ta, Da)``, adv/ret/logp ``(S,)``."""
+        dev, p = self.device, self.policy
+        with torch.no_grad():
+            cond = p.condition(torch.as_tensor(ro.observations, device=dev).flatten(0, 1))
+            ncond = p.condition(torch.as_tensor(ro.next_observations, device=dev).flatten(0, 1))
+            v, nv = self.critic(cond), self.critic(ncond)
+        adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
+        d = {"cond": cond[keep], "chains": ro.extras["chains"].to(dev).flatten(0, 1)[keep], "adv": adv[keep],
+             "ret": ret[keep]}
+        with torch.no_grad():
+            d["logp"] = torch.cat([self.log_prob(c, x)[0] for c, x in zip(d["cond"].split(4096), d["chains"].split(4096))])
+        return d
+
+    def _minibatch(self, d: dict, idx: torch.Tensor, train_actor: bool) -> dict[str, torch.Tensor]:
+        s = idx % d["cond"].shape[0]
+        cond = d["cond"][s]
+        vl = value_loss(self.critic(cond), d["ret"][s])
+        out = {"value_loss": vl.detach()}
+        loss = self.vf_coef * vl
+        if train_actor:
+            chain = d["chains"][s]
+            logp, ent = self.log_prob(cond, chain)
+            pl, info = ppo_policy_loss(logp, d["logp"][s], normalize_advantages(d["adv"][s]), self.clip)
+            loss = loss + pl - self.ent_coef * ent.mean()
+            out.update(policy_loss=pl.detach(), entropy=ent.mean().detach(), **info)
+            if self.bc_coef > 0:
+                x0 = chain[:, 0]
+                with torch.no_grad():
+                    ref = euler_sample(self.ref_velocity, cond, x0, self.policy.K, x_clip=self.policy.x_clip)
+                bc = w2_bc_loss(euler_sample(self.policy.velocity, cond, x0, self.policy.K, x_clip=self.policy.x_clip),
+                                ref)
+                loss = loss + self.bc_coef * bc
+                out["bc_loss"] = bc.detach()
+        self.actor_opt.zero_grad(set_to_none=True)
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm)
+        self.critic_opt.step()
+        if train_actor:
+            self.actor_opt.step()
+        return out
+
+    def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
+        """PPO epochs over the rollout's env steps; then the next iteration's noise bounds. Returns mean metrics."""
+        d = self._prepare(ro)
+        train_actor = iteration >= self.critic_warmup_iters
+        S = d["cond"].shape[0]
+        with torch.no_grad():
+            noise_std = float(self.policy.transitions(d["cond"][:256], d["chains"][:256])[1].mean())
+        out = minibatch_epochs(S * self.repeat_samples, lambda idx: self._minibatch(d, idx, train_actor),
+                               n_epochs=self.n_epochs, batch_size=self.batch_size, target_kl=self.target_kl,
+                               generator=self.gen, device=self.device)
+        hi = decayed_max_std(iteration + 1, self.noise_decay_iters, self.std_min, self.std_max,
+                             hold_ratio=self.noise_hold_ratio, decay_ratio=self.noise_decay_ratio)
+        self.policy.noise_net.set_bounds(self.std_min, max(hi, self.std_min))
+        return {**out, "noise_std": noise_std, "noise_std_max": hi}
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Policy (velocity + noise nets), frozen reference, value net, optimizers, RNG."""
+        return save_state(self, _STATE)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of :meth:`state_dict`."""
+        load_state(self, state, _STATE)

@@ -1,0 +1,139 @@
+"""The ReinFlow policy: a flow policy with a learnable noise network on its Euler steps.
+
+ReinFlow (Zhang et al. 2025, ReinFlow/ReinFlow ``model/flow/mlp_flow.py`` ``NoisyFlowMLP``,
+``ExploreNoiseNet``). Symbols: ``B``/``M`` batch, ``To``/``Do`` observation history/size,
+``Ta``/``Da`` chunk length/action size, ``K`` Euler steps.
+
+During fine-tuning each Euler step becomes Gaussian:
+``x_{k+1} ~ N(clip(x_k + v_θ(x_k, t_k, s)/K), σ_θ'(s, t_k[, x_k])²)`` with ``σ`` squashed
+into ``[σ_min, σ_max]`` (:func:`~robotrl.agents.reinflow.loss.bounded_std`), a
+discrete-time Markov chain with an exact likelihood. The deployable behaviour —
+``forward``, :meth:`predict_chunk`, evaluation, export — is the inherited deterministic
+flow with the noise off, on the fine-tuned velocity network. The noise network is kept in
+the policy (small) so that a checkpoint's policy describes the exploratory chain too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from robotrl.agents.diffusion.networks import SinusoidalEmbedding
+from robotrl.agents.flow.policy import FlowPolicy
+from robotrl.agents.flow.sampling import euler_mean, euler_times
+from robotrl.agents.reinflow.loss import bounded_std
+from robotrl.errors import ConfigError
+from robotrl.networks import MLP
+
+
+class NoiseNet(nn.Module):
+    """``σ_θ'(s, t[, x_t])``: ``(x (B,Ta,Da), t (B,), cond (B,To,Do)) -> std (B,Ta,Da)`` in ``[σ_min, σ_max]``.
+
+    Input ``[cond flat, sinusoidal(t)]`` (and ``x`` flat with ``use_x``) → MLP → ReinFlow's
+    tanh squashing of ``log σ²``. The bounds are buffers (the ``learn_decay`` schedule lowers
+    ``σ_max`` during fine-tuning; checkpoints keep the current bounds).
+
+    Args:
+        cond_dim: ``To·Do``; action_horizon, action_dim: ``Ta``, ``Da``.
+        hidden, act: MLP widths and activation (ReinFlow: ``[64, 64]``, tanh).
+        time_dim: size of the time embedding.
+        std_min, std_max: bounds (ReinFlow Gym: 0.10, 0.24).
+        use_x: also condition on the latent ``x_t`` (ReinFlow: off).
+
+    Raises:
+        ConfigError: ``not 0 < std_min <= std_max``.
+    """
+
+    def __init__(self, cond_dim: int, action_horizon: int, action_dim: int, *, hidden: Sequence[int] = (64, 64),
+                 act: str = "tanh", time_dim: int = 16, std_min: float = 0.10, std_max: float = 0.24,
+                 use_x: bool = False):
+        super().__init__()
+        self.shape, self.use_x = (action_horizon, action_dim), bool(use_x)
+        self.time_emb = SinusoidalEmbedding(time_dim)
+        d_in = cond_dim + time_dim + (action_horizon * action_dim if use_x else 0)
+        self.net = MLP(d_in, action_horizon * action_dim, list(hidden), act=act)
+        self.register_buffer("std_min", torch.tensor(0.0))
+        self.register_buffer("std_max", torch.tensor(0.0))
+        self.set_bounds(std_min, std_max)
+
+    def set_bounds(self, std_min: float, std_max: float) -> None:
+        """Set ``[σ_min, σ_max]``.
+
+        Raises:
+            ConfigError: ``not 0 < std_min <= std_max``.
+        """
+        if not 0 < std_min <= std_max:
+            raise ConfigError(f"agent.model.std_min/std_max: noise std bounds must satisfy 0 < std_min <= std_max, got [{std_min}, {std_max}]")
+        self.std_min.fill_(float(std_min))
+        self.std_max.fill_(float(std_max))
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        B = x.shape[0]
+        parts = [cond.reshape(B, -1), self.time_emb(t)] + ([x.reshape(B, -1)] if self.use_x else [])
+        raw = self.net(torch.cat(parts, dim=-1)).view(B, *self.shape)
+        return bounded_std(raw, self.std_min, self.std_max)
+
+
+class ReinFlowPolicy(FlowPolicy):
+    """A :class:`FlowPolicy` (deterministic when deployed) plus the noise network of its fine-tuning chain.
+
+    Args:
+        noise_hidden, noise_act, noise_time_dim, std_min, std_max, noise_uses_x: :class:`NoiseNet`.
+        **kwargs: :class:`FlowPolicy` arguments.
+
+    Raises:
+        ConfigError: bad flow settings or noise bounds.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, *, noise_hidden: Sequence[int] = (64, 64),
+                 noise_act: str = "tanh", noise_time_dim: int = 16, std_min: float = 0.10, std_max: float = 0.24,
+                 noise_uses_x: bool = False, **kwargs):
+        super().__init__(obs_dim, action_dim, **kwargs)
+        self.noise_net = NoiseNet(self.To * self.obs_dim, self.Ta, self.action_dim, hidden=noise_hidden,
+                                  act=noise_act, time_dim=noise_time_dim, std_min=std_min, std_max=std_max,
+                                  use_x=noise_uses_x)
+        self._spec.update(noise_hidden=list(noise_hidden), noise_act=noise_act, noise_time_dim=int(noise_time_dim),
+                          std_min=float(std_min), std_max=float(std_max), noise_uses_x=bool(noise_uses_x))
+
+    def spec(self) -> dict:
+        """Constructor kwargs (JSON-able)."""
+        return {**super().spec(), "noise_hidden": list(self._spec["noise_hidden"])}
+
+    def transitions(self, cond: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Means and stds ``(M, K, Ta, Da)`` of every transition of recorded chains, in one batched pass.
+
+        Args:
+            cond: normalised histories ``(M, To, Do)``; chain: ``(M, K+1, Ta, Da)`` (only ``x_0 … x_{K-1}`` are read).
+        """
+        M, K = chain.shape[0], chain.shape[1] - 1
+        x = chain[:, :K].flatten(0, 1)
+        t = euler_times(K, chain.device).repeat(M)
+        c = cond.repeat_interleave(K, dim=0)
+        mean = euler_mean(self.velocity, x, t, c, 1.0 / K, self.x_clip)
+        std = self.noise_net(x, t, c)
+        shape = (M, K, self.Ta, self.action_dim)
+        return mean.view(shape), std.view(shape)
+
+    @torch.no_grad()
+    def sample_noisy_chain(self, cond: torch.Tensor, *, eps_clip: float | None = 3.0,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
+        """Exploratory chains ``(B, K+1, Ta, Da)`` (``x_0`` … unclamped ``x_K``) for ``cond (B, To, Do)``.
+
+        ``eps_clip``: standard-normal noise clipped to ``±eps_clip`` (ReinFlow ``randn_clip_value`` 3;
+        ``None``: unclipped, the chain then follows its Gaussian likelihood exactly).
+        """
+        B = cond.shape[0]
+        x = torch.randn((B, self.Ta, self.action_dim), device=cond.device, generator=generator)
+        chain = [x]
+        ts = euler_times(self.K, cond.device)
+        for i in range(self.K):
+            t = ts[i].expand(B)
+            mean = euler_mean(self.velocity, x, t, cond, 1.0 / self.K, self.x_clip)
+            eps = torch.randn(mean.shape, device=mean.device, generator=generator)
+            if eps_clip is not None:
+                eps = eps.clamp(-eps_clip, eps_clip)
+            x = mean + self.noise_net(x, t, cond) * eps
+            chain.append(x)
+        return torch.stack(chain, dim=1)

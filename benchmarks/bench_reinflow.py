@@ -1,0 +1,255 @@
+"""Flow policies: chunk-inference latency (flow 1/2/4 Euler steps vs diffusion DDIM-5) and
+ReinFlow vs DPPO fine-tuning from equally trained pretrained policies.
+
+``latency`` — one chunk ``(1, Ta, Da)`` at batch 1, one torch thread, for (i) the policies'
+``predict_chunk`` (normalisers, sampling, unnormalising) and (ii) their TorchScript-traced
+export modules (fixed noise, what ``real_robot`` deploys). Same denoiser network for both
+families: the configs' state-task residual MLP (3x512, Mish, time_dim 16), Hopper sizes
+(``Do`` 11, ``Da`` 3, ``To`` 1, ``Ta`` 4); diffusion K = 20 trained steps sampled with DDIM-5
+(η = 0). Timed round-robin (``_common.run_interleaved``): each repeat runs a block of calls of
+every contender back to back; ratios are paired per repeat (robust to a shared machine's drift).
+
+``learning`` — the DPPO benchmark's task and setting (``benchmarks/bench_dppo_learning.py``:
+PointMaze UMaze, fixed reset and goal, dense reward, 50-step episodes, data from the noisy
+planner with a +0.5 action bias, 10 envs x 2 episodes per iteration, same env-step budget,
+same eval: 3 seed sets x 50 episodes). Per seed a diffusion policy (DPPO's bench network: 2x64
+residual MLP, K=5) and a flow policy (same network, K=4 Euler steps) are behaviour-cloned with
+the same updates, batch and lr; DPPO fine-tunes with ``bench_dppo_learning.DPPO_ARGS`` and
+ReinFlow with ``REINFLOW_ARGS`` (ReinFlowAgent's defaults = the ReinFlow Gym reference, with the
+same task-size changes as DPPO's). Reported: pretrained and fine-tuned returns, fine-tuning
+wall time (training only, evaluation excluded), and ReinFlow / DPPO wall-time ratio.
+
+Usage (single torch thread; run niced and never beside another timing benchmark)::
+
+    nice -n 19 python benchmarks/bench_reinflow.py latency --out benchmarks/results/reinflow_latency.json
+    nice -n 19 python benchmarks/bench_reinflow.py learning --seeds 0 1 2 --env-steps 20000 \
+        --out benchmarks/results/reinflow_learning.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Case, command_line, environment, learning_result, paired_ratio, run_interleaved, set_threads, write_json  # noqa: E402,I001
+
+NET = {"hidden": [512, 512, 512], "time_dim": 16, "act": "mish"}
+SIZES = dict(obs_dim=11, action_dim=3)
+HORIZONS = dict(obs_horizon=1, action_horizon=4, act_steps=4)
+FLOW_STEPS = (1, 2, 4)
+
+# ReinFlow: ReinFlowAgent's defaults = the reference's Gym values (clip 0.01, actor lr 4.5e-5, critic lr 6.5e-4,
+# target KL 1, ent 0.03, σ in [0.10, 0.24] with learn_decay, log-prob clamp [-1, 1], repeat_samples 10, 5 epochs);
+# only what the task and the pretrained policy size fix is set, the same values as DPPO_ARGS:
+REINFLOW_ARGS = dict(
+    flow_steps=4,            # the reference's Gym K (DPPO here: K = K' = 5)
+    gamma=0.95,              # per 4-step chunk, as DPPO_ARGS
+    critic_hidden=[64, 64],  # as DPPO_ARGS
+    batch_size=500,          # env steps per minibatch, as DPPO_ARGS's pairs
+    repeat_samples=5,        # the reference repeats each env step 10x = its DPPO K'=10, so both run as many
+                             # minibatches; DPPO_ARGS has K'=5
+    critic_warmup_iters=2,   # as DPPO_ARGS
+    noise_decay_iters=None,  # set from the budget in fine_tune_reinflow (iterations of the run)
+)
+
+
+def latency(args) -> dict:
+    from robotrl.agents.diffusion import DiffusionPolicy
+    from robotrl.agents.flow import FlowPolicy
+
+    torch.manual_seed(0)
+    flow = FlowPolicy(**SIZES, **HORIZONS, flow_steps=1, denoiser="mlp", denoiser_kwargs=NET).eval()
+    diff = DiffusionPolicy(**SIZES, **HORIZONS, denoising_steps=20, denoiser="mlp", denoiser_kwargs=NET,
+                           sampler="ddim", ddim_steps=5, ddim_eta=0.0).eval()
+    obs = torch.randn(1, 1, SIZES["obs_dim"])
+    cases = [Case(f"flow_{k}", (lambda k=k: (flow.predict_chunk(obs, steps=k), 1)[1])) for k in FLOW_STEPS]
+    cases.append(Case("ddim_5", lambda: (diff.predict_chunk(obs), 1)[1]))
+    exported = {}
+    with torch.no_grad():
+        for k in FLOW_STEPS:
+            flow.K = k
+            exported[f"flow_{k}_traced"] = torch.jit.trace(flow.export_module(), obs[:, 0])
+        flow.K = 1
+        exported["ddim_5_traced"] = torch.jit.trace(diff.export_module(), obs[:, 0])
+    for name, mod in exported.items():
+        cases.append(Case(name, (lambda mod=mod: (mod(obs[:, 0]), 1)[1])))
+    with torch.no_grad():
+        run_interleaved(cases, repeats=args.repeats, warmup=args.warmup, block_s=args.block_s)
+    by = {c.name: c for c in cases}
+    rows = {c.name: {"ms_median": 1e3 * c.median_seconds, "ms_min": 1e3 * min(c.seconds),
+                     "ms_max": 1e3 * max(c.seconds), "calls_per_block": c.calls, "repeats": len(c.seconds)}
+            for c in cases}
+    ratios = {}
+    for k in FLOW_STEPS:
+        ratios[f"flow_{k}_over_ddim_5"] = 1.0 / paired_ratio(by[f"flow_{k}"], by["ddim_5"], time_based=True)
+        ratios[f"flow_{k}_traced_over_ddim_5_traced"] = 1.0 / paired_ratio(by[f"flow_{k}_traced"], by["ddim_5_traced"],
+                                                                           time_based=True)
+    for name, r in rows.items():
+        print(f"{name:>22}: {r['ms_median']:.3f} ms (min {r['ms_min']:.3f})")
+    for name, r in ratios.items():
+        print(f"{name:>36}: {r:.3f}")
+    return {"benchmark": "reinflow_latency", "setting": {"network": NET, **SIZES, **HORIZONS, "batch": 1,
+                                                        "threads": torch.get_num_threads(), "diffusion_K": 20,
+                                                        "ddim_steps": 5, "flow_steps": list(FLOW_STEPS)},
+            "latency": rows, "ratios": ratios,
+            "one_step_under_0_5_ms": {"predict_chunk": rows["flow_1"]["ms_median"] < 0.5,
+                                      "traced": rows["flow_1_traced"]["ms_median"] < 0.5},
+            "command": command_line(), "argv": list(sys.argv), "environment": environment()}
+
+
+# ---------------------------------------------------------------------- learning
+def pretrain(B, data, seed: int, updates: int, out: Path) -> tuple[Path, Path, float, float]:
+    """Diffusion-BC and flow-BC checkpoints on the (biased) data with the same updates/batch/lr; paths and seconds."""
+    from robotrl.agents.diffusion import DiffusionAgent
+    from robotrl.agents.flow import FlowAgent
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.data import ReplayBuffer
+    from robotrl.policy import policy_state
+
+    on, sc = B.normalizers(data)
+    out.mkdir(parents=True, exist_ok=True)
+    secs = []
+    paths = []
+    for kind in ("diffusion", "flow"):
+        t = time.time()
+        torch.manual_seed(seed)
+        if kind == "diffusion":
+            agent = DiffusionAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, lr=1e-3,
+                                   ema_start=updates // 2, seed=seed, **B.DIFFUSION)
+        else:
+            net = {k: v for k, v in B.DIFFUSION.items() if k != "denoising_steps"}
+            agent = FlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, lr=1e-3,
+                              ema_start=updates // 2, seed=seed, flow_steps=REINFLOW_ARGS["flow_steps"], **net)
+        buf = ReplayBuffer.from_offline(data, seed=seed)
+        for u in range(updates):
+            agent.update(agent.sample_batch(buf, 256), u)
+        p = out / f"{kind}.pt"
+        save_checkpoint(p, {"policy": policy_state(agent.policy)})
+        paths.append(p)
+        secs.append(time.time() - t)
+    return paths[0], paths[1], secs[0], secs[1]
+
+
+def fine_tune_reinflow(B, data, init: Path, seed: int, env_steps: int, run_dir: Path, overrides: dict) -> dict:
+    from robotrl.agents.reinflow import ReinFlowAgent
+    from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
+
+    on, sc = B.normalizers(data)
+    T = 2 * (-(-B.HORIZON // 4) + 1)  # 2 episodes of 13 chunks + 1 reset step each, as DPPO
+    iters = -(-env_steps // (T * B.N_ENVS * 4))
+    net = {k: v for k, v in B.DIFFUSION.items() if k != "denoising_steps"}
+    kw = {**REINFLOW_ARGS, "noise_decay_iters": iters, **overrides}
+    torch.manual_seed(seed)
+    agent = ReinFlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, **net, **kw, seed=seed)
+    agent.load_pretrained(str(init))
+    before = B.score(agent.policy)
+    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=B.N_ENVS, eval_every=10**6, eval_episodes=10,
+                         eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps, progress=False)
+    t = time.time()
+    summary = OnPolicyTrainer(agent, run_dir, cfg, make_train_envs=B.train_envs(4, seed), make_eval_env=B.eval_env,
+                              seed=seed).fit()
+    wall = time.time() - t
+    after = B.score(agent.policy)
+    return {"pretrained": before, "finetuned": after, "env_steps": summary["online_steps"],
+            "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1), "args": kw}
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for it in items:
+        k, _, v = it.partition("=")
+        out[k] = yaml.safe_load(v)
+    return out
+
+
+def learning(args) -> dict:
+    import bench_dppo_learning as B
+
+    from robotrl.collect import collect_pointmaze
+    from robotrl.data import load_dataset
+
+    root = Path(args.minari_root or tempfile.mkdtemp(prefix="bench_reinflow_minari_"))
+    ds_id = f"robotrl/pointmaze/umaze-bench-dppo-{args.data_steps}-v0"
+    path = root / ds_id
+    if not path.exists():
+        path = collect_pointmaze("umaze", num_steps=args.data_steps, seed=0, dataset_id=ds_id, root=root,
+                                 progress=False, ref_episodes=2,
+                                 env_kwargs={"continuing_task": True, "reset_target": True})
+    data = load_dataset(str(path))
+    data = dataclasses.replace(data, actions=np.clip(data.actions + np.float32(args.bias), -1, 1).astype(np.float32))
+    rf_over = _parse_overrides(args.reinflow)
+    rows, work = [], Path(tempfile.mkdtemp(prefix="bench_reinflow_"))
+    for seed in args.seeds:
+        dp, fp, dsec, fsec = pretrain(B, data, seed, args.bc_updates, work / f"pre{seed}")
+        print(f"seed {seed}: pretrained diffusion {dsec:.0f} s, flow {fsec:.0f} s", flush=True)
+        d = B.fine_tune("dppo", data, dp, seed, args.env_steps, work / f"dppo{seed}", dict(B.DPPO_ARGS))
+        r = fine_tune_reinflow(B, data, fp, seed, args.env_steps, work / f"rf{seed}", rf_over)
+        for method, res, sec in (("dppo", d, dsec), ("reinflow", r, fsec)):
+            rows.append({"method": method, "seed": seed, "pretrain_s": round(sec, 1), **res})
+            print(f"  {method:>8}: {res['pretrained']['return']:.2f} -> {res['finetuned']['return']:.2f} "
+                  f"in {res['finetune_wall_s']} s ({res['env_steps']} env steps)", flush=True)
+    summary = {}
+    for m in ("dppo", "reinflow"):
+        rs = [r for r in rows if r["method"] == m]
+        summary[m] = {"pretrained_iqm": B.iqm([r["pretrained"]["return"] for r in rs]),
+                      "finetuned_iqm": B.iqm([r["finetuned"]["return"] for r in rs]),
+                      "finetuned_success_iqm": B.iqm([r["finetuned"]["success_rate"] for r in rs]),
+                      "finetune_wall_s_iqm": B.iqm([r["finetune_wall_s"] for r in rs])}
+    pairs = [(a, b) for a in rows for b in rows if a["method"] == "reinflow" and b["method"] == "dppo"
+             and a["seed"] == b["seed"]]
+    summary["wall_ratio_reinflow_over_dppo_median"] = statistics.median(a["finetune_wall_s"] / b["finetune_wall_s"]
+                                                                        for a, b in pairs)
+    summary["reinflow_reaches_dppo_final_return_seeds"] = sum(a["finetuned"]["return"] >= b["finetuned"]["return"]
+                                                              for a, b in pairs)
+    print(summary)
+    runs = [{"method": {"dppo": "DPPO", "reinflow": "ReinFlow"}[r["method"]], "family": r["method"], "peer": False,
+             "seed": r["seed"], "offline_score": r["pretrained"]["return"],
+             "curve": [[0, r["pretrained"]["return"]], [args.env_steps, r["finetuned"]["return"]]],
+             "success_curve": [[0, r["pretrained"]["success_rate"]], [args.env_steps, r["finetuned"]["success_rate"]]],
+             "wall_s": r["finetune_wall_s"]} for r in rows]
+    return learning_result("reinflow_learning", "PointMaze UMaze fixed goal, dense (DPPO benchmark task)", "return",
+                           [args.env_steps], runs, setting={"bias": args.bias, "data_steps": args.data_steps,
+                                                            "bc_updates": args.bc_updates, "dppo_args": B.DPPO_ARGS,
+                                                            "reinflow_args": {**REINFLOW_ARGS, **rf_over},
+                                                            "network": B.DIFFUSION},
+                           per_run=rows, summary=summary)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+    lat = sub.add_parser("latency")
+    lat.add_argument("--repeats", type=int, default=30)
+    lat.add_argument("--warmup", type=int, default=20)
+    lat.add_argument("--block-s", type=float, default=0.1)
+    lat.add_argument("--out", default="benchmarks/results/reinflow_latency.json")
+    lrn = sub.add_parser("learning")
+    lrn.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    lrn.add_argument("--env-steps", type=int, default=20_000)
+    lrn.add_argument("--data-steps", type=int, default=20_000)
+    lrn.add_argument("--bc-updates", type=int, default=1500)
+    lrn.add_argument("--bias", type=float, default=0.5)
+    lrn.add_argument("--minari-root", default=None)
+    lrn.add_argument("--reinflow", nargs="*", default=[], metavar="KEY=VALUE", help="ReinFlowAgent overrides")
+    lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
+    for p in (lat, lrn):
+        p.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    set_threads(args.threads)
+    res = latency(args) if args.mode == "latency" else learning(args)
+    print("wrote", write_json(Path(args.out).resolve(), res))
+
+
+if __name__ == "__main__":
+    main()
