@@ -365,6 +365,7 @@ class ActorLink:
         self._last_heard = 0.0
         self._last_hello = 0.0
         self._last_ping = 0.0
+        self._last_sync = 0.0
         self._sync_wanted = threading.Event()
         self._sync_done_through = -1
         self.sent_batches = self.resent_batches = self.reconnects = self.welcomes = 0
@@ -501,8 +502,8 @@ class ActorLink:
                     self.sent_batches += 1
                     return
         if self._sync_wanted.is_set() and self._inflight is None and not self._pending_rows and self.spill.batches \
-                and now - self._last_ping > self.ack_timeout_s:
-            self._last_ping = now
+                and now - self._last_sync > self.ack_timeout_s:
+            self._last_sync = self._last_ping = now
             self._send("sync", {"version": self.version})
         elif now - self._last_ping > self.heartbeat_s:
             self._last_ping = now

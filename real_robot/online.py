@@ -41,7 +41,8 @@ import torch
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_arrays, save_checkpoint
 from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import CheckpointError, ConfigError
-from robotrl.real_robot.interface import Observation, ProtocolError, Robot, RobotSpec
+from robotrl.real_robot.client import DeadlineExceeded, RobotCommandError
+from robotrl.real_robot.interface import Observation, ProtocolError, Robot, RobotConnectionError, RobotSpec
 from robotrl.real_robot.learner_link import (
     ActorLink,
     Dedup,
@@ -116,8 +117,23 @@ class RemoteRobot:
     def spec(self) -> RobotSpec:
         return self._spec
 
-    def reset(self, seed: int | None) -> Observation:
-        return self.client.reset(seed)
+    def reset(self, seed: int | None, acquire_wait_s: float = 10.0) -> Observation:
+        """Start an episode. A lease still held by a dead actor (killed, its lease not yet
+        lapsed) is waited for up to ``acquire_wait_s`` (s), never taken over.
+
+        Raises:
+            RobotCommandError: the lease stays held by another client, or the robot refuses the reset.
+        """
+        from robotrl.real_robot.client import RobotCommandError
+
+        end = time.monotonic() + acquire_wait_s
+        while True:
+            try:
+                return self.client.reset(seed)
+            except RobotCommandError as exc:
+                if exc.kind != "lease_held" or time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
 
     def step(self, action: np.ndarray | None) -> tuple[np.ndarray, list[str], Observation]:
         ans = self.client.step(action, timeout_s=self.step_timeout_s)
@@ -203,6 +219,51 @@ class EpisodeRecorder:
         self.dir = Path(directory) / "episodes"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.spec = spec
+        self.journal_path = Path(directory) / "current.journal"
+        self._journal = None
+
+    # The episode in progress goes to an append-only journal (length-prefixed msgpack records,
+    # written through to the OS at every step), so a killed actor loses no step it took:
+    # :meth:`recover` turns a journal left behind into a truncated episode.
+    def append(self, row: dict) -> None:
+        """Journal one step of the episode in progress (before it is handed to the link)."""
+        from robotrl.real_robot.protocol import encode
+
+        if self._journal is None:
+            self._journal = open(self.journal_path, "ab")
+        payload = encode({"v": 2, "type": "step", "dir": "req", "src": "journal", "dst": "", "epoch": "", "seq": 0,
+                          "ts": time.time(), "body": row})
+        self._journal.write(len(payload).to_bytes(4, "little") + payload)
+        self._journal.flush()
+
+    def _read_journal(self) -> list[dict]:
+        from robotrl.real_robot.learner_link import link_limits
+        from robotrl.real_robot.protocol import decode
+
+        data, rows, i = self.journal_path.read_bytes(), [], 0
+        while i + 4 <= len(data):
+            n = int.from_bytes(data[i:i + 4], "little")
+            if i + 4 + n > len(data):
+                break  # the record being written when the process died
+            try:
+                rows.append(decode(data[i + 4:i + 4 + n], link_limits())["body"])
+            except ProtocolError:
+                break
+            i += 4 + n
+        return rows
+
+    def recover(self) -> list[dict]:
+        """Close an episode a killed actor left in the journal: its steps become a recorded
+        episode ending truncated (the last step's next observation as the final one).
+        Returns its rows (empty: nothing to recover)."""
+        if not self.journal_path.exists():
+            return []
+        rows = self._read_journal()
+        if rows:
+            rows[-1]["truncated"] = True
+            self.write(int(rows[0]["episode"]), rows, np.asarray(rows[-1]["next_obs"], np.float32), None)
+        self.journal_path.unlink(missing_ok=True)
+        return rows
 
     def episodes_done(self) -> list[int]:
         """Episode numbers recorded so far (sorted)."""
@@ -227,7 +288,12 @@ class EpisodeRecorder:
                       ("learner_connected", bool), ("weights_version", np.int64), ("n", np.int64), ("step", np.int64),
                       ("time", np.float64), ("rtt_s", np.float64), ("jitter_s", np.float64)):
             out[f"info_{k}"] = first(col(k, dt))
-        return save_arrays(self.dir / f"ep_{episode:06d}.npz", out)
+        path = save_arrays(self.dir / f"ep_{episode:06d}.npz", out)
+        if self._journal is not None:  # the episode is durable as a file: its journal goes
+            self._journal.close()
+            self._journal = None
+        self.journal_path.unlink(missing_ok=True)
+        return path
 
     def load(self, episode: int) -> dict[str, np.ndarray]:
         return load_arrays(self.dir / f"ep_{episode:06d}.npz")
@@ -269,6 +335,9 @@ class ActorSummary:
     link: dict
     drained: bool
     weights_latency_ms: dict
+    missed_steps: int = 0
+    recovered_steps: int = 0
+    resubmitted_steps: int = 0
 
 
 class OnlineActor:
@@ -286,6 +355,9 @@ class OnlineActor:
         max_steps: steps per episode before it is truncated (``None``: the robot's own end).
         wait_weights_s: how long to wait for the first weights before the first episode (s).
         seed: first reset seed (episode ``i`` resets with ``seed + i``) and exploration seed.
+        initial: weights to act with before the learner's first push (``None``: wait for it).
+        max_missed: consecutive unanswered steps after which the robot counts as lost (the
+            episode is recorded, truncated, and :class:`RobotConnectionError` raised).
 
     Raises:
         ConfigError: unknown ``on_learner_lost`` or a negative rate.
@@ -294,7 +366,7 @@ class OnlineActor:
     def __init__(self, robot, link: ActorLink | None, recorder: EpisodeRecorder, *, rate_hz: float,
                  teleop: TeleopDevice | None = None, on_learner_lost: str = "continue", explore: bool = True,
                  max_steps: int | None = None, wait_weights_s: float = 30.0, seed: int = 0,
-                 initial: Weights | None = None):
+                 initial: Weights | None = None, max_missed: int = 10):
         if on_learner_lost not in LOST_MODES:
             raise ConfigError(f"on_learner_lost must be one of {LOST_MODES}, got {on_learner_lost!r}")
         if rate_hz < 0:
@@ -308,10 +380,17 @@ class OnlineActor:
         if initial is not None:
             self.holder.load(initial)
         c = link.spill.counters if link is not None else {"next_n": 0, "next_episode": 0}
+        recovered = recorder.recover()  # an episode a killed actor left unfinished: recorded, truncated
+        unsent = [r for r in recovered if int(r["n"]) >= int(c["next_n"])]  # journaled, never spilled
+        if link is not None:
+            for r in unsent:
+                link.submit(r)
         done = recorder.episodes_done()
-        self.next_n = int(c["next_n"])
+        self.recovered_steps, self.resubmitted_steps = len(recovered), len(unsent)
+        self.next_n = max(int(c["next_n"]), int(recovered[-1]["n"]) + 1 if recovered else 0)
         self.next_episode = max(int(c["next_episode"]), (done[-1] + 1) if done else 0)
-        self.late = 0
+        self.late = self.missed = 0
+        self.max_missed = int(max_missed)
 
     def _refresh_weights(self) -> None:
         if self.link is None:
@@ -341,7 +420,7 @@ class OnlineActor:
         rows: list[dict] = []
         nan = np.full(self.spec.action.dim, np.nan, np.float32)
         t0 = time.monotonic()
-        k = 0
+        k = missed = 0
         stats = {"lost": 0, "held": 0}
         while self.max_steps is None or k < self.max_steps:
             t_sched = t0 + k * self.period
@@ -366,7 +445,27 @@ class OnlineActor:
                 a_pol = self.holder.act(obs.state)
             a_cmd = cmd.action if cmd.engaged and cmd.action is not None else a_pol
             t_send = time.perf_counter()
-            applied, flags, nxt = self.robot.step(a_cmd)
+            try:
+                applied, flags, nxt = self.robot.step(a_cmd)
+                missed = 0
+            except DeadlineExceeded:  # no answer within the step timeout: the robot's watchdog holds
+                missed += 1
+                self.missed += 1
+                if missed < self.max_missed:
+                    k += 1
+                    continue
+                self._close(ep, rows, obs)
+                raise
+            except RobotCommandError as exc:
+                if exc.kind == "expired":  # the command came too late and was not applied: no step happened
+                    self.missed += 1
+                    k += 1
+                    continue
+                self._close(ep, rows, obs)
+                raise
+            except RobotConnectionError:
+                self._close(ep, rows, obs)
+                raise
             rtt = time.perf_counter() - t_send
             trunc = bool(nxt.truncated) or (self.max_steps is not None and k + 1 >= self.max_steps and not nxt.terminated)
             row = {"n": self.next_n, "episode": ep, "step": k, "obs": obs.state, "next_obs": nxt.state,
@@ -381,19 +480,27 @@ class OnlineActor:
             stats["lost"] += not connected
             stats["held"] += a_cmd is None
             rows.append(row)
+            self.recorder.append(row)
             if self.link is not None:
                 self.link.submit(row)
             obs = nxt
             k += 1
             if row["terminated"] or row["truncated"]:
                 break
-        if rows and not (rows[-1]["terminated"] or rows[-1]["truncated"]):
-            rows[-1]["truncated"] = True  # never reached: the loop ends only at an episode end
-        self.recorder.write(ep, rows, obs.state, self.seed + ep)
+        self._close(ep, rows, obs)
         return {"episode": ep, "steps": len(rows), "return": float(sum(r["reward"] for r in rows)),
                 "success": bool(any(r["success"] for r in rows)),
                 "interventions": int(sum(r["intervention"] for r in rows)),
                 "versions": sorted({int(r["weights_version"]) for r in rows}), **stats}
+
+    def _close(self, ep: int, rows: list[dict], obs: Observation) -> None:
+        """Record an episode that ended (or was cut by a robot failure: then it ends truncated)."""
+        if not rows:
+            self.recorder.journal_path.unlink(missing_ok=True)
+            return
+        if not (rows[-1]["terminated"] or rows[-1]["truncated"]):
+            rows[-1]["truncated"] = True
+        self.recorder.write(ep, rows, obs.state, self.seed + ep)
 
     def run(self, episodes: int, drain_timeout_s: float = 60.0, on_episode: Callable[[dict], None] | None = None) -> ActorSummary:
         """Run ``episodes`` episodes, then wait up to ``drain_timeout_s`` until the learner holds
@@ -421,7 +528,7 @@ class OnlineActor:
             versions_seen=sorted({v for i in infos for v in i["versions"]}),
             steps_without_learner=sum(i["lost"] for i in infos), held_steps=sum(i["held"] for i in infos),
             late_ticks=self.late, link=self.link.status() if self.link is not None else {}, drained=drained,
-            weights_latency_ms=lat)
+            weights_latency_ms=lat, missed_steps=self.missed, recovered_steps=self.recovered_steps, resubmitted_steps=self.resubmitted_steps)
 
 
 # ============================================================================ learner
@@ -510,6 +617,7 @@ class OnlineLearner:
         self.metrics: dict[str, float] = {}
         self.episode_log: list[dict] = []
         self._ep_acc: dict[str, dict] = {}
+        self._open_ep: dict[str, int | None] = {}  # per actor: its episode still open in the buffers
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -522,7 +630,8 @@ class OnlineLearner:
                "online_rng": self.online.rng.bit_generator.state,
                "dedup": self.dedup.state(), "slots": dict(self.slots), "version": self.version,
                "updates": self.updates, "step": self.updates, "ingested": self.ingested,
-               "interventions": self.interventions, "episode_log": list(self.episode_log)}
+               "interventions": self.interventions, "episode_log": list(self.episode_log),
+               "open_episodes": {k: (-1 if v is None else v) for k, v in self._open_ep.items()}}
         if self.demos is not None:
             out["demos"] = _to_tensors(self.demos.state_dict())
             out["demos_rng"] = self.demos.rng.bit_generator.state
@@ -571,6 +680,7 @@ class OnlineLearner:
                                       "weights (versions could repeat)") from None
         self.ingested, self.interventions = int(s["ingested"]), int(s["interventions"])
         self.episode_log = list(s.get("episode_log", []))
+        self._open_ep = {str(k): (None if int(v) < 0 else int(v)) for k, v in s.get("open_episodes", {}).items()}
         # the actors' episodes in progress continue where the checkpoint left them (resent rows link on)
         return True
 
@@ -630,6 +740,15 @@ class OnlineLearner:
         idx = np.flatnonzero(keep)
         r = (self.reward_scale * b["reward"] + self.reward_bias).astype(np.float32)
         for i in idx:  # rows in order: the buffer links each actor's steps into episodes
+            last = self.dedup.last.get(actor)
+            if last is not None and int(b["episode"][i]) != last[0] and self._open_ep.get(actor) is not None:
+                # the actor's previous episode never ended here (the actor was killed mid-episode):
+                # do not link the new episode to it
+                self.online.end_open_episodes()
+                if self.demos is not None:
+                    self.demos.end_open_episodes()
+                acc = self._ep_acc.pop(actor, {})
+                self.episode_log.append({"actor": actor, "episode": last[0], **acc, "ingested": self.ingested, "cut": True})
             pos = self.online.ptr
             self.online.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i], b["truncated"][i],
                             env_ids=[slot])
@@ -654,6 +773,7 @@ class OnlineLearner:
                 self._log_episode(self.episode_log[-1])
                 self._ep_acc.pop(actor)
             self.dedup.take(actor, int(b["episode"][i]), int(b["step"][i]), int(b["n"][i]))
+            self._open_ep[actor] = None if (b["terminated"][i] or b["truncated"][i]) else int(b["episode"][i])
             self.ingested += 1
         return idx.size
 

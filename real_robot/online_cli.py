@@ -276,7 +276,8 @@ def run_demo(cfg: DictConfig) -> int:
     learner_cmd = py + ["robotrl.real_robot.online_cli", "learner", f"key_file={key}", *robot, f"agent={cfg.agent}",
                         f"endpoint=tcp://127.0.0.1:{cfg.learner_port}", f"run_dir={work / 'learner'}",
                         f"ready_file={work / 'learner.ready'}",
-                        f"trainer.updates_per_transition={cfg.updates_per_transition}"]
+                        f"trainer.updates_per_transition={cfg.updates_per_transition}",
+                        f"trainer.batch_size={cfg.batch_size}", f"trainer.online_warmup_steps={cfg.warmup}"]
     actor_cmd = py + ["robotrl.real_robot.online_cli", "actor", f"key_file={key}", *robot, "robot_link=remote",
                       f"robot_endpoint=tcp://127.0.0.1:{cfg.robot_port}", f"learner=tcp://127.0.0.1:{cfg.learner_port}",
                       f"episodes={cfg.episodes}", f"max_steps={cfg.max_steps}", f"teleop={cfg.teleop}",

@@ -210,14 +210,20 @@ def _status(run_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_learner_killed_mid_run_loses_and_duplicates_nothing(tmp_path):
-    """kill -9 the learner: the actor keeps acting and recording; a learner resumed from the
-    checkpoint gets the rest; every recorded transition is in its buffer exactly once;
-    interventions are stored as executed and flagged (also in the demonstration buffer);
-    the actor acted with the weights the learner pushed."""
-    from robotrl.checkpoint import load_checkpoint, load_arrays
+def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
+    """Robot server + learner + actor as real processes. kill -9 the learner: the actor keeps
+    acting and recording; a learner resumed from the checkpoint gets the rest. kill -9 the
+    actor: the robot server's watchdog holds; a new actor (same id and work dir) closes the
+    killed one's episode from its journal and resends what the learner lacks. Then every
+    recorded transition is in the learner's buffer exactly once; interventions are stored as
+    executed and flagged (also in the demonstration buffer); the actor acted with the weights
+    the learner pushed."""
+    from robotrl.checkpoint import load_arrays, load_checkpoint
     from robotrl.data.dataset import load_dataset
     from robotrl.policy import policy_class
+    from robotrl.real_robot.client import RobotClient
+    from robotrl.real_robot.launch import ServerProcess
+    from robotrl.real_robot.protocol import load_key
 
     key = write_key_file(tmp_path / "online.key")
     env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "OMP_NUM_THREADS": "1"}
@@ -228,44 +234,65 @@ def test_learner_killed_mid_run_loses_and_duplicates_nothing(tmp_path):
                     "agent.model.num_critics=2", "agent.model.hidden=[32,32]", "agent.model.critic_hidden=[32,32]",
                     "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.2",
                     "push_period_s=0.3", "checkpoint_every_s=1.0", f"pushed_weights_dir={weights_dir}"]
-    actor_args = ["actor", *common, f"learner=tcp://127.0.0.1:{port}", "episodes=10", "max_steps=60", "rate_hz=100",
-                  "teleop=scripted", "scripted.every=2", "scripted.start=5", "scripted.length=10", "explore=false",
-                  f"work_dir={work}", "link_timeout_s=1.0", "ack_timeout_s=0.5", "batch_size=16",
-                  "dataset_id=robot/test/online-v0", "drain_timeout_s=100"]
-    logs = [tmp_path / f"{n}.log" for n in ("learner1", "actor", "learner2")]
-    learner = _start(learner_args, logs[0], env)
-    actor = _start(actor_args, logs[1], env)
-    procs = [(learner, logs[0]), (actor, logs[1])]
-    learner2 = None
+    logs = {n: tmp_path / f"{n}.log" for n in ("learner1", "actor1", "learner2", "actor2")}
+    learner = _start(learner_args, logs["learner1"], env)  # starts while the robot server does
+    server = ServerProcess(key, overrides=["robot.realtime=false"]).start()
+    actor_args = ["actor", *common, "robot_link=remote", f"robot_endpoint={server.endpoint}",
+                  f"learner=tcp://127.0.0.1:{port}", "max_steps=50", "rate_hz=100", "teleop=scripted",
+                  "scripted.every=2", "scripted.start=5", "scripted.length=10", "explore=false", f"work_dir={work}",
+                  "link_timeout_s=1.0", "ack_timeout_s=0.5", "batch_size=16", "dataset_id=robot/test/online-v0",
+                  "drain_timeout_s=100"]
+    n_eps = lambda: len(list((work / "episodes").glob("ep_*.npz")))  # noqa: E731
+    actor = _start([*actor_args, "episodes=100000"], logs["actor1"], env)  # runs until it is killed
+    procs = [(learner, logs["learner1"]), (actor, logs["actor1"])]
+    learner2 = actor2 = None
     try:
-        # kill the learner once it holds robot data in a checkpoint and has pushed a trained version
-        _wait(lambda: (run_dir / "checkpoints" / "latest.pt").exists() and _status(run_dir).get("ingested", 0) >= 150
+        # 1. kill the learner once it holds robot data in a checkpoint and has pushed a trained version
+        _wait(lambda: (run_dir / "checkpoints" / "latest.pt").exists() and _status(run_dir).get("ingested", 0) >= 100
               and _status(run_dir).get("version", 0) >= 2, "the first learner to checkpoint robot data", procs)
         learner.send_signal(signal.SIGKILL)
         learner.wait()
-        procs = [(actor, logs[1])]
-        before = len(list((work / "episodes").glob("*.npz")))
-        _wait(lambda: len(list((work / "episodes").glob("*.npz"))) >= before + 2, "the actor to record without a learner",
-              procs)
-        learner2 = _start(learner_args, logs[2], env)
-        procs = [(actor, logs[1]), (learner2, logs[2])]
-        _wait(lambda: actor.poll() is not None, "the actor to finish and drain", [(learner2, logs[2])], timeout=150)
-        assert actor.returncode == 0, logs[1].read_text()[-3000:]
+        before = n_eps()
+
+        def lost_steps() -> int:
+            return sum(json.loads(line)["episode"]["lost"] for line in logs["actor1"].read_text().splitlines()
+                       if line.startswith('{"episode"'))
+
+        _wait(lambda: lost_steps() > 0, "the actor to act and record without a learner", [(actor, logs["actor1"])])
+        learner2 = _start(learner_args, logs["learner2"], env)
+        backlog = n_eps()
+        # 2. kill the actor mid-episode once the new learner has taken the episodes recorded without it
+        _wait(lambda: _status(run_dir).get("pid") == learner2.pid and _status(run_dir).get("episodes", 0) > backlog
+              and (work / "current.journal").exists() and (work / "current.journal").stat().st_size > 0,
+              "the resumed learner to catch up", [(actor, logs["actor1"]), (learner2, logs["learner2"])])
+        actor.send_signal(signal.SIGKILL)
+        actor.wait()
+        with RobotClient(server.endpoint, load_key(key)) as rc:
+            assert _wait(lambda: rc.status()["held"], "the robot server's watchdog to hold", [])
+        # 3. a new actor on the same work dir: recovers the killed episode, resends, runs on
+        actor2 = _start([*actor_args, "episodes=1"], logs["actor2"], env)
+        _wait(lambda: actor2.poll() is not None, "the second actor to finish and drain", [(learner2, logs["learner2"])],
+              timeout=150)
+        assert actor2.returncode == 0, logs["actor2"].read_text()[-3000:]
         learner2.send_signal(signal.SIGTERM)
-        assert learner2.wait(timeout=60) == 0, logs[2].read_text()[-3000:]
+        assert learner2.wait(timeout=60) == 0, logs["learner2"].read_text()[-3000:]
     finally:
-        for p in (learner, actor, learner2):
+        for p in (learner, actor, learner2, actor2):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
-    assert "resumed run" in logs[2].read_text()
-    summary = json.loads((work / "summary.json").read_text())
-    assert summary["drained"] and summary["steps_without_learner"] > 0 and summary["link"]["welcomes"] >= 2
+        server.stop()
+    assert "resumed run" in logs["learner2"].read_text()
+    s1 = json.loads((work / "summary.json").read_text())
+    assert s1["drained"] and s1["recovered_steps"] > 0 and s1["link"]["welcomes"] >= 1
+    ep_lines = [json.loads(line)["episode"] for line in logs["actor1"].read_text().splitlines() if line.startswith('{"episode"')]
+    assert sum(e["lost"] for e in ep_lines) > 0  # actor 1 acted (and recorded) while no learner was there
 
     # the recording: the actor's episode files and the Minari dataset hold the same transitions
     eps = [load_arrays(p) for p in sorted((work / "episodes").glob("ep_*.npz"))]
-    assert len(eps) == 10
-    rec_keys = [(e, int(s)) for e, z in enumerate(eps) for s in z["info_step"][1:]]
+    numbers = sorted(int(p.stem[3:]) for p in (work / "episodes").glob("ep_*.npz"))
+    assert numbers == list(range(len(eps))) and len(eps) >= before + 2
+    rec_keys = [(e, int(s)) for e, z in zip(numbers, eps) for s in z["info_step"][1:]]
     rec_obs = np.concatenate([z["observations"][:-1] for z in eps])
     rec_act = np.concatenate([z["actions"] for z in eps])
     data = load_dataset(str(tmp_path / "minari" / "robot" / "test" / "online-v0"))
@@ -283,14 +310,13 @@ def test_learner_killed_mid_run_loses_and_duplicates_nothing(tmp_path):
     np.testing.assert_array_equal(ck["online"]["observations"].numpy()[idx], rec_obs)
     np.testing.assert_array_equal(ck["online"]["actions"].numpy()[idx], rec_act)
     assert ck["ingested"] == len(rec_keys)
-
     # interventions: flagged, the executed (teleop) action stored, and copied into the demonstration buffer
     interv = np.concatenate([z["info_intervention"][1:] for z in eps])
     assert interv.dtype == bool
     requested = np.concatenate([z["info_requested_action"][1:] for z in eps])
     ctrl = pointmaze_controller(5.0)
     expect = np.stack([ctrl(o) for o in rec_obs[interv]])
-    assert interv.sum() > 0 and summary["interventions_per_episode"][0] > 0
+    assert interv.sum() > 0 and eps[0]["info_intervention"].any()
     np.testing.assert_array_equal(requested[interv], expect)
     safe = ~np.concatenate([z["info_safety_modified"][1:] for z in eps])
     np.testing.assert_array_equal(rec_act[interv & safe], requested[interv & safe])
