@@ -339,3 +339,43 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
         np.testing.assert_allclose(out, pol_act[rows], rtol=0, atol=1e-5)
         checked += rows.size
     assert checked > 0
+
+
+@pytest.mark.parametrize("mode", ["hold", "continue"])
+def test_actor_without_learner_holds_or_acts_and_keeps_recording(tmp_path, mode):
+    """No learner ever answers: ``hold`` commands the robot's hold action, ``continue`` acts with
+    the weights it has; either way every step is recorded and kept on disk for a later learner."""
+    from robotrl.agents.qlearning.policy import QLPolicy
+    from robotrl.policy import policy_state
+    from robotrl.real_robot.factory import make_supervisor
+    from robotrl.real_robot.learner_link import Weights
+    from robotrl.real_robot.online import EpisodeRecorder, LocalRobot, OnlineActor
+    from robotrl.real_robot.protocol import load_key
+    from robotrl.real_robot.sim import MuJoCoTwin
+
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False)
+    spec = twin.spec()
+    robot = LocalRobot(twin, make_supervisor(None, spec))
+    key = load_key(write_key_file(tmp_path / "k.key"))
+    link = ActorLink(f"tcp://127.0.0.1:{_free_port()}", key, "a0", spec.to_dict(), tmp_path / "spill", flush_s=0.01)
+    ps = policy_state(QLPolicy(8, 2, (16,)))
+    w = Weights(0, ps["target"], ps["kwargs"], ps["state_dict"], time.time(), time.time())
+    actor = OnlineActor(robot, link, EpisodeRecorder(tmp_path, spec), rate_hz=0, on_learner_lost=mode, explore=False,
+                        max_steps=20, initial=w)
+    try:
+        info = actor.run_episode()
+        assert not link.flush_and_sync(0.5)  # nobody to confirm: the data stays spilled
+    finally:
+        link.close()
+        robot.close()
+    assert info["steps"] == 20 and info["lost"] == 20
+    z = actor.recorder.load(0)
+    held = z["info_held"][1:]
+    assert held.all() == (mode == "hold") and held.any() == (mode == "hold")
+    if mode == "hold":
+        np.testing.assert_array_equal(z["actions"], np.zeros((20, 2), np.float32))  # the twin's hold: zero force
+        assert np.isnan(z["info_requested_action"][1:]).all()
+    else:
+        np.testing.assert_array_equal(z["actions"], z["info_policy_action"][1:])
+    assert len(SpillQueue(tmp_path / "spill", link_limits())) == 20
+    assert not (tmp_path / "current.journal").exists()
