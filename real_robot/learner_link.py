@@ -19,7 +19,8 @@ Messages (``type``; every body also carries ``actor_id`` on requests):
 ``sync``        req    ask for a checkpoint now (end of a run) → ``ack`` once it is written
 ``ping``        req    heartbeat with the actor's weights ``version`` → ``ack``
 ``weights``     rep    ``version, target, kwargs, names, arrays, sent_at`` (unsolicited push)
-``error``       rep    ``code, text``: the request was refused (wrong robot spec, ...)
+``error``       rep    ``code, text``: the request was refused (``spec_mismatch``, ``too_many_actors``,
+                       ``bad_batch``, ``hello_first``: a restarted learner that has not been greeted)
 ==============  =====  ===================================================================
 
 Delivery: every transition has an actor-wide index ``n`` (0, 1, 2, ...) besides its
@@ -545,8 +546,11 @@ class ActorLink:
                     self.weights_latency_s.append(w.received_at - w.sent_at)
         elif t == "error":
             self.error = f"learner refused: {b.get('code')}: {b.get('text')}"
-            if b.get("code") == "spec_mismatch":
-                self._welcomed = False
+            if b.get("code") in ("spec_mismatch", "hello_first", "too_many_actors"):
+                self._welcomed = False  # say hello (again): a restarted learner, or wait for the problem to be fixed
+                self._inflight = None
+            if b.get("code") == "hello_first":
+                self.error = None
 
     def status(self) -> dict:
         """Counters of the link (JSON-able)."""

@@ -716,8 +716,9 @@ class OnlineLearner:
             self._pushed.pop(actor, None)
             self.push(only=actor)
         elif t == "batch":
-            if actor not in self.slots:
-                return  # no hello yet in this learner's life: the actor says hello on its own
+            if actor not in self.slots:  # this learner (restarted?) has not been greeted by the actor yet
+                self.ep.reply(actor, "error", {"code": "hello_first", "text": "say hello first (learner restarted)"})
+                return
             try:
                 check_batch(b, self.do, self.da)
             except ProtocolError as exc:
@@ -725,10 +726,15 @@ class OnlineLearner:
                 return
             self.ingest(actor, b)
             self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
-        elif t == "sync":
-            self._sync_wanted = True
+        elif t == "sync":  # checkpoint now if this actor has data not yet durable (else just confirm)
+            if self.dedup.have(actor) > self.durable.get(actor, -1):
+                self._sync_wanted = True
+            elif actor in self.slots:
+                self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
         elif t == "ping":
-            if actor in self.slots:
+            if actor not in self.slots:
+                self.ep.reply(actor, "error", {"code": "hello_first", "text": "say hello first (learner restarted)"})
+            else:
                 self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
 
     def ingest(self, actor: str, b: dict) -> int:
