@@ -156,6 +156,59 @@ def test_link_delivers_acknowledges_and_resends(tmp_path):
         ep.close()
 
 
+def _serve(ep, dedup: Dedup, seen: list, have: int, until, timeout: float = 20.0, durable_cap: int = 1 << 62) -> None:
+    """Drive a learner end by hand until ``until()``: welcome with ``have``, take new rows, ack them
+    (durable up to ``durable_cap``: the rows its last checkpoint holds)."""
+    end = time.monotonic() + timeout
+    while not until() and time.monotonic() < end:
+        for _, msg in ep.recv(20):
+            b = msg["body"]
+            if msg["type"] == "hello":
+                ep.reply("a0", "welcome", {"have": have, "version": 0})
+            elif msg["type"] == "batch":
+                for i in np.flatnonzero(dedup.new_rows("a0", b["episode"], b["step"])):
+                    seen.append(int(b["n"][i]))
+                    dedup.take("a0", int(b["episode"][i]), int(b["step"][i]), int(b["n"][i]))
+                ep.reply("a0", "ack", {"received": dedup.have("a0"), "durable": min(dedup.have("a0"), durable_cap)})
+
+
+def test_running_actor_resends_to_a_restarted_learner_from_its_checkpoint(tmp_path):
+    """The learner dies after taking rows 0..9 but its checkpoint holds only 0..5: the running
+    actor notices the silence, greets the new learner on the same endpoint and resends 6.. on."""
+    from robotrl.real_robot.protocol import load_key
+
+    key = load_key(write_key_file(tmp_path / "k.key"))
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    ep = LearnerEndpoint(endpoint, key)
+    link = ActorLink(endpoint, key, "a0", SPEC, tmp_path / "spill", batch_size=5, flush_s=0.01, ack_timeout_s=0.2,
+                     link_timeout_s=0.5)
+    try:
+        seen1: list = []
+        d1 = Dedup()
+        for n in range(10):
+            link.submit(_row(n, n // 5, n % 5))
+        _serve(ep, d1, seen1, -1, lambda: d1.have("a0") >= 9, durable_cap=5)
+        ep.close()  # killed: what it took after its checkpoint (rows 6..9) is gone with it
+        for n in range(10, 15):
+            link.submit(_row(n, n // 5, n % 5))
+        end = time.monotonic() + 20
+        while link.connected and time.monotonic() < end:
+            time.sleep(0.02)
+        assert not link.connected
+        ep = LearnerEndpoint(endpoint, key)
+        seen2: list = []
+        d2 = Dedup({"a0": (1, 0, 5)})  # the checkpoint: rows through n=5 (episode 1, step 0)
+        _serve(ep, d2, seen2, 5, lambda: d2.have("a0") >= 14)
+        assert seen1 == list(range(10)) and seen2 == list(range(6, 15)) and link.reconnects >= 1
+        end = time.monotonic() + 10
+        while len(link.spill) and time.monotonic() < end:
+            time.sleep(0.02)
+        assert len(link.spill) == 0
+    finally:
+        link.close()
+        ep.close()
+
+
 # ----------------------------------------------------------------------------- teleop
 def test_scripted_human_overrides_at_its_steps():
     t = ScriptedTeleop(lambda o: np.array([2.0, -0.5]), lambda ep, k: ep == 0 and 1 <= k < 3, [-1, -1], [1, 1])
