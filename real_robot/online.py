@@ -358,6 +358,9 @@ class OnlineActor:
         initial: weights to act with before the learner's first push (``None``: wait for it).
         max_missed: consecutive unanswered steps after which the robot counts as lost (the
             episode is recorded, truncated, and :class:`RobotConnectionError` raised).
+        reward_fn: ``next_state (Do,) -> (reward, success, p)`` replacing the robot's reward and
+            success (:class:`~robotrl.real_robot.reward_classifier.ClassifierReward`); a success
+            ends the episode when its ``end_on_success`` says so.
 
     Raises:
         ConfigError: unknown ``on_learner_lost`` or a negative rate.
@@ -366,7 +369,7 @@ class OnlineActor:
     def __init__(self, robot, link: ActorLink | None, recorder: EpisodeRecorder, *, rate_hz: float,
                  teleop: TeleopDevice | None = None, on_learner_lost: str = "continue", explore: bool = True,
                  max_steps: int | None = None, wait_weights_s: float = 30.0, seed: int = 0,
-                 initial: Weights | None = None, max_missed: int = 10):
+                 initial: Weights | None = None, max_missed: int = 10, reward_fn=None):
         if on_learner_lost not in LOST_MODES:
             raise ConfigError(f"on_learner_lost must be one of {LOST_MODES}, got {on_learner_lost!r}")
         if rate_hz < 0:
@@ -391,6 +394,7 @@ class OnlineActor:
         self.next_episode = max(int(c["next_episode"]), (done[-1] + 1) if done else 0)
         self.late = self.missed = 0
         self.max_missed = int(max_missed)
+        self.reward_fn = reward_fn
 
     def _refresh_weights(self) -> None:
         if self.link is None:
@@ -467,6 +471,10 @@ class OnlineActor:
                 self._close(ep, rows, obs)
                 raise
             rtt = time.perf_counter() - t_send
+            if self.reward_fn is not None:  # the success classifier's reward instead of the robot's
+                r, ok, _ = self.reward_fn(nxt.state)
+                end = bool(nxt.terminated) or (ok and getattr(self.reward_fn, "end_on_success", False))
+                nxt = Observation(nxt.state, nxt.timestamp, r, end, bool(nxt.truncated), ok)
             trunc = bool(nxt.truncated) or (self.max_steps is not None and k + 1 >= self.max_steps and not nxt.terminated)
             row = {"n": self.next_n, "episode": ep, "step": k, "obs": obs.state, "next_obs": nxt.state,
                    "action": applied, "requested": nan if a_cmd is None else np.asarray(a_cmd, np.float32),

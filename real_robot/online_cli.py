@@ -209,9 +209,23 @@ def run_actor(cfg: DictConfig) -> dict:
                      link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)))
     recorder = EpisodeRecorder(work, spec)
     rate = float(spec.control_rate_hz if cfg.rate_hz is None else cfg.rate_hz)
+    reward_fn = None
+    if cfg.reward == "classifier":
+        from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier
+
+        if not cfg.reward_classifier:
+            raise ConfigError("reward=classifier needs reward_classifier=<classifier.pt or its run dir> "
+                              "(robotrl train agent=reward-classifier ...)")
+        clf, thr = load_classifier(cfg.reward_classifier)
+        if clf.kwargs["obs_dim"] != spec.observation.dim:
+            raise ConfigError(f"classifier {cfg.reward_classifier} scores Do={clf.kwargs['obs_dim']} states; robot "
+                              f"{spec.name} has Do={spec.observation.dim}")
+        reward_fn = ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.end_on_success))
+    elif cfg.reward != "robot":
+        raise ConfigError(f"reward must be robot or classifier, got {cfg.reward!r}")
     actor = OnlineActor(robot, link, recorder, rate_hz=rate, teleop=make_teleop(cfg, spec),
                         on_learner_lost=cfg.on_learner_lost, explore=bool(cfg.explore), max_steps=cfg.max_steps,
-                        wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed))
+                        wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn)
     print(f"actor {cfg.actor_id}: {spec.name} at {rate:g} Hz ({cfg.robot_link}), learner {cfg.learner}, "
           f"pid {os.getpid()}", flush=True)
 

@@ -56,6 +56,12 @@ def train_main(cfg: DictConfig) -> dict | None:
 
     try:
         run_dir = Path(cfg.run_dir) if cfg.get("run_dir") else Path(HydraConfig.get().runtime.output_dir)
+        if cfg.agent.get("name") == "reward-classifier":  # a reward model, not an RL agent
+            from robotrl.real_robot.reward_classifier import run_train
+
+            result = run_train(cfg, run_dir)
+            print(json.dumps(result, indent=2))
+            return result
         trainer = build_trainer(cfg, run_dir)
         summary = trainer.fit()
     except RobotRLError as exc:

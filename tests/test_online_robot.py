@@ -315,9 +315,20 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
         learner2 = _start(learner_args, logs["learner2"], env)
         backlog = n_eps()
         # 2. kill the actor mid-episode once the new learner has taken the episodes recorded without it
-        _wait(lambda: _status(run_dir).get("pid") == learner2.pid and _status(run_dir).get("episodes", 0) > backlog
-              and (work / "current.journal").exists() and (work / "current.journal").stat().st_size > 0,
+        _wait(lambda: _status(run_dir).get("pid") == learner2.pid and _status(run_dir).get("episodes", 0) > backlog,
               "the resumed learner to catch up", [(actor, logs["actor1"]), (learner2, logs["learner2"])])
+
+        def frozen_mid_episode() -> bool:  # SIGSTOP, look, SIGCONT if between episodes: no race with the actor
+            actor.send_signal(signal.SIGSTOP)
+            _wait(lambda: Path(f"/proc/{actor.pid}/stat").read_text().split(")")[-1].split()[0] == "T",
+                  "the actor to stop", [])
+            j = work / "current.journal"
+            if j.exists() and j.stat().st_size > 0:
+                return True
+            actor.send_signal(signal.SIGCONT)
+            return False
+
+        _wait(frozen_mid_episode, "the actor to be mid-episode", [(actor, logs["actor1"])])
         actor.send_signal(signal.SIGKILL)
         actor.wait()
         with RobotClient(server.endpoint, load_key(key)) as rc:
@@ -432,3 +443,93 @@ def test_actor_without_learner_holds_or_acts_and_keeps_recording(tmp_path, mode)
         np.testing.assert_array_equal(z["actions"], z["info_policy_action"][1:])
     assert len(SpillQueue(tmp_path / "spill", link_limits())) == 20
     assert not (tmp_path / "current.journal").exists()
+
+
+# ----------------------------------------------------------------------------- success classifier
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Small networks on a shared CPU: one intra-op thread (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def maze_classifier():
+    from robotrl.real_robot.reward_classifier import train_success_classifier
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    x, y = _maze_states(2000)
+    clf, m = train_success_classifier(x, y, steps=300, batch_size=128, hidden=(32, 32), seed=0)
+    torch.set_num_threads(n)
+    return clf, m
+
+
+def _maze_states(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """PointMaze-like flat states and the twin's success rule (achieved within 0.45 m of the goal)."""
+    rng = np.random.default_rng(seed)
+    s = rng.uniform(-1.5, 1.5, (n, 8)).astype(np.float32)
+    near = rng.random(n) < 0.3
+    s[near, 0:2] = s[near, 2:4] + rng.uniform(-0.4, 0.4, (int(near.sum()), 2))
+    s[:, 4:6] = s[:, 0:2]
+    return s, np.linalg.norm(s[:, 0:2] - s[:, 2:4], axis=1) < 0.45
+
+
+def test_success_classifier_learns_labelled_states_and_saves_without_pickle(tmp_path, maze_classifier):
+    from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier, save_classifier
+
+    clf, m = maze_classifier
+    assert m["holdout_balanced_acc"] > 0.9, m
+    save_classifier(tmp_path / "classifier.pt", clf, 0.6, m)
+    clf2, thr = load_classifier(tmp_path)  # the run directory
+    xt, yt = _maze_states(500, seed=1)
+    np.testing.assert_array_equal(clf2.prob(xt), clf.prob(xt))
+    rew = ClassifierReward(clf2, thr)
+    r, ok, p = rew(xt[0])
+    assert thr == 0.6 and ok == (p >= 0.6) and r == float(ok)
+
+
+def test_actor_rewards_from_the_classifier_and_ends_on_success(tmp_path, minari_root, maze_classifier):
+    """The actor's reward is the classifier's verdict on the state each step led to; a success
+    ends the episode; the recording then trains a classifier through ``robotrl train``'s path."""
+    from omegaconf import OmegaConf
+
+    from robotrl.agents.qlearning.policy import QLPolicy
+    from robotrl.policy import policy_state
+    from robotrl.real_robot.factory import make_supervisor
+    from robotrl.real_robot.learner_link import Weights
+    from robotrl.real_robot.online import EpisodeRecorder, LocalRobot, OnlineActor
+    from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier, run_train
+    from robotrl.real_robot.sim import MuJoCoTwin
+
+    clf, _ = maze_classifier
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=400)
+    spec = twin.spec()
+    robot = LocalRobot(twin, make_supervisor(None, spec))
+    ps = policy_state(QLPolicy(8, 2, (16,)))
+    human = ScriptedTeleop(pointmaze_controller(), lambda ep, k: ep % 2 == 0, spec.action.low, spec.action.high)
+    rec = EpisodeRecorder(tmp_path / "actor", spec)
+    actor = OnlineActor(robot, None, rec, rate_hz=0, teleop=human, explore=False, max_steps=150,
+                        initial=Weights(0, ps["target"], ps["kwargs"], ps["state_dict"], 0.0, 0.0),
+                        reward_fn=ClassifierReward(clf, 0.5, end_on_success=True))
+    try:
+        infos = [actor.run_episode() for _ in range(4)]
+    finally:
+        robot.close()
+    assert infos[0]["success"]  # the scripted human drives to the goal: the classifier calls it
+    for i in range(4):
+        z = rec.load(i)
+        p = clf.prob(z["observations"][1:])
+        np.testing.assert_array_equal(z["rewards"], (p >= 0.5).astype(np.float64))
+        ended = z["terminations"][-1]
+        assert ended == bool(p[-1] >= 0.5) and not z["terminations"][:-1].any()
+    rec.to_minari("robot/test/classifier-v0")
+    cfg = OmegaConf.create({"seed": 0, "torch_threads": 1, "dataset": {"id": "robot/test/classifier-v0", "generate": False},
+                            "agent": {"name": "reward-classifier", "model": {"hidden": [16], "steps": 50, "batch_size": 64,
+                                                                            "lr": 1e-3, "holdout": 0.2, "threshold": 0.7}}})
+    out = run_train(cfg, tmp_path / "run")
+    assert out["n"] == sum(i["steps"] for i in infos) and 0 < out["positives"] < 1
+    _, thr = load_classifier(tmp_path / "run")
+    assert thr == 0.7
