@@ -432,8 +432,10 @@ class OnlineActor:
                 left = t_sched - time.monotonic()
                 if left > 0:
                     time.sleep(left)
-                elif left < -self.period:
+                elif left < -self.period:  # fell behind (a stall): re-anchor instead of rushing commands out
                     self.late += 1
+                    t0 -= left
+                    t_sched = t0 + k * self.period
             t_start = time.monotonic()
             if hasattr(self.teleop, "observe"):
                 self.teleop.observe(obs.state)
