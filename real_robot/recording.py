@@ -73,6 +73,19 @@ def record_dataset(dataset_id: str, logs: list[EpisodeLog], spec: RobotSpec, *, 
         DatasetFormatError: no episode has a step.
     """
     episodes = [to_episode(log, spec) for log in logs if log.steps]
+    return record_episodes(dataset_id, episodes, spec, root=root, provenance=provenance, overwrite=overwrite)
+
+
+def record_episodes(dataset_id: str, episodes: list[Episode], spec: RobotSpec, *, root: str | os.PathLike | None = None,
+                    provenance: dict | None = None, overwrite: bool = False, description: str | None = None):
+    """Write already built :class:`Episode` objects of robot ``spec`` as Minari dataset ``dataset_id``
+    (what :func:`record_dataset` does after :func:`to_episode`; the online actor builds its
+    episodes step by step); returns its directory.
+
+    Raises:
+        DatasetExistsError: the id is taken and ``overwrite`` is false (see :func:`write_dataset`).
+        DatasetFormatError: no episode, or an episode with no step.
+    """
     if spec.gym_env_id:
         from robotrl.envs import ensure_registered
 
@@ -99,4 +112,4 @@ def record_dataset(dataset_id: str, logs: list[EpisodeLog], spec: RobotSpec, *, 
             env.max_episode_steps = int(spec.extra["max_episode_steps"])
     return write_dataset(dataset_id, episodes, env=env, observation_space=obs_space, action_space=act_space,
                          provenance=prov, obs_layout=layout, root=root, overwrite=overwrite,
-                         description=f"episodes deployed on {spec.name} through the robotrl real-robot bridge")
+                         description=description or f"episodes deployed on {spec.name} through the robotrl real-robot bridge")

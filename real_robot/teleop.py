@@ -17,11 +17,20 @@ cbreak mode, or any pipe) on a background thread:
 space                 software e-stop (latched on the robot server)
 ``r``                 re-arm after an e-stop
 ====================  ==========================================================
+
+:class:`SpaceMouseTeleop` maps a 6-axis device (a 3Dconnexion SpaceMouse, a gamepad)
+read through any ``read() -> (axes (6,) in [-1, 1], buttons)`` function: while a
+"deadman" button is held the human drives, ``action = hold + gain · axes[axis_map]``.
+:class:`ScriptedTeleop` is a scripted "human" for tests and benchmarks: it takes over
+when ``engage(episode, step)`` says so and acts with ``controller(obs)``. Devices that
+want the current observation define ``observe(obs)``, which the online actor calls
+before each :meth:`~TeleopDevice.poll`.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Protocol, runtime_checkable
 
@@ -110,3 +119,106 @@ class KeyboardTeleop:
 
     def close(self) -> None:
         """Stop reading (the thread ends at the stream's end; daemon otherwise)."""
+
+
+class SpaceMouseTeleop:
+    """A 6-axis takeover device: the human drives while the deadman button is held.
+
+    Args:
+        read: returns ``(axes, buttons)``: ``axes`` 6 floats in ``[-1, 1]`` (x, y, z, roll,
+            pitch, yaw of a SpaceMouse), ``buttons`` a sequence of bools. For a real
+            SpaceMouse wrap e.g. ``pyspacemouse.read()``; the device is never opened here.
+        hold_action, low, high: ``(Da,)`` start point and bounds of the teleop action.
+        axis_map: which axis drives each action dimension (``-1``: none), length ``Da``.
+        gain: action units per full deflection.
+        deadman: index of the button that engages the takeover.
+        estop_button: index of a button that requests the software e-stop (``None``: none).
+
+    Raises:
+        ValueError: ``axis_map`` does not have ``Da`` entries or names an axis outside 0..5.
+    """
+
+    def __init__(self, read: Callable[[], tuple[Sequence[float], Sequence[bool]]], hold_action, low, high,
+                 axis_map: Sequence[int] = (0, 1, 2), gain: float = 1.0, deadman: int = 0,
+                 estop_button: int | None = None):
+        self._read = read
+        self._hold = np.asarray(hold_action, np.float32)
+        self._lo, self._hi = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        da = self._hold.shape[0]
+        amap = list(axis_map)[:da] + [-1] * max(0, da - len(axis_map))
+        if any(not -1 <= a <= 5 for a in amap):
+            raise ValueError(f"axis_map {list(axis_map)} names an axis outside 0..5 (or -1 for none)")
+        self._map, self._gain = np.asarray(amap), float(gain)
+        self._deadman, self._estop = int(deadman), estop_button
+
+    def poll(self) -> TeleopCommand:
+        """Read the device once; engaged while the deadman button is held."""
+        axes, buttons = self._read()
+        axes = np.clip(np.nan_to_num(np.asarray(axes, np.float32).reshape(-1)[:6]), -1, 1)
+        buttons = list(buttons)
+        pressed = lambda i: i is not None and i < len(buttons) and bool(buttons[i])  # noqa: E731
+        estop = pressed(self._estop)
+        if not pressed(self._deadman):
+            return TeleopCommand(estop=estop)
+        a = self._hold.copy()
+        use = self._map >= 0
+        a[use] = a[use] + self._gain * axes[self._map[use]]
+        return TeleopCommand(True, np.clip(a, self._lo, self._hi).astype(np.float32), estop=estop)
+
+    def close(self) -> None:
+        """Nothing to release (the caller owns the device)."""
+
+
+class ScriptedTeleop:
+    """A scripted "human" (tests, benchmarks): takes over at chosen steps with a controller.
+
+    Args:
+        controller: ``obs (Do,) -> action (Da,)`` in robot units (e.g. a P-controller to the goal).
+        engage: ``(episode, step) -> bool``, whether the human drives this step.
+        low, high: bounds ``(Da,)`` the action is clipped to.
+
+    Attributes:
+        episode, step: the position the next :meth:`poll` answers for; the actor calls
+            :meth:`new_episode` at each reset and :meth:`observe` before each poll.
+        engaged_steps: polls that returned a takeover.
+    """
+
+    def __init__(self, controller: Callable[[np.ndarray], np.ndarray], engage: Callable[[int, int], bool], low, high):
+        self.controller, self.engage = controller, engage
+        self._lo, self._hi = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        self.episode, self.step = -1, 0
+        self._obs: np.ndarray | None = None
+        self.engaged_steps = 0
+
+    def new_episode(self, episode: int) -> None:
+        """A new episode starts (its step counter restarts at 0)."""
+        self.episode, self.step = int(episode), 0
+
+    def observe(self, obs: np.ndarray) -> None:
+        """The observation the next poll's action answers."""
+        self._obs = np.asarray(obs, np.float32)
+
+    def poll(self) -> TeleopCommand:
+        """Takeover with ``controller(obs)`` when ``engage(episode, step)``; advances the step counter."""
+        step = self.step
+        self.step += 1
+        if self._obs is None or not self.engage(self.episode, step):
+            return TeleopCommand()
+        self.engaged_steps += 1
+        a = np.clip(np.asarray(self.controller(self._obs), np.float32).reshape(-1), self._lo, self._hi)
+        return TeleopCommand(True, a.astype(np.float32))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def pointmaze_controller(gain: float = 5.0, damping: float = 0.5) -> Callable[[np.ndarray], np.ndarray]:
+    """A P-D controller towards the goal for the PointMaze twin's flat observation
+    (``achieved x, y, goal x, y, x, y, vx, vy``): ``clip(gain · (goal − pos) − damping · v, −1, 1)``.
+    Straight to the goal: good in open mazes and near the goal, a "human" that knows where to go."""
+
+    def ctrl(obs: np.ndarray) -> np.ndarray:
+        o = np.asarray(obs, np.float32)
+        return np.clip(gain * (o[2:4] - o[4:6]) - damping * o[6:8], -1, 1).astype(np.float32)
+
+    return ctrl

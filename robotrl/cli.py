@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from robotrl.errors import RobotRLError
 
 CONFIG_PATH = "pkg://robotrl.configs"
-USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy} [hydra overrides ...]
+USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,online-demo} [hydra overrides ...]
        robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-readme] [--record]
 
   train     pretrain (and optionally fine-tune online) an agent; no overrides = default experiment
@@ -33,6 +33,9 @@ USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy} [hydra overri
   eval      evaluate a checkpoint in simulation: robotrl eval checkpoint=<run dir or .pt>
   robot-server  serve a robot over ZeroMQ: robotrl robot-server robot=sim key_file=robot.key key_create=true
   deploy        run a policy on a robot server: robotrl deploy checkpoint=<run|.pt|export dir> robot=sim key_file=robot.key
+  actor         online RL, robot side: robotrl actor robot=sim learner=tcp://<host>:5600 key_file=online.key
+  learner       online RL, learner: robotrl learner robot=sim agent=rlpd demos=<Minari id> key_file=online.key
+  online-demo   robot server (twin) + learner + actor on this machine: robotrl online-demo
   bench     benchmark suite: quick (< 30 min) or full tier, tables, plots, README block, regression check
 
 Each subcommand but bench accepts Hydra overrides and Hydra flags (--cfg job, -m, --help);
@@ -53,6 +56,12 @@ def train_main(cfg: DictConfig) -> dict | None:
 
     try:
         run_dir = Path(cfg.run_dir) if cfg.get("run_dir") else Path(HydraConfig.get().runtime.output_dir)
+        if cfg.agent.get("name") == "reward-classifier":  # a reward model, not an RL agent
+            from robotrl.real_robot.reward_classifier import run_train
+
+            result = run_train(cfg, run_dir)
+            print(json.dumps(result, indent=2))
+            return result
         trainer = build_trainer(cfg, run_dir)
         summary = trainer.fit()
     except RobotRLError as exc:
@@ -135,6 +144,15 @@ def _deploy() -> None:
     deploy_main()
 
 
+def _online(name: str):
+    def run() -> None:
+        from robotrl.real_robot.online_cli import COMMANDS  # lazy: zmq/torch only for these commands
+
+        COMMANDS[name]()
+
+    return run
+
+
 def _bench() -> None:
     """``robotrl bench``: plain argparse options (not a training config); exit 1 on a regression."""
     from robotrl.bench.cli import main as bench_main  # lazy: the other commands never import the suite
@@ -148,7 +166,8 @@ def _bench() -> None:
 
 
 _COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main,
-             "robot-server": _robot_server, "deploy": _deploy, "bench": _bench}
+             "robot-server": _robot_server, "deploy": _deploy, "bench": _bench,
+             "actor": _online("actor"), "learner": _online("learner"), "online-demo": _online("online-demo")}
 
 
 def main(argv: list[str] | None = None) -> None:

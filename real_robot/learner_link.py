@@ -1,0 +1,634 @@
+"""The actor ↔ learner link of online RL on a robot: authenticated msgpack over ZeroMQ.
+
+The same wire format and security rules as the robot bridge (:mod:`robotrl.real_robot.protocol`:
+``[payload, mac]`` frames, HMAC-SHA256 over every field, no pickle, arrays as msgpack
+extension type 1, bounded sizes, per-sender sequence numbers, a timestamp window), with
+larger limits (:func:`link_limits`): transition batches and weight arrays are bigger than
+one robot command. The learner binds a ROUTER socket (role ``"server"``, ident
+``learner_id``); each actor connects a DEALER (role ``"client"``).
+
+Messages (``type``; every body also carries ``actor_id`` on requests):
+
+==============  =====  ===================================================================
+``hello``       req    ``actor_id, spec (RobotSpec dict), version`` → ``welcome``
+``welcome``     rep    ``have (int, -1 none)``: the highest transition index of this actor
+                       the learner holds durably; ``version``: its latest weights version
+``batch``       req    ``actor_id, first, n, arrays...`` (:data:`TRANSITION_FIELDS`) → ``ack``
+``ack``         rep    ``received``: highest index of the actor held (in memory);
+                       ``durable``: highest index held in the learner's last checkpoint
+``sync``        req    ask for a checkpoint now (end of a run) → ``ack`` once it is written
+``ping``        req    heartbeat with the actor's weights ``version`` → ``ack``
+``weights``     rep    ``version, target, kwargs, names, arrays, sent_at`` (unsolicited push)
+``error``       rep    ``code, text``: the request was refused (``spec_mismatch``, ``too_many_actors``,
+                       ``bad_batch``, ``hello_first``: a restarted learner that has not been greeted)
+==============  =====  ===================================================================
+
+Delivery: every transition has an actor-wide index ``n`` (0, 1, 2, ...) besides its
+``(episode, step)``; both only grow. The actor writes each batch to its spill directory
+(:class:`SpillQueue`, one atomically written file per batch) before sending it, resends a
+batch whose ack does not come, and deletes spilled batches only once they are **durable**
+(in a learner checkpoint). The learner takes a transition only if its ``(episode, step)``
+is after the last one it holds of that actor (:class:`Dedup`), so a resend is acknowledged
+but never counted twice, and a learner restarted from its checkpoint tells the actor in
+``welcome`` where to resume: nothing recorded is lost, nothing is counted twice.
+
+Sources: SERL's actor/learner over ZeroMQ (agentlace), LeRobot HIL-SERL's gRPC services
+(``SendTransitions``, ``StreamParameters``; weights pushed every few seconds).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import secrets
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from robotrl.errors import ConfigError
+from robotrl.real_robot.interface import ProtocolError
+from robotrl.real_robot.protocol import Authenticator, Limits, decode, encode
+
+#: Per-transition arrays of a ``batch`` message: name → (dtype, per-row shape kind).
+#: ``"o"``: ``(Do,)``, ``"a"``: ``(Da,)``, ``""``: scalar.
+TRANSITION_FIELDS: dict[str, tuple[str, str]] = {
+    "n": ("<i8", ""), "episode": ("<i8", ""), "step": ("<i8", ""),
+    "obs": ("<f4", "o"), "next_obs": ("<f4", "o"),
+    "action": ("<f4", "a"),            # applied (executed) action: what the buffers learn from
+    "requested": ("<f4", "a"),         # what the loop sent before the safety supervisor (NaN: hold)
+    "policy_action": ("<f4", "a"),     # the policy's proposal (NaN: none)
+    "reward": ("<f8", ""), "terminated": ("?", ""), "truncated": ("?", ""), "success": ("?", ""),
+    "intervention": ("?", ""), "safety_modified": ("?", ""), "held": ("?", ""),
+    "learner_connected": ("?", ""), "weights_version": ("<i8", ""),
+    "time": ("<f8", ""), "rtt_s": ("<f8", ""), "jitter_s": ("<f8", ""),
+}
+
+
+def link_limits(max_message_bytes: int = 64 << 20, max_elems: int = 1 << 24, max_skew_s: float = 5.0) -> Limits:
+    """Message :class:`Limits` of the learner link.
+
+    Args:
+        max_message_bytes: largest payload either way (bytes); weights of a 3×1024 MLP are ~13 MB.
+        max_elems: largest array (elements).
+        max_skew_s: accepted clock difference between actor and learner (s).
+    """
+    return Limits(max_bytes=int(max_message_bytes), max_request_bytes=int(max_message_bytes),
+                  max_elems=int(max_elems), max_len=4096, max_skew_s=float(max_skew_s))
+
+
+# ----------------------------------------------------------------------------- weights
+def state_to_arrays(state_dict) -> tuple[list[str], list[np.ndarray]]:
+    """A module's ``state_dict`` as names and float32/int64/bool NumPy arrays (never pickled).
+
+    Raises:
+        ProtocolError: a tensor of more than 4 dimensions (the wire format's limit).
+    """
+    names, arrays = [], []
+    for k, v in state_dict.items():
+        a = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+        if a.dtype.kind == "f":
+            a = a.astype(np.float32)
+        elif a.dtype.kind in "iu":
+            a = a.astype(np.int64)
+        if a.ndim > 4:
+            raise ProtocolError(f"weight {k!r} has {a.ndim} dims; the link carries at most 4")
+        names.append(str(k))
+        arrays.append(np.ascontiguousarray(a))
+    return names, arrays
+
+
+def arrays_to_state(names: list[str], arrays: list[np.ndarray]) -> dict:
+    """Inverse of :func:`state_to_arrays`: ``{name: torch.Tensor}``.
+
+    Raises:
+        ProtocolError: names and arrays differ in number, or an entry is not an array.
+    """
+    import torch
+
+    if len(names) != len(arrays) or not all(isinstance(a, np.ndarray) for a in arrays):
+        raise ProtocolError(f"weights message has {len(names)} names and {len(arrays)} arrays; they must pair up")
+    return {str(k): torch.from_numpy(np.array(a)) for k, a in zip(names, arrays)}
+
+
+# ----------------------------------------------------------------------------- transitions
+def check_batch(body: dict, obs_dim: int, action_dim: int) -> int:
+    """Validate a ``batch`` body's arrays; returns its number of rows ``n``.
+
+    Raises:
+        ProtocolError: a field missing, of the wrong dtype or shape, or indices not increasing.
+    """
+    n = body.get("count")
+    if not isinstance(n, int) or not 0 < n <= 65536:
+        raise ProtocolError(f"batch count must be an int in [1, 65536], got {n!r}")
+    for name, (dtype, kind) in TRANSITION_FIELDS.items():
+        a = body.get(name)
+        shape = (n,) + ((obs_dim,) if kind == "o" else (action_dim,) if kind == "a" else ())
+        if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype) or a.shape != shape:
+            got = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise ProtocolError(f"batch field {name!r} must be {np.dtype(dtype)} {shape}, got {got}; "
+                                "actor and learner must run the same robotrl version and robot spec")
+    if n > 1 and not np.all(np.diff(body["n"]) > 0):
+        raise ProtocolError("batch transition indices n must increase")
+    return n
+
+
+def stack_transitions(rows: list[dict]) -> dict[str, np.ndarray]:
+    """Rows (one dict per transition, keys :data:`TRANSITION_FIELDS`) → column arrays ``(n, ...)``."""
+    return {name: np.asarray(np.stack([np.asarray(r[name]) for r in rows]), np.dtype(dtype))
+            for name, (dtype, _) in TRANSITION_FIELDS.items()}
+
+
+class Dedup:
+    """Which transitions of each actor the learner already holds: the last ``(episode, step)``.
+
+    Indices, episodes and steps only grow on an actor, so a transition is new iff its
+    ``(episode, step)`` is after the last one taken (lexicographically).
+
+    Attributes:
+        last: ``{actor_id: (episode, step, n)}`` of the last transition taken.
+        duplicates: transitions refused as already held.
+    """
+
+    def __init__(self, last: dict | None = None):
+        self.last: dict[str, tuple[int, int, int]] = {k: tuple(int(x) for x in v) for k, v in (last or {}).items()}
+        self.duplicates = 0
+
+    def new_rows(self, actor_id: str, episode: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Boolean mask ``(n,)`` of the rows not yet held (rows in increasing order)."""
+        le, ls, _ = self.last.get(actor_id, (-1, -1, -1))
+        keep = (episode > le) | ((episode == le) & (step > ls))
+        self.duplicates += int((~keep).sum())
+        return keep
+
+    def take(self, actor_id: str, episode: int, step: int, n: int) -> None:
+        """Record that the transition ``(episode, step)`` with index ``n`` is now held."""
+        self.last[actor_id] = (int(episode), int(step), int(n))
+
+    def have(self, actor_id: str) -> int:
+        """Highest index ``n`` held of ``actor_id`` (-1: none)."""
+        return self.last.get(actor_id, (-1, -1, -1))[2]
+
+    def state(self) -> dict:
+        """``{actor_id: [episode, step, n]}`` (checkpointable)."""
+        return {k: list(v) for k, v in self.last.items()}
+
+
+# ----------------------------------------------------------------------------- spill
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename (never half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class SpillQueue:
+    """The actor's unacknowledged transitions on disk: one file per batch, ``<first n>.msgpack``.
+
+    Each file holds the batch's column arrays in the link's own msgpack encoding (no
+    pickle), written atomically. Files are deleted once the learner reports them durable.
+
+    Args:
+        directory: the spill directory (created).
+        limits: decoding limits (:func:`link_limits`).
+
+    Attributes:
+        batches: ``OrderedDict`` first index → (last index, column arrays), oldest first.
+    """
+
+    def __init__(self, directory: str | os.PathLike, limits: Limits):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.limits = limits
+        self.batches: collections.OrderedDict[int, tuple[int, dict]] = collections.OrderedDict()
+        for p in sorted(self.dir.glob("*.msgpack"), key=lambda p: int(p.stem)):
+            try:
+                body = decode(p.read_bytes(), limits)["body"]  # the link's envelope, so decode() checks it
+            except ProtocolError as exc:
+                raise ProtocolError(f"spill file {p} is unreadable ({exc}); move it away to start without it "
+                                    "(its transitions are then lost to the learner)") from None
+            self.batches[int(body["n"][0])] = (int(body["n"][-1]), body)
+        self.counters = self._read_counters()
+
+    def _read_counters(self) -> dict:
+        """``{"next_n", "next_episode"}`` after everything ever spilled here (survives deletions)."""
+        import json
+
+        c = {"next_n": 0, "next_episode": 0}
+        f = self.dir / "counters.json"
+        if f.exists():
+            try:
+                c.update({k: int(v) for k, v in json.loads(f.read_text()).items() if k in c})
+            except (ValueError, TypeError, AttributeError):
+                raise ConfigError(f"{f} is damaged; delete the spill directory {self.dir} to start a new actor id") from None
+        if self.batches:
+            body = next(reversed(self.batches.values()))[1]
+            c["next_n"] = max(c["next_n"], int(body["n"][-1]) + 1)
+            c["next_episode"] = max(c["next_episode"], int(body["episode"][-1]) + 1)
+        return c
+
+    def __len__(self) -> int:
+        return sum(int(b["count"]) for _, b in self.batches.values())
+
+    @property
+    def last_n(self) -> int:
+        """Highest spilled index (-1: none)."""
+        return max((last for last, _ in self.batches.values()), default=-1)
+
+    @property
+    def last_episode_step(self) -> tuple[int, int]:
+        """``(episode, step)`` of the highest spilled transition (``(-1, -1)``: none)."""
+        if not self.batches:
+            return -1, -1
+        body = next(reversed(self.batches.values()))[1]
+        return int(body["episode"][-1]), int(body["step"][-1])
+
+    def put(self, cols: dict) -> None:
+        """Spill one batch (column arrays with ``count``) atomically."""
+        first, last = int(cols["n"][0]), int(cols["n"][-1])
+        env = {"v": 2, "type": "spill", "dir": "req", "src": "spill", "dst": "", "epoch": "", "seq": 0,
+               "ts": time.time(), "body": cols}
+        atomic_write_bytes(self.dir / f"{first:015d}.msgpack", encode(env))
+        self.batches[first] = (last, cols)
+        import json
+
+        self.counters = {"next_n": max(self.counters["next_n"], last + 1),
+                         "next_episode": max(self.counters["next_episode"], int(cols["episode"][-1]) + 1)}
+        atomic_write_bytes(self.dir / "counters.json", json.dumps(self.counters).encode())
+
+    def drop_through(self, n: int) -> int:
+        """Delete every batch whose last index is ``<= n``; returns how many transitions went."""
+        gone = 0
+        for first in list(self.batches):
+            last, cols = self.batches[first]
+            if last <= n:
+                (self.dir / f"{first:015d}.msgpack").unlink(missing_ok=True)
+                del self.batches[first]
+                gone += int(cols["count"])
+        return gone
+
+    def first_after(self, n: int) -> dict | None:
+        """The oldest batch holding indices ``> n``, rows ``<= n`` cut off (``None``: none)."""
+        for _, (last, cols) in self.batches.items():
+            if last <= n:
+                continue
+            keep = cols["n"] > n
+            if keep.all():
+                return cols
+            sub = {k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
+            sub["count"] = int(keep.sum())
+            return sub
+        return None
+
+
+# ----------------------------------------------------------------------------- actor side
+@dataclass
+class Weights:
+    """One weights push: ``version`` (learner's count), policy class ``target`` and ``kwargs``,
+    ``state`` (``{name: tensor}``), ``sent_at`` (learner wall clock, s) and ``received_at`` (actor's)."""
+
+    version: int
+    target: str
+    kwargs: dict
+    state: dict
+    sent_at: float
+    received_at: float
+
+
+class ActorLink:
+    """The actor's end: a background thread that streams transitions and receives weights.
+
+    The control loop calls :meth:`submit` per transition and reads :meth:`latest_weights`;
+    nothing it calls blocks on the network. The thread batches transitions (up to
+    ``batch_size`` or every ``flush_s``), spills each batch (:class:`SpillQueue`) before
+    sending it, sends one batch at a time and moves on at its ack, resends after
+    ``ack_timeout_s``, and after ``link_timeout_s`` of silence reopens the socket and says
+    ``hello`` again; the learner's ``welcome`` says from which index to resend.
+
+    Args:
+        endpoint: the learner's ``tcp://host:port``.
+        key: shared key (>= 16 bytes; the robot bridge's or its own).
+        actor_id: stable id of this actor (the learner deduplicates per actor id).
+        spec: the robot's :class:`~robotrl.real_robot.interface.RobotSpec` as a dict.
+        spill_dir: where unacknowledged batches are kept.
+        learner_id: the learner's id (bound into every message's MAC).
+        batch_size, flush_s: batching (transitions, s).
+        ack_timeout_s, link_timeout_s, heartbeat_s: resend, loss and ping periods (s).
+        limits: :func:`link_limits`.
+
+    Attributes:
+        connected: a learner answered within ``link_timeout_s``.
+        acked / durable: highest index the learner holds in memory / in its checkpoint.
+        sent_batches, resent_batches, reconnects, welcomes: counters.
+        weights_latency_s: ``received_at - sent_at`` of each weights push (s).
+        error: the learner's last ``error`` message (e.g. a wrong robot spec), if any.
+    """
+
+    def __init__(self, endpoint: str, key: bytes, actor_id: str, spec: dict, spill_dir: str | os.PathLike, *,
+                 learner_id: str = "learner", batch_size: int = 64, flush_s: float = 0.05,
+                 ack_timeout_s: float = 1.0, link_timeout_s: float = 3.0, heartbeat_s: float = 0.5,
+                 limits: Limits | None = None):
+        if not actor_id or len(actor_id) > 64:
+            raise ConfigError(f"actor_id must be 1..64 characters, got {actor_id!r}")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.limits = limits or link_limits()
+        self.endpoint, self.actor_id, self.spec, self.learner_id = endpoint, actor_id, spec, learner_id
+        self.auth = Authenticator(key, ident=f"{actor_id}.{secrets.token_hex(4)}", limits=self.limits, role="client")
+        self.batch_size, self.flush_s = int(batch_size), float(flush_s)
+        self.ack_timeout_s, self.link_timeout_s, self.heartbeat_s = float(ack_timeout_s), float(link_timeout_s), float(heartbeat_s)
+        self.spill = SpillQueue(spill_dir, self.limits)
+        self._in: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        self._pending_rows: list[dict] = []
+        self._first_pending_at: float | None = None
+        self._weights: Weights | None = None
+        self._wlock = threading.Lock()
+        self.version = -1
+        self.connected = False
+        self.acked = self.durable = -1
+        self._cursor = -1  # highest index sent in the current learner session (resends restart below)
+        self._inflight: tuple[int, float] | None = None  # (last index of the batch in flight, sent at)
+        self._welcomed = False
+        self._epoch = ""
+        self._last_heard = 0.0
+        self._last_hello = 0.0
+        self._last_ping = 0.0
+        self._last_sync = 0.0
+        self._sync_wanted = threading.Event()
+        self._sync_done_through = -1
+        self.sent_batches = self.resent_batches = self.reconnects = self.welcomes = 0
+        self.weights_latency_s: list[float] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._ctx = zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+        self._open()
+        self._thread = threading.Thread(target=self._run, name="actor-link", daemon=True)
+        self._thread.start()
+
+    # ---- control-loop side ---------------------------------------------------------------
+    def submit(self, row: dict) -> None:
+        """Queue one transition (keys :data:`TRANSITION_FIELDS`) for sending (never blocks)."""
+        self._in.put(row)
+
+    def latest_weights(self) -> Weights | None:
+        """The newest weights received (``None`` before the first push)."""
+        with self._wlock:
+            return self._weights
+
+    def set_version(self, version: int) -> None:
+        """The weights version the actor acts with (reported in pings)."""
+        self.version = int(version)
+
+    def flush_and_sync(self, timeout_s: float) -> bool:
+        """Send everything queued, ask the learner to checkpoint, and wait until every spilled
+        transition is durable; returns whether that happened within ``timeout_s`` (s)."""
+        self._sync_wanted.set()
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self._in.empty() and not self._pending_rows and not self.spill.batches:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def close(self) -> None:
+        """Stop the thread and close the socket (spilled batches stay on disk)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    # ---- thread ------------------------------------------------------------------------------
+    def _open(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)  # drop queued stale messages: they would arrive late and be rejected
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_bytes + 1024)
+        self._sock.setsockopt(zmq.SNDHWM, 64)
+        self._sock.connect(self.endpoint)
+        self._welcomed = False
+        self._inflight = None
+
+    def _send(self, type_: str, body: dict) -> bool:
+        frames, _ = self.auth.seal(type_, {"actor_id": self.actor_id, **body}, dst=self.learner_id)
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self._collect(now)
+            if self._welcomed and now - self._last_heard > self.link_timeout_s:
+                self.connected = False
+                self.reconnects += 1
+                self._open()
+            if not self._welcomed and now - self._last_hello > min(1.0, self.ack_timeout_s):
+                self._last_hello = now
+                self._send("hello", {"spec": self.spec, "version": self.version})
+            if self._welcomed:
+                self._pump(now)
+            poller.register(self._sock, zmq.POLLIN)
+            events = dict(poller.poll(10))
+            poller.unregister(self._sock)
+            if events:
+                while True:
+                    try:
+                        frames = self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    try:
+                        msg = self.auth.open(frames)
+                    except ProtocolError:
+                        continue  # counted in auth.rejected
+                    self._handle(msg)
+
+    def _collect(self, now: float) -> None:
+        """Move queued rows into batches; spill a batch when full or ``flush_s`` old."""
+        while True:
+            try:
+                row = self._in.get_nowait()
+            except queue.Empty:
+                break
+            if not self._pending_rows:
+                self._first_pending_at = now
+            self._pending_rows.append(row)
+            if len(self._pending_rows) >= self.batch_size:
+                self._spill_pending()
+        if self._pending_rows and (now - (self._first_pending_at or now) >= self.flush_s or self._sync_wanted.is_set()):
+            self._spill_pending()
+
+    def _spill_pending(self) -> None:
+        cols: dict = stack_transitions(self._pending_rows)
+        cols["count"] = len(self._pending_rows)
+        self.spill.put(cols)
+        self._pending_rows = []
+        self._first_pending_at = None
+
+    def _pump(self, now: float) -> None:
+        """Send the next batch, resend one unacknowledged too long, ping when idle, ask for a sync."""
+        if self._inflight is not None:
+            last, sent_at = self._inflight
+            if self.acked >= last:
+                self._inflight = None
+            elif now - sent_at > self.ack_timeout_s:
+                self._inflight = None
+                self._cursor = self.acked  # resend from the first index not acknowledged
+                self.resent_batches += 1
+        if self._inflight is None:
+            cols = self.spill.first_after(max(self._cursor, self.acked))
+            if cols is not None:
+                if self._send("batch", cols):
+                    last = int(cols["n"][-1])
+                    self._inflight = (last, now)
+                    self._cursor = last
+                    self.sent_batches += 1
+                    return
+        if self._sync_wanted.is_set() and self._inflight is None and not self._pending_rows and self.spill.batches \
+                and now - self._last_sync > self.ack_timeout_s:
+            self._last_sync = self._last_ping = now
+            self._send("sync", {"version": self.version})
+        elif now - self._last_ping > self.heartbeat_s:
+            self._last_ping = now
+            self._send("ping", {"version": self.version})
+
+    def _handle(self, msg: dict) -> None:
+        t, b = msg["type"], msg["body"]
+        self._last_heard = time.monotonic()
+        if t == "welcome":
+            if self._welcomed and msg["epoch"] == self._epoch:
+                return  # an answer to an earlier hello of this session: nothing new
+            self._epoch = msg["epoch"]
+            have = int(b.get("have", -1))
+            self.welcomes += 1
+            self._welcomed = self.connected = True
+            self.error = None
+            # the learner holds everything through `have` durably (its checkpoint): resend after it
+            self.acked = self.durable = have
+            self._cursor = have
+            self._inflight = None
+            self.spill.drop_through(have)
+        elif t == "ack":
+            self.connected = True
+            self.acked = max(self.acked, int(b.get("received", -1)))
+            durable = int(b.get("durable", -1))
+            if durable > self.durable:
+                self.durable = durable
+                self.spill.drop_through(durable)
+        elif t == "weights":
+            try:
+                state = arrays_to_state(list(b["names"]), list(b["arrays"]))
+                w = Weights(int(b["version"]), str(b["target"]), dict(b["kwargs"]), state, float(b["sent_at"]), time.time())
+            except (KeyError, TypeError, ValueError, ProtocolError) as exc:
+                self.error = f"bad weights message: {exc}"
+                return
+            with self._wlock:
+                if self._weights is None or w.version > self._weights.version:
+                    self._weights = w
+                    self.weights_latency_s.append(w.received_at - w.sent_at)
+        elif t == "error":
+            self.error = f"learner refused: {b.get('code')}: {b.get('text')}"
+            if b.get("code") in ("spec_mismatch", "hello_first", "too_many_actors"):
+                self._welcomed = False  # say hello (again): a restarted learner, or wait for the problem to be fixed
+                self._inflight = None
+            if b.get("code") == "hello_first":
+                self.error = None
+
+    def status(self) -> dict:
+        """Counters of the link (JSON-able)."""
+        return {"connected": self.connected, "acked": self.acked, "durable": self.durable,
+                "spilled": len(self.spill), "sent_batches": self.sent_batches, "resent_batches": self.resent_batches,
+                "reconnects": self.reconnects, "welcomes": self.welcomes, "rejected": dict(self.auth.rejected),
+                "error": self.error}
+
+
+# ----------------------------------------------------------------------------- learner side
+class LearnerEndpoint:
+    """The learner's end: a ROUTER socket polled from the learner's own loop (no thread).
+
+    Args:
+        endpoint: where to bind (``tcp://127.0.0.1:0`` = a free loopback port).
+        key: shared key.
+        learner_id: this learner's id (actors address it).
+        limits: :func:`link_limits`.
+
+    Attributes:
+        endpoint: the bound endpoint; epoch: random id of this learner instance.
+        peers: ``{actor_id: routing id}`` of the actors heard from.
+    """
+
+    def __init__(self, endpoint: str, key: bytes, *, learner_id: str = "learner", limits: Limits | None = None):
+        self.limits = limits or link_limits()
+        self.auth = Authenticator(key, ident=learner_id, limits=self.limits, role="server")
+        self.epoch = secrets.token_hex(8)
+        self._ctx = zmq.Context.instance()
+        self.sock = self._ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_bytes + 1024)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.bind(endpoint)
+        self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.peers: dict[str, bytes] = {}
+        self.peer_src: dict[str, str] = {}
+
+    def recv(self, timeout_ms: int) -> list[tuple[bytes, dict]]:
+        """Every authenticated request waiting (after up to ``timeout_ms``): ``[(routing id, msg)]``.
+
+        Rejected messages are dropped and counted in ``auth.rejected``.
+        """
+        out = []
+        if not self.sock.poll(timeout_ms, zmq.POLLIN):
+            return out
+        while True:
+            try:
+                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return out
+            if len(frames) != 3:
+                self.auth.rejected["malformed"] += 1
+                continue
+            try:
+                msg = self.auth.open(frames[1:])
+            except ProtocolError:
+                continue
+            actor = msg["body"].get("actor_id")
+            if not isinstance(actor, str) or not 0 < len(actor) <= 64:
+                self.auth.rejected["malformed"] += 1
+                continue
+            rid = bytes(frames[0].bytes)
+            self.peers[actor] = rid
+            self.peer_src[actor] = msg["src"]
+            out.append((rid, msg))
+
+    def reply(self, actor_id: str, type_: str, body: dict) -> bool:
+        """Send ``type_`` to ``actor_id``; ``False`` if that actor is gone (its socket closed)."""
+        rid = self.peers.get(actor_id)
+        if rid is None:
+            return False
+        frames, _ = self.auth.seal(type_, body, dst=self.peer_src[actor_id], epoch=self.epoch)
+        try:
+            self.sock.send_multipart([rid, *frames], flags=zmq.NOBLOCK, copy=False)
+            return True
+        except (zmq.Again, zmq.ZMQError):
+            return False
+
+    def close(self) -> None:
+        self.sock.close(linger=0)

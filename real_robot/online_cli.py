@@ -1,0 +1,350 @@
+"""Hydra entry points ``robotrl actor``, ``robotrl learner`` and ``robotrl online-demo`` (online RL on a robot).
+
+Also runnable as ``python -m robotrl.real_robot.online_cli {actor,learner,online-demo} [overrides]``.
+Configs: ``configs/online/{actor,learner,demo}.yaml``. Exit status: 0 done; 2 bad input (one
+``robotrl: error:`` line); 3 the robot or the link failed (what was recorded is kept).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from robotrl.errors import ConfigError, RobotRLError
+
+CONFIG_PATH = "pkg://robotrl.configs"
+
+
+def _fail(msg: str, code: int) -> None:
+    print(f"robotrl: error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _key(key_file, create: bool = False) -> bytes:
+    from robotrl.real_robot.protocol import load_key, write_key_file
+
+    if create and key_file and not Path(key_file).exists():
+        write_key_file(key_file)
+    return load_key(key_file)
+
+
+def check_bind(endpoint: str, allow_remote: bool) -> None:
+    """Refuse to bind the learner beyond loopback unless ``allow_remote``.
+
+    Raises:
+        ConfigError: a non-loopback ``tcp://`` endpoint without ``allow_remote=true``.
+    """
+    if not endpoint.startswith("tcp://"):
+        raise ConfigError(f"endpoint must be tcp://host:port, got {endpoint!r}")
+    host = endpoint[6:].rsplit(":", 1)[0]
+    if host not in ("127.0.0.1", "localhost", "[::1]", "::1") and not allow_remote:
+        raise ConfigError(f"endpoint {endpoint} is reachable from other machines; set allow_remote=true to bind it "
+                          "(every message is still authenticated with the key)")
+
+
+def _stop_flag() -> dict:
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+# ----------------------------------------------------------------------------- learner
+def build_learner(cfg: DictConfig):
+    """The :class:`~robotrl.real_robot.online.OnlineLearner` of config ``cfg`` (bound, resumed or warm-started)."""
+    import dataclasses
+
+    import torch
+    from hydra.utils import instantiate
+
+    from robotrl.data.dataset import load_dataset
+    from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+    from robotrl.data.replay import ReplayBuffer
+    from robotrl.errors import SpaceMismatchError
+    from robotrl.real_robot.factory import make_robot
+    from robotrl.real_robot.learner_link import LearnerEndpoint, link_limits
+    from robotrl.real_robot.online import OnlineLearner
+    from robotrl.utils import resolve_device, set_seed
+
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    set_seed(int(cfg.seed))
+    check_bind(cfg.endpoint, bool(cfg.allow_remote))
+    key = _key(cfg.key_file, bool(cfg.key_create))
+    spec = make_robot(OmegaConf.to_container(cfg.robot, resolve=True)).spec()
+    do, da = spec.observation.dim, spec.action.dim
+    device = resolve_device(cfg.device)
+    gamma = float(cfg.agent.get("gamma", 0.99))
+    r_scale, r_bias = float(cfg.agent.get("reward_scale", 1.0)), float(cfg.agent.get("reward_bias", 0.0))
+    data = load_dataset(cfg.demos) if cfg.demos else None
+    if data is not None and (data.obs_dim, data.action_dim) != (do, da):
+        raise SpaceMismatchError(f"demos {cfg.demos} have Do={data.obs_dim}, Da={data.action_dim} but robot {spec.name} "
+                                 f"has Do={do}, Da={da}; record demonstrations on this robot")
+    obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip")) \
+        if data is not None else ObservationNormalizer.identity(do)
+    low, high = spec.action.low_array, spec.action.high_array
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise ConfigError(f"robot {spec.name} has unbounded actions; the policy needs bounds (set them in the robot config)")
+    scaler = ActionScaler(low, high)
+    agent = instantiate(cfg.agent.model, obs_dim=do, action_dim=da, obs_normalizer=obs_norm, action_scaler=scaler,
+                        device=device, seed=int(cfg.seed), _convert_="all")
+    n_demo = data.num_transitions if data is not None else 0
+    demos = ReplayBuffer(n_demo + int(cfg.intervention_capacity), do, da, gamma=gamma, num_envs=int(cfg.max_actors),
+                         device=device, seed=int(cfg.seed) + 1)
+    if data is not None:
+        if (r_scale, r_bias) != (1.0, 0.0):
+            data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))
+        demos.add_offline(data)
+    t = cfg.trainer
+    endpoint = LearnerEndpoint(cfg.endpoint, key, learner_id=cfg.learner_id,
+                               limits=link_limits(int(cfg.max_message_bytes)))
+    learner = OnlineLearner(agent, endpoint, spec, demos=demos, online_capacity=int(t.online_buffer_size),
+                            run_dir=cfg.run_dir, batch_size=int(t.batch_size), utd=int(t.utd),
+                            offline_ratio=float(t.offline_ratio), warmup=int(t.online_warmup_steps),
+                            updates_per_transition=float(t.updates_per_transition),
+                            push_period_s=float(cfg.push_period_s), checkpoint_every_s=float(cfg.checkpoint_every_s),
+                            interventions_to_demos=bool(cfg.interventions_to_demos), reward_scale=r_scale,
+                            reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=gamma, seed=int(cfg.seed),
+                            pushed_weights_dir=cfg.pushed_weights_dir)
+    resumed = learner.resume()
+    if not resumed and cfg.init_from:
+        from robotrl.warmstart import warm_start
+
+        warm_start(agent, cfg.init_from, list(cfg.init_parts) if cfg.init_parts else None)
+    return learner, resumed, key
+
+
+def run_learner(cfg: DictConfig) -> dict:
+    """Body of ``robotrl learner``: serve until SIGTERM/SIGINT or ``max_runtime_s``; returns the final status."""
+    from robotrl.real_robot.learner_link import atomic_write_bytes
+    from robotrl.real_robot.protocol import key_fingerprint
+
+    learner, resumed, key = build_learner(cfg)
+    stop = _stop_flag()
+    if cfg.ready_file:
+        atomic_write_bytes(Path(cfg.ready_file), json.dumps({"endpoint": learner.ep.endpoint,
+                                                              "pid": __import__("os").getpid()}).encode())
+    st = learner.status()
+    print(f"learner: {type(learner.agent).__name__} for {learner.spec.name} on {learner.ep.endpoint} "
+          f"({'resumed' if resumed else 'new'} run in {cfg.run_dir}: {st['online']} robot transitions, {st['demos']} in "
+          f"the demonstration buffer, {st['updates']} updates); weights every {cfg.push_period_s:g} s, "
+          f"key fingerprint {key_fingerprint(key)}", flush=True)
+    t_end = time.monotonic() + float(cfg.max_runtime_s) if cfg.max_runtime_s else None
+    try:
+        status = learner.serve(lambda: stop["flag"] or (t_end is not None and time.monotonic() > t_end),
+                               log_every=int(cfg.log_every))
+    finally:
+        learner.ep.close()
+    print(json.dumps({"status": status}, default=str), flush=True)
+    return status
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="online/learner")
+def learner_main(cfg: DictConfig) -> None:
+    """``robotrl learner robot=sim agent=rlpd ...``."""
+    try:
+        run_learner(cfg)
+    except RobotRLError as exc:
+        _fail(str(exc), 2)
+
+
+# ----------------------------------------------------------------------------- actor
+def make_teleop(cfg: DictConfig, spec):
+    """The teleop device named by ``cfg.teleop`` (``none``, ``keyboard``, ``scripted``)."""
+    from robotrl.real_robot import teleop as tp
+
+    if cfg.teleop == "none":
+        return None
+    if cfg.teleop == "keyboard":
+        return tp.KeyboardTeleop(sys.stdin, spec.hold_action, spec.action.low, spec.action.high)
+    if cfg.teleop == "scripted":
+        s = cfg.scripted
+        if not (spec.name.startswith("sim:pointmaze")):
+            raise ConfigError(f"teleop=scripted has a controller for the PointMaze twin only, not {spec.name}")
+        every, start, length = int(s.every), int(s.start), int(s.length)
+        return tp.ScriptedTeleop(tp.pointmaze_controller(float(s.gain)),
+                                 lambda ep, k: every > 0 and ep % every == 0 and start <= k < start + length,
+                                 spec.action.low, spec.action.high)
+    raise ConfigError(f"teleop must be none, keyboard or scripted, got {cfg.teleop!r}")
+
+
+def run_actor(cfg: DictConfig) -> dict:
+    """Body of ``robotrl actor``: connect robot and learner, run the episodes, write the recording."""
+    import os
+
+    import torch
+
+    from robotrl.real_robot.learner_link import ActorLink, link_limits
+    from robotrl.real_robot.online import EpisodeRecorder, LocalRobot, OnlineActor, RemoteRobot
+
+    torch.set_num_threads(1)
+    key = _key(cfg.key_file)
+    robot_cfg = OmegaConf.to_container(cfg.robot, resolve=True)
+    if cfg.robot_link == "local":
+        from robotrl.real_robot.factory import make_robot, make_supervisor
+
+        dev = make_robot(robot_cfg)
+        robot = LocalRobot(dev, make_supervisor(robot_cfg.get("safety"), dev.spec()))
+    elif cfg.robot_link == "remote":
+        from robotrl.real_robot.client import RobotClient
+
+        robot = RemoteRobot(RobotClient(cfg.robot_endpoint, _key(cfg.robot_key_file), timeout_s=1.0, link_timeout_s=2.0))
+    else:
+        raise ConfigError(f"robot_link must be local or remote, got {cfg.robot_link!r}")
+    spec = robot.spec()
+    work = Path(cfg.work_dir)
+    link = ActorLink(cfg.learner, key, cfg.actor_id, spec.to_dict(), work / "spill", learner_id=cfg.learner_id,
+                     batch_size=int(cfg.batch_size), flush_s=float(cfg.flush_s), ack_timeout_s=float(cfg.ack_timeout_s),
+                     link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)))
+    recorder = EpisodeRecorder(work, spec)
+    rate = float(spec.control_rate_hz if cfg.rate_hz is None else cfg.rate_hz)
+    reward_fn = None
+    if cfg.reward == "classifier":
+        from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier
+
+        if not cfg.reward_classifier:
+            raise ConfigError("reward=classifier needs reward_classifier=<classifier.pt or its run dir> "
+                              "(robotrl train agent=reward-classifier ...)")
+        clf, thr = load_classifier(cfg.reward_classifier)
+        if clf.kwargs["obs_dim"] != spec.observation.dim:
+            raise ConfigError(f"classifier {cfg.reward_classifier} scores Do={clf.kwargs['obs_dim']} states; robot "
+                              f"{spec.name} has Do={spec.observation.dim}")
+        reward_fn = ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.end_on_success))
+    elif cfg.reward != "robot":
+        raise ConfigError(f"reward must be robot or classifier, got {cfg.reward!r}")
+    actor = OnlineActor(robot, link, recorder, rate_hz=rate, teleop=make_teleop(cfg, spec),
+                        on_learner_lost=cfg.on_learner_lost, explore=bool(cfg.explore), max_steps=cfg.max_steps,
+                        wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn)
+    print(f"actor {cfg.actor_id}: {spec.name} at {rate:g} Hz ({cfg.robot_link}), learner {cfg.learner}, "
+          f"pid {os.getpid()}", flush=True)
+
+    def on_episode(info: dict) -> None:
+        print(json.dumps({"episode": info}), flush=True)
+
+    ds_id = cfg.dataset_id or f"robot/{spec.name.replace(':', '-')}/online-{cfg.actor_id}-v0"
+    summary: dict = {}
+    try:
+        s = actor.run(int(cfg.episodes), float(cfg.drain_timeout_s), on_episode)
+        summary = dict(vars(s))
+    finally:
+        link.close()
+        robot.close()
+        if recorder.episodes_done():
+            path = recorder.to_minari(ds_id, root=cfg.dataset_root, provenance={"actor_id": cfg.actor_id,
+                                                                              "learner": cfg.learner})
+            summary["dataset_id"], summary["dataset_path"] = ds_id, str(path)
+    text = json.dumps(summary, default=str)
+    (work / "summary.json").write_text(text)
+    if cfg.output:
+        Path(cfg.output).write_text(text)
+    print(text, flush=True)
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="online/actor")
+def actor_main(cfg: DictConfig) -> None:
+    """``robotrl actor robot=sim learner=tcp://...``."""
+    from robotrl.real_robot.interface import RobotConnectionError
+
+    try:
+        summary = run_actor(cfg)
+    except RobotConnectionError as exc:
+        _fail(f"{exc}; episodes recorded so far are kept in {cfg.work_dir}", 3)
+        return
+    except RobotRLError as exc:
+        _fail(str(exc), 2)
+        return
+    if not summary.get("drained"):
+        _fail(f"the learner did not confirm every transition within drain_timeout_s={cfg.drain_timeout_s}; they stay "
+              f"in {cfg.work_dir}/spill and are resent when this actor (same actor_id, same work_dir) runs again", 3)
+
+
+# ----------------------------------------------------------------------------- demo
+def run_demo(cfg: DictConfig) -> int:
+    """Body of ``robotrl online-demo``: robot server + learner + actor on this machine."""
+    import os
+    import subprocess
+
+    from robotrl.real_robot.protocol import write_key_file
+
+    work = Path(cfg.work_dir).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    key = work / "online.key"
+    if not key.exists():
+        write_key_file(key)
+    py = [sys.executable, "-m"]
+    robot = [f"robot.task={cfg.task}", f"robot.realtime={str(bool(cfg.realtime)).lower()}"]
+    server_cmd = py + ["robotrl.real_robot.cli", "robot-server", f"key_file={key}", *robot,
+                       f"endpoint=tcp://127.0.0.1:{cfg.robot_port}", f"ready_file={work / 'server.ready'}"]
+    learner_cmd = py + ["robotrl.real_robot.online_cli", "learner", f"key_file={key}", *robot, f"agent={cfg.agent}",
+                        f"endpoint=tcp://127.0.0.1:{cfg.learner_port}", f"run_dir={work / 'learner'}",
+                        f"ready_file={work / 'learner.ready'}",
+                        f"trainer.updates_per_transition={cfg.updates_per_transition}",
+                        f"trainer.batch_size={cfg.batch_size}", f"trainer.online_warmup_steps={cfg.warmup}"]
+    actor_cmd = py + ["robotrl.real_robot.online_cli", "actor", f"key_file={key}", *robot, "robot_link=remote",
+                      f"robot_endpoint=tcp://127.0.0.1:{cfg.robot_port}", f"learner=tcp://127.0.0.1:{cfg.learner_port}",
+                      f"episodes={cfg.episodes}", f"max_steps={cfg.max_steps}", f"teleop={cfg.teleop}",
+                      f"work_dir={work / 'actor'}"]
+    procs = []
+    try:
+        for name, cmd, ready in (("robot-server", server_cmd, work / "server.ready"),
+                                 ("learner", learner_cmd, work / "learner.ready")):
+            ready.unlink(missing_ok=True)
+            log = open(work / f"{name}.log", "w")
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy()))
+            print(f"online-demo: started {name} (pid {procs[-1].pid}, log {work / f'{name}.log'})", flush=True)
+            end = time.monotonic() + 120
+            while not ready.exists():
+                if procs[-1].poll() is not None or time.monotonic() > end:
+                    raise RobotRLError(f"{name} did not start; see {work / f'{name}.log'}")
+                time.sleep(0.1)
+        print(f"online-demo: actor runs {cfg.episodes} episodes; learner TensorBoard: tensorboard --logdir "
+              f"{work / 'learner' / 'tb'}", flush=True)
+        code = subprocess.call(actor_cmd)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return code
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="online/demo")
+def demo_main(cfg: DictConfig) -> None:
+    """``robotrl online-demo``: all three processes on this machine with the MuJoCo twin."""
+    try:
+        code = run_demo(cfg)
+    except RobotRLError as exc:
+        _fail(str(exc), 2)
+        return
+    sys.exit(code)
+
+
+COMMANDS = {"actor": actor_main, "learner": learner_main, "online-demo": demo_main}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m robotrl.real_robot.online_cli {actor,learner,online-demo} [overrides]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m robotrl.real_robot.online_cli {{{','.join(COMMANDS)}}} [hydra overrides]", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [f"robotrl-{argv[0]}", *argv[1:]]
+    COMMANDS[argv[0]]()
+
+
+if __name__ == "__main__":
+    main()
