@@ -249,8 +249,8 @@ class RobotServer:
                         break
                     self._serve_guarded(frames)
                     self._watchdog_guarded()
-                    if self.crashed:
-                        break
+                    if self.crashed or not self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                        break  # (asking EVENTS is cheaper than a recv that raises zmq.Again)
             self._watchdog_guarded()
             if self.crashed:
                 raise RobotConnectionError(self.crashed)
