@@ -46,7 +46,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
-from robotrl.real_robot.client import RobotClient, RobotCommandError
+from robotrl.real_robot.client import DeadlineExceeded, RobotClient, RobotCommandError
 from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
 from robotrl.real_robot.launch import ServerProcess
 from robotrl.real_robot.protocol import load_key, write_key_file
@@ -84,13 +84,19 @@ def bare_zmq(n: int, size: int) -> dict:
 
 
 FLOOD = """
-import os, sys, zmq
+import os, sys, time, zmq
 ctx = zmq.Context()
 endpoint, mode, nice = sys.argv[1], sys.argv[2], int(sys.argv[3])
 os.nice(nice)
 junk = [b"\\x00" * (65536 if mode == "64k" else 1024), b"m" * 32]
 def sock():
-    s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.SNDHWM, 100); s.connect(endpoint); return s
+    while True:
+        try:
+            s = ctx.socket(zmq.DEALER)
+        except zmq.ZMQError:  # out of file descriptors: closed sockets are still being reaped; keep flooding
+            time.sleep(0.001)
+            continue
+        s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.SNDHWM, 100); s.connect(endpoint); return s
 s, n = sock(), 0
 print("go", flush=True)
 while True:
@@ -133,15 +139,19 @@ def under_flood(client: RobotClient, n: int, mode: str, nice: int) -> dict:
 def bridge(client: RobotClient, n: int) -> tuple[dict, int]:
     """Step round trips (s) of ``n`` steps after 100 warm-up steps; an ``expired`` answer (the step
     arrived more than 2 control periods after it was sent: not applied) is a round trip too and is
-    counted in ``expired``."""
+    counted in ``expired``; a step with no answer within the client's 0.5 s timeout is counted in
+    ``lost`` (not in the latencies: the control loop would have held and gone on)."""
     client.reset(0)
-    a, out, expired = np.zeros(2, np.float32), [], 0
+    a, out, expired, lost = np.zeros(2, np.float32), [], 0, 0
     for i in range(n + 100):
         if i % 250 == 0:
             client.reset(i)
         t = time.perf_counter()
         try:
             client.step(a)
+        except DeadlineExceeded:
+            lost += i >= 100
+            continue
         except RobotCommandError as exc:
             if exc.kind != "expired":
                 raise
@@ -149,7 +159,7 @@ def bridge(client: RobotClient, n: int) -> tuple[dict, int]:
         if i >= 100:
             out.append(time.perf_counter() - t)
     size = len(client.auth.seal("step", {"action": a, "deadline": time.time()}, dst=client.robot_id, epoch=client.epoch)[0][0])
-    return {**latency_stats(out), "expired": expired}, size
+    return {**latency_stats(out), "expired": expired, "lost": lost}, size
 
 
 def jitter(client: RobotClient, rate: float, seconds: float) -> dict:
@@ -227,10 +237,18 @@ def compare(args) -> dict:
                 env["PYTHONPATH"] = str(Path(args.baseline).resolve())
             with tempfile.TemporaryDirectory() as cwd:  # neutral: no robotrl/ in the working directory
                 out = Path(cwd) / "run.json"
-                subprocess.run([sys.executable, str(here), "--n", str(args.n), "--seconds", str(args.seconds), "--out", str(out)],
-                               cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+                proc = subprocess.run([sys.executable, str(here), "--n", str(args.n), "--seconds", str(args.seconds), "--out",
+                                       str(out)], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                if proc.returncode != 0 or not out.exists():  # recorded, and the alternation goes on
+                    runs.append({"round": r, "label": label, "failed": proc.stderr[-2000:]})
+                    print(f"round {r} {label}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
+                    continue
                 runs.append({"round": r, "label": label, "result": json.loads(out.read_text())})
             print(f"round {r} {label}: bridge p50 {runs[-1]['result']['bridge_step']['p50_ms']:.3f} ms", file=sys.stderr)
+            if args.out:  # progress survives an interrupted session
+                write_json(Path(args.out).resolve(), {"partial": True, "runs": runs})
+    failed = [x for x in runs if "failed" in x]
+    runs = [x for x in runs if "result" in x]
     metrics = {"bridge_step": ("bridge_step",), "bare_zmq_req_rep": ("bare_zmq_req_rep",),
                **{k: (k, "step") for k in runs[0]["result"] if k.startswith("flood_") and "step" in runs[0]["result"][k]},
                **{f"{k}_jitter": (k, "jitter") for k in runs[0]["result"] if k.startswith("loop_")}}
@@ -252,7 +270,7 @@ def compare(args) -> dict:
     split_keys = runs[-1]["result"].get("split", {}).keys()
     splits = {k: {lab: statistics.median(x["result"]["split"][k] for x in runs if x["label"] == lab) for lab in ("baseline", "current")}
               for k in split_keys}
-    return {"side_by_side": table, "split_medians_us": splits, "runs": runs}
+    return {"side_by_side": table, "split_medians_us": splits, "runs": runs, "failed_runs": failed}
 
 
 def main() -> None:
@@ -268,6 +286,7 @@ def main() -> None:
         res = compare(args)
         res["note"] = ("alternating whole runs (baseline, current) in one session on a 2-core machine shared with other "
                        "sessions' work; compare the ratios, not the absolute numbers")
+        res["command"] = "python " + " ".join(sys.argv)
         res["environment"] = environment()
         print(json.dumps(res["side_by_side"], indent=2))
         if args.out:
