@@ -13,8 +13,18 @@
    the per-connection quarantine). Reported with the server's rejection counters.
 4. Control-loop jitter (lateness of each tick's start, s) at 50 Hz and 100 Hz over the
    bridge with an MLP-sized policy.
+5. Split of one step round trip (``split``, µs, medians, timed in this process with the
+   server's robot config): the robot's own cost (the twin's ``send_action`` + observation:
+   one MuJoCo step) against the bridge's Python work per step (client seal + open, server
+   screening/MAC/decode + supervisor + reply encode). ``bridge_only_p50_ms`` is the step
+   round trip minus the robot's cost, ``ratio_bridge_only_p50`` that over bare pyzmq.
 
 Run: ``python benchmarks/bench_bridge.py [--n 3000] [--seconds 5] [--out bench.json]``.
+Before/after on a shared machine: ``--baseline DIR --rounds 3`` runs the whole bench
+``rounds`` times alternating an older robotrl (``DIR`` on ``PYTHONPATH``, a tree holding
+``robotrl/`` with ``real_robot/``, ``envs/``, ``agents/``, ``configs/`` inside, e.g. from
+``git archive``) and this checkout, each in a child process started in a neutral
+directory, and reports both side by side with the per-round and median ratios.
 Targets (issues 6, 13): bridge p99 < 2 ms for state observations, also under flood;
 jitter p99 < 1 ms. The flooder competes for the same CPU cores as server and client.
 """
@@ -23,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +46,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
-from robotrl.real_robot.client import RobotClient, RobotCommandError
+from robotrl.real_robot.client import DeadlineExceeded, RobotClient, RobotCommandError
 from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
 from robotrl.real_robot.launch import ServerProcess
 from robotrl.real_robot.protocol import load_key, write_key_file
@@ -72,13 +84,19 @@ def bare_zmq(n: int, size: int) -> dict:
 
 
 FLOOD = """
-import os, sys, zmq
+import os, sys, time, zmq
 ctx = zmq.Context()
 endpoint, mode, nice = sys.argv[1], sys.argv[2], int(sys.argv[3])
 os.nice(nice)
 junk = [b"\\x00" * (65536 if mode == "64k" else 1024), b"m" * 32]
 def sock():
-    s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.SNDHWM, 100); s.connect(endpoint); return s
+    while True:
+        try:
+            s = ctx.socket(zmq.DEALER)
+        except zmq.ZMQError:  # out of file descriptors: closed sockets are still being reaped; keep flooding
+            time.sleep(0.001)
+            continue
+        s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.SNDHWM, 100); s.connect(endpoint); return s
 s, n = sock(), 0
 print("go", flush=True)
 while True:
@@ -121,15 +139,19 @@ def under_flood(client: RobotClient, n: int, mode: str, nice: int) -> dict:
 def bridge(client: RobotClient, n: int) -> tuple[dict, int]:
     """Step round trips (s) of ``n`` steps after 100 warm-up steps; an ``expired`` answer (the step
     arrived more than 2 control periods after it was sent: not applied) is a round trip too and is
-    counted in ``expired``."""
+    counted in ``expired``; a step with no answer within the client's 0.5 s timeout is counted in
+    ``lost`` (not in the latencies: the control loop would have held and gone on)."""
     client.reset(0)
-    a, out, expired = np.zeros(2, np.float32), [], 0
+    a, out, expired, lost = np.zeros(2, np.float32), [], 0, 0
     for i in range(n + 100):
         if i % 250 == 0:
             client.reset(i)
         t = time.perf_counter()
         try:
             client.step(a)
+        except DeadlineExceeded:
+            lost += i >= 100
+            continue
         except RobotCommandError as exc:
             if exc.kind != "expired":
                 raise
@@ -137,7 +159,7 @@ def bridge(client: RobotClient, n: int) -> tuple[dict, int]:
         if i >= 100:
             out.append(time.perf_counter() - t)
     size = len(client.auth.seal("step", {"action": a, "deadline": time.time()}, dst=client.robot_id, epoch=client.epoch)[0][0])
-    return {**latency_stats(out), "expired": expired}, size
+    return {**latency_stats(out), "expired": expired, "lost": lost}, size
 
 
 def jitter(client: RobotClient, rate: float, seconds: float) -> dict:
@@ -156,12 +178,120 @@ def jitter(client: RobotClient, rate: float, seconds: float) -> dict:
             "late_inference": sched.late, "missed": loop.missed}
 
 
+def split(n: int = 2000) -> dict:
+    """Medians (µs) of the parts of one step, timed here with the server's robot config (twin, realtime off).
+
+    Uses only interfaces that older robotrl versions share (``--baseline`` runs it there too).
+    """
+    from omegaconf import OmegaConf
+
+    from robotrl.real_robot.client import body_obs
+    from robotrl.real_robot.factory import make_robot, make_supervisor
+    from robotrl.real_robot.protocol import Authenticator
+    from robotrl.real_robot.server import obs_body
+
+    cfg = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "robot" / "sim.yaml"))
+    cfg["realtime"] = False
+    robot = make_robot(cfg)
+    sup = make_supervisor(cfg["safety"], robot.spec())
+    key, a = b"k" * 32, np.zeros(robot.spec().action.dim, np.float32)
+    server, client = Authenticator(key, ident="robot", role="server"), Authenticator(key, role="client")
+    parts: dict[str, list[float]] = {k: [] for k in ("robot_step", "supervisor", "client_seal", "server_open", "server_reply",
+                                                     "client_open")}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        out = fn()
+        parts[name].append(time.perf_counter() - t)
+        return out
+
+    with robot:
+        robot.reset(0)
+        for i in range(n + 100):
+            if i % 250 == 0:
+                robot.reset(i)
+                sup.hold("reset")
+            frames, seq = timed("client_seal", lambda: client.seal("step", {"action": a, "deadline": time.time() + 0.02},
+                                                                 dst="robot", epoch="e"))
+            msg = timed("server_open", lambda: server.open(frames))  # noqa: B023  (called at once)
+            d = timed("supervisor", lambda: sup.filter(msg["body"]["action"], robot.get_observation().state))  # noqa: B023
+            applied = timed("robot_step", lambda: (robot.send_action(d.applied), robot.get_observation())[1])  # noqa: B023
+            body = {"ok": True, "applied": np.asarray(d.applied, np.float32), "flags": list(d.flags), "held": False,
+                    "obs": obs_body(applied), "re": seq}
+            reply, _ = timed("server_reply", lambda: server.seal("reply", body, dst=client.ident, epoch="e"))  # noqa: B023
+            timed("client_open", lambda: body_obs(client.open(reply)["body"]["obs"]))  # noqa: B023
+    med = {f"{k}_us": statistics.median(v[100:]) * 1e6 for k, v in parts.items()}
+    med["bridge_python_us"] = sum(v for k, v in med.items() if not k.startswith("robot_step"))
+    return med
+
+
+def compare(args) -> dict:
+    """Alternate whole bench runs of ``args.baseline`` (on PYTHONPATH) and this checkout; side by side, with ratios."""
+    runs: list[dict] = []
+    here = Path(__file__).resolve()
+    for r in range(args.rounds):
+        for label in ("baseline", "current"):
+            env = dict(os.environ)
+            env.pop("PYTHONPATH", None)
+            if label == "baseline":
+                env["PYTHONPATH"] = str(Path(args.baseline).resolve())
+            with tempfile.TemporaryDirectory() as cwd:  # neutral: no robotrl/ in the working directory
+                out = Path(cwd) / "run.json"
+                proc = subprocess.run([sys.executable, str(here), "--n", str(args.n), "--seconds", str(args.seconds), "--out",
+                                       str(out)], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                if proc.returncode != 0 or not out.exists():  # recorded, and the alternation goes on
+                    runs.append({"round": r, "label": label, "failed": proc.stderr[-2000:]})
+                    print(f"round {r} {label}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
+                    continue
+                runs.append({"round": r, "label": label, "result": json.loads(out.read_text())})
+            print(f"round {r} {label}: bridge p50 {runs[-1]['result']['bridge_step']['p50_ms']:.3f} ms", file=sys.stderr)
+            if args.out:  # progress survives an interrupted session
+                write_json(Path(args.out).resolve(), {"partial": True, "runs": runs})
+    failed = [x for x in runs if "failed" in x]
+    runs = [x for x in runs if "result" in x]
+    metrics = {"bridge_step": ("bridge_step",), "bare_zmq_req_rep": ("bare_zmq_req_rep",),
+               **{k: (k, "step") for k in runs[0]["result"] if k.startswith("flood_") and "step" in runs[0]["result"][k]},
+               **{f"{k}_jitter": (k, "jitter") for k in runs[0]["result"] if k.startswith("loop_")}}
+
+    def get(res, path):
+        for p in path:
+            res = res[p]
+        return res
+
+    table = {}
+    for name, path in metrics.items():
+        row = {}
+        for q in ("p50_ms", "p99_ms"):
+            vals = {lab: [get(x["result"], path)[q] for x in runs if x["label"] == lab] for lab in ("baseline", "current")}
+            row[q] = {**vals, "median_baseline": statistics.median(vals["baseline"]), "median_current": statistics.median(vals["current"]),
+                      "ratio_current_over_baseline": statistics.median(vals["current"]) / statistics.median(vals["baseline"]),
+                      "per_round_ratios": [c / b for b, c in zip(vals["baseline"], vals["current"])]}
+        table[name] = row
+    split_keys = runs[-1]["result"].get("split", {}).keys()
+    splits = {k: {lab: statistics.median(x["result"]["split"][k] for x in runs if x["label"] == lab) for lab in ("baseline", "current")}
+              for k in split_keys}
+    return {"side_by_side": table, "split_medians_us": splits, "runs": runs, "failed_runs": failed}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="PYTHONPATH root of an older robotrl: alternate whole runs of it and of this checkout")
+    ap.add_argument("--rounds", type=int, default=3, help="with --baseline: runs of each")
     args = ap.parse_args()
+    if args.baseline is not None:
+        res = compare(args)
+        res["note"] = ("alternating whole runs (baseline, current) in one session on a 2-core machine shared with other "
+                       "sessions' work; compare the ratios, not the absolute numbers")
+        res["command"] = "python " + " ".join(sys.argv)
+        res["environment"] = environment()
+        print(json.dumps(res["side_by_side"], indent=2))
+        if args.out:
+            write_json(Path(args.out).resolve(), res)
+        return
     key = write_key_file(Path(tempfile.mkdtemp()) / "robot.key")
     res = {}
     with ServerProcess(key, ["robot.realtime=false", "robot.safety.watchdog_s=1.0"]) as srv:
@@ -179,6 +309,9 @@ def main() -> None:
                                     for k, v in res.items() if k.startswith("flood_") and isinstance(v, dict) and "step" in v}
             for rate in (50.0, 100.0):
                 res[f"loop_{int(rate)}hz"] = jitter(c, rate, args.seconds)
+    res["split"] = split()
+    res["bridge_only_p50_ms"] = res["bridge_step"]["p50_ms"] - res["split"]["robot_step_us"] / 1000
+    res["ratio_bridge_only_p50"] = res["bridge_only_p50_ms"] / res["bare_zmq_req_rep"]["p50_ms"]
     res["note"] = ("measured on a 2-core machine shared with another engineer's work and a background learning run; "
                    "tails (p99, max) include that contention")
     res["environment"] = environment()  # versions, machine and the argv (the suite's resume key)

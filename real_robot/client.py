@@ -106,6 +106,8 @@ class RobotClient:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, 4 * self.auth.limits.max_bytes + 1024)
         self._mon = self._sock.get_monitor_socket(_MONITOR_EVENTS)
+        self._poller = zmq.Poller()  # one per socket: Socket.poll() builds a new Poller on every call
+        self._poller.register(self._sock, zmq.POLLIN)
         self._connected = False
         self._sock.connect(self.endpoint)
 
@@ -223,7 +225,7 @@ class RobotClient:
         end = time.monotonic() + timeout
         while True:
             left = end - time.monotonic()
-            if left <= 0 or not self._sock.poll(max(1, int(left * 1000))):
+            if left <= 0 or not self._poller.poll(max(1, int(left * 1000))):
                 return None
             frames = self._sock.recv_multipart()
             try:

@@ -40,6 +40,7 @@ the reason this bridge authenticates every command).
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import hmac
 import math
@@ -95,23 +96,30 @@ class Limits:
             raise ConfigError(f"max_skew_s must be > 0 s, got {self.max_skew_s}")
 
 
+_SHAPE_HEADS = [struct.Struct(f"<B{n}I") for n in range(5)]  # ndim byte + ndim little-endian uint32 dims
+_SHAPES = [struct.Struct(f"<{n}I") for n in range(5)]
+
+
 def _encode_default(obj):
     if isinstance(obj, np.ndarray):
-        arr = np.ascontiguousarray(obj)
-        if arr.dtype.newbyteorder("<") in _CODES:
-            arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-        code = _CODES.get(arr.dtype)
+        arr = obj if obj.ndim else obj.reshape(1)  # a 0-d array travels as shape (1,) (as np.ascontiguousarray made it)
+        code = _CODES.get(arr.dtype)  # the common case: a little-endian array of a wire dtype
+        if code is None:
+            if arr.dtype.newbyteorder("<") in _CODES:
+                arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+            code = _CODES.get(arr.dtype)
         if code is None:
             raise ProtocolError(f"cannot send arrays of dtype {arr.dtype}; use float32/float64/int64/uint8/bool")
         if arr.ndim > 4:
             raise ProtocolError(f"cannot send a {arr.ndim}-d array; at most 4 dims")
-        head = code + struct.pack("<B", arr.ndim) + struct.pack(f"<{arr.ndim}I", *arr.shape)
-        return msgpack.ExtType(_EXT_NDARRAY, head + arr.tobytes())
+        head = code + _SHAPE_HEADS[arr.ndim].pack(arr.ndim, *arr.shape)
+        return msgpack.ExtType(_EXT_NDARRAY, head + arr.tobytes())  # tobytes: C order, whatever the strides
     if isinstance(obj, np.generic):
         return obj.item()
     raise ProtocolError(f"cannot send a {type(obj).__name__}; messages carry numbers, strings, bytes, lists, maps and arrays")
 
 
+@functools.lru_cache(maxsize=8)
 def _make_ext_hook(limits: Limits):
     def hook(code: int, data: bytes):
         if code != _EXT_NDARRAY or len(data) < 2:
@@ -122,7 +130,7 @@ def _make_ext_hook(limits: Limits):
         ndim = data[1]
         if ndim > 4 or len(data) < 2 + 4 * ndim:
             raise ProtocolError(f"array header with ndim={ndim} is invalid (at most 4 dims)")
-        shape = struct.unpack(f"<{ndim}I", data[2:2 + 4 * ndim])
+        shape = _SHAPES[ndim].unpack_from(data, 2)
         n = math.prod(shape)  # 1 for ndim 0
         body = data[2 + 4 * ndim:]
         if n > limits.max_elems or len(body) != n * dtype.itemsize:
@@ -165,12 +173,14 @@ def decode(payload: bytes, limits: Limits = Limits(), max_bytes: int | None = No
     return msg
 
 
+_FIELD_TYPES = {"v": int, "type": str, "dir": str, "src": str, "dst": str, "epoch": str, "seq": int, "ts": (float, int),
+                "body": dict}
+
+
 def _check_fields(msg) -> None:
     if not isinstance(msg, dict):
         raise ProtocolError(f"message must be a map, got {type(msg).__name__}")
-    spec = {"v": int, "type": str, "dir": str, "src": str, "dst": str, "epoch": str, "seq": int, "ts": (float, int),
-            "body": dict}
-    for k, t in spec.items():
+    for k, t in _FIELD_TYPES.items():
         if k not in msg or not isinstance(msg[k], t) or isinstance(msg[k], bool):
             raise ProtocolError(f"message field {k!r} missing or not a {t}")
     if msg["v"] != VERSION:
@@ -178,7 +188,7 @@ def _check_fields(msg) -> None:
     if msg["dir"] not in ("req", "rep"):
         raise ProtocolError(f"message dir must be 'req' or 'rep', got {msg['dir']!r}")
     if not (0 <= msg["seq"] < 2**63) or not (0 < len(msg["src"]) <= 128) or len(msg["dst"]) > 128 \
-            or len(msg["epoch"]) > 64 or not np.isfinite(msg["ts"]):
+            or len(msg["epoch"]) > 64 or not math.isfinite(msg["ts"]):
         raise ProtocolError("message seq, src, dst, epoch or ts out of range")
 
 

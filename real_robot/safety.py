@@ -33,6 +33,7 @@ size; LeRobot's ``max_relative_target`` caps the change per step.
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,11 +189,22 @@ def _vec(x, n: int) -> np.ndarray:
     return np.full(n, np.inf) if x is None else np.broadcast_to(np.asarray(x, np.float64), (n,)).copy()
 
 
+_F32_INF = np.float32(np.inf)
+
+
+def _clip(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``np.clip(x, lo, hi)`` (same definition, ``min(max(x, lo), hi)``) without its Python wrapper: per-step hot path."""
+    return np.minimum(np.maximum(x, lo), hi)
+
+
 def _inward(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """float32 bounds inside ``[lo, hi]`` (rounded inward), so a float32 action obeys float64 limits."""
     lo32, hi32 = lo.astype(np.float32), hi.astype(np.float32)
-    lo32 = np.where(lo32.astype(np.float64) < lo, np.nextafter(lo32, np.float32(np.inf)), lo32)
-    hi32 = np.where(hi32.astype(np.float64) > hi, np.nextafter(hi32, np.float32(-np.inf)), hi32)
+    up, down = lo32.astype(np.float64) < lo, hi32.astype(np.float64) > hi
+    if up.any():  # (the common case, a representable bound, skips the nextafter)
+        lo32 = np.where(up, np.nextafter(lo32, _F32_INF), lo32)
+    if down.any():
+        hi32 = np.where(down, np.nextafter(hi32, -_F32_INF), hi32)
     return lo32, np.maximum(hi32, lo32)
 
 
@@ -226,6 +238,11 @@ class SafetySupervisor:
         self._hold = np.clip(np.asarray(config.hold_action, np.float32), blo32, bhi32).astype(np.float64)
         self._dmax = np.minimum(_vec(config.max_delta, n), _vec(config.max_velocity, n) * config.dt)
         self._amax = _vec(config.max_acceleration, n)
+        self._accel_limited = bool(np.isfinite(self._amax).any())
+        if ws is not None and ws.source == "observation":  # per-step constants of the observation workspace
+            self._ws_obs_idx = np.asarray(ws.indices, np.intp)
+            self._ws_max_index = max(ws.indices)
+            self._ws_hold = [float(self._hold[j]) for j in ws.action_indices or ()]
         self.estopped = False
         self.counters: collections.Counter = collections.Counter()
         self.log: collections.deque[Decision] = collections.deque(maxlen=config.log_size)
@@ -284,7 +301,7 @@ class SafetySupervisor:
         lo = np.maximum(self._box_lo, self._prev - self._dmax)
         hi = np.minimum(self._box_hi, self._prev + self._dmax)
         bad = lo > hi  # only when the previous action lies outside a limit: go to the nearest admissible point
-        if np.any(bad):
+        if bad.any():
             mid = np.clip(self._prev, self._box_lo32, self._box_hi32)
             lo[bad] = hi[bad] = mid[bad]
         ws = self.config.workspace
@@ -292,12 +309,11 @@ class SafetySupervisor:
             if observation is None:
                 raise ValueError("safety.workspace.source=observation needs the current observation in filter()")
             obs = np.asarray(observation, np.float64).reshape(-1)
-            if obs.shape[0] <= max(ws.indices):
+            if obs.shape[0] <= self._ws_max_index:
                 raise ValueError(f"observation has {obs.shape[0]} entries; safety.workspace.indices {ws.indices} needs more")
-            for p, wlo, whi, j in zip(obs[ws.indices], ws.low, ws.high, ws.action_indices):
-                h = self._hold[j]
-                if not np.isfinite(p) or (p >= whi and hi[j] > h) or (p <= wlo and lo[j] < h):
-                    if not np.isfinite(p):  # position unknown: only the stop command passes
+            for p, wlo, whi, j, h in zip(obs[self._ws_obs_idx].tolist(), ws.low, ws.high, ws.action_indices, self._ws_hold):
+                if not math.isfinite(p) or (p >= whi and hi[j] > h) or (p <= wlo and lo[j] < h):
+                    if not math.isfinite(p):  # position unknown: only the stop command passes
                         lo[j] = hi[j] = h
                     elif p >= whi:  # beyond the high face: nothing above the hold value (outward)
                         hi[j] = h
@@ -323,7 +339,7 @@ class SafetySupervisor:
         req = np.asarray(requested, np.float64).reshape(-1)
         if req.shape[0] != self.da:
             raise ValueError(f"action has {req.shape[0]} entries, this robot takes Da={self.da}")
-        if not np.all(np.isfinite(req)):
+        if not np.isfinite(req).all():
             if self.config.estop_on_nonfinite:
                 self.estop()
             self._prev, self._prev_v = self._hold_target(), np.zeros(self.da)
@@ -336,30 +352,30 @@ class SafetySupervisor:
             self._record(d)
             return d
         flags: list[str] = []
-        if np.any(req < self._lo) or np.any(req > self._hi):
+        if (req < self._lo).any() or (req > self._hi).any():
             flags.append("bounds")
-        if np.any(np.abs(req - self._prev) > self._dmax):
+        if (np.abs(req - self._prev) > self._dmax).any():
             flags.append("delta")
         ws_flags: list[str] = []
         lo, hi = self.interval(observation, ws_flags)
-        a = np.clip(req, lo, hi)
-        if "bounds" not in flags and "delta" not in flags and np.any(a != req):
+        a = _clip(req, lo, hi)
+        if "bounds" not in flags and "delta" not in flags and (a != req).any():
             flags.append("workspace")
-        elif ws_flags and "workspace" not in flags and np.any(a != req):
+        elif ws_flags and "workspace" not in flags and (a != req).any():
             flags.append("workspace")
         dt = self.config.dt
-        if np.any(np.isfinite(self._amax)):
+        if self._accel_limited:
             v = (a - self._prev) / dt
             vlo, vhi = self._prev_v - self._amax * dt, self._prev_v + self._amax * dt
-            if np.any(v < vlo) or np.any(v > vhi):
+            if (v < vlo).any() or (v > vhi).any():
                 flags.append("acceleration")
-                a_acc = self._prev + np.clip(v, vlo, vhi) * dt
-                a_new = np.clip(a_acc, lo, hi)
-                if np.any(a_new != a_acc):
+                a_acc = self._prev + _clip(v, vlo, vhi) * dt
+                a_new = _clip(a_acc, lo, hi)
+                if (a_new != a_acc).any():
                     flags.append("accel_infeasible")
                 a = a_new
         lo32, hi32 = _inward(lo, hi)
-        out = np.clip(a, lo32, hi32).astype(np.float32)  # float32 rounding never leaves the hard interval
+        out = _clip(a, lo32, hi32).astype(np.float32)  # float32 rounding never leaves the hard interval
         applied = out.astype(np.float64)
         self._prev_v = (applied - self._prev) / dt
         self._prev = applied
