@@ -153,6 +153,42 @@ def _bridge(doc: dict, name: str) -> list[dict]:
     return [{**_meta(doc, name), "rows": rows}]
 
 
+def _bridge_compare(doc: dict, name: str) -> list[dict]:
+    """``bench_bridge.py --baseline``: the current bridge against an older checkout, alternated in one session."""
+    rows = []
+    for key, label in (("bridge_step", "bridge round trip"), ("bare_zmq_req_rep", "bare pyzmq round trip")):
+        for q in ("p50_ms", "p99_ms"):
+            v = doc["side_by_side"][key][q]
+            rows.append(_row(f"{label} {q[:3]}, this code vs the baseline checkout (median of rounds)",
+                             v["median_current"], "baseline checkout", v["median_baseline"], "ms",
+                             v["ratio_current_over_baseline"], higher=False, check=False))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
+def _reinflow_latency(doc: dict, name: str) -> list[dict]:
+    """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager and traced."""
+    lat, rows = doc["latency"], []
+    for kind in ("", "_traced"):
+        ddim = lat[f"ddim_5{kind}"]["ms_median"]
+        for k in (1, 2, 4):
+            v = lat[f"flow_{k}{kind}"]["ms_median"]
+            rows.append(_row(f"flow {k}-step chunk latency{' (traced)' if kind else ''}, batch 1", v,
+                             f"DDIM-5{' (traced)' if kind else ''}", ddim, "ms", v / ddim, higher=False,
+                             target=0.5 if k == 1 else None, target_on="ours"))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
+def _online_link(doc: dict, name: str) -> list[dict]:
+    """``bench_online_link.py``: actor -> learner transitions/s and weight-push latency vs bare pyzmq."""
+    link, bare = doc["link"], doc["bare_pyzmq"]
+    rows = [_row("actor -> learner transitions (acknowledged, spilled to disk)", link["transitions_per_s"], "pyzmq",
+                 bare["transitions_per_s"], "transitions/s", link["transitions_per_s"] / bare["transitions_per_s"])]
+    for q in ("p50_ms", "p99_ms"):
+        a, b = link["weights_push"][q], bare["weights_push"][q]
+        rows.append(_row(f"weight push {q[:3]}", a, "pyzmq", b, "ms", a / b, higher=False, check=q == "p50_ms"))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
 def _dppo_throughput(doc: dict, name: str) -> list[dict]:
     d, s = doc["dppo"], doc["sb3_ppo"]
     rows = [_row(f"DPPO iteration env steps/s ({doc.get('envs')} envs) vs SB3 PPO", d["env_steps_per_s"],
@@ -264,6 +300,12 @@ def _detect(doc: dict):
         return _replay
     if "bridge_step" in doc and "bare_zmq_req_rep" in doc:
         return _bridge
+    if isinstance(doc.get("side_by_side"), dict) and "bridge_step" in doc["side_by_side"]:
+        return _bridge_compare
+    if isinstance(doc.get("latency"), dict) and "ddim_5" in doc["latency"]:
+        return _reinflow_latency
+    if "link" in doc and "bare_pyzmq" in doc:
+        return _online_link
     if "dppo" in doc and "sb3_ppo" in doc:
         return _dppo_throughput
     if isinstance(doc.get("results"), dict) and any("ratio_fp32_over_d3rlpy" in v for v in doc["results"].values()):

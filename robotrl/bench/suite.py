@@ -165,6 +165,16 @@ FULL = [
     Task("bc", "learning", ("benchmarks/bench_bc.py", "--seeds", "0", "1", "2", "--updates", "20000", "--threads", "1"),
          f"{R}/bc.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
          note="robotrl BC vs d3rlpy BC, the main job's data and 20k updates; updates/s side by side"),
+    Task("reinflow_latency", "throughput",
+         ("benchmarks/bench_reinflow.py", "latency", "--out", f"{R}/reinflow_latency.json"),
+         f"{R}/reinflow_latency.json", note="flow chunk latency at 1/2/4 Euler steps vs DDIM-5, batch 1, 1 thread"),
+    Task("reinflow_learning", "learning",
+         ("benchmarks/bench_reinflow.py", "learning", "--seeds", "0", "1", "2", "--env-steps", "20000",
+          "--bc-updates", "1500", "--data-steps", "20000", "--out", f"{R}/reinflow_learning.json"),
+         f"{R}/reinflow_learning.json", note="ReinFlow vs DPPO from flow / diffusion BC on the DPPO benchmark's task"),
+    Task("online_link", "throughput", ("benchmarks/bench_online_link.py", "--n", "20000", "--pushes", "50",
+                                       "--out", "online_link_i16.json"),
+         f"{R}/online_link_i16.json", note="actor -> learner transitions/s and weight-push latency vs bare pyzmq"),
 ]
 
 _TIERS = {"quick": QUICK, "full": FULL}
