@@ -78,7 +78,7 @@ def _render_episodes(seed: int = 0):
     return eps
 
 
-def _write_lerobot_v3(root, eps, *, lossless: bool = True, version: str = "v3.0"):
+def _write_lerobot_v3(root, eps, *, lossless: bool = True, version: str = "v3.0", codec: str | None = None):
     """A LeRobotDataset v3.0 written by the test's own code: one data file, one mp4 per camera."""
     lengths = [len(e["action"]) for e in eps]
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -99,10 +99,14 @@ def _write_lerobot_v3(root, eps, *, lossless: bool = True, version: str = "v3.0"
     video = root / "videos" / CAM / "chunk-000" / "file-000.mp4"
     video.parent.mkdir(parents=True)
     with av.open(str(video), "w") as c:
-        s = c.add_stream("libx264rgb" if lossless else "libx264", rate=FPS)
+        if codec == "av1":
+            s = c.add_stream("libsvtav1", rate=FPS)
+            s.pix_fmt, s.options = "yuv420p", {"crf": "30", "g": "2", "preset": "8"}
+        else:
+            s = c.add_stream("libx264rgb" if lossless else "libx264", rate=FPS)
+            s.pix_fmt = "rgb24" if lossless else "yuv420p"
+            s.options = {"qp": "0"} if lossless else {"crf": "23"}
         s.width, s.height = W, H
-        s.pix_fmt = "rgb24" if lossless else "yuv420p"
-        s.options = {"qp": "0"} if lossless else {"crf": "23"}
         for f in cat["frames"]:
             for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
                 c.mux(p)
@@ -183,6 +187,18 @@ def test_round_trip_lerobot_minari_lerobot_exact(tmp_path, episodes, monkeypatch
         np.testing.assert_array_equal(m.terminations, e["done"])
         assert m.truncations[-1] == (not e["done"][-1]) and not m.truncations[:-1].any()
 
+    # ... and by robotrl's data layer: frames stored once, exact in sampled batches
+    from robotrl.data import ReplayBuffer, load_dataset
+
+    data = load_dataset(root / "box/push-v0")
+    buf = ReplayBuffer.from_offline(data)
+    batch = buf.sample(data.num_transitions, indices=np.arange(data.num_transitions))
+    frames = np.concatenate([e["frames"] for e in episodes])
+    np.testing.assert_array_equal(batch.images()["front"].numpy(), frames)
+    np.testing.assert_array_equal(batch.observations.numpy(), np.concatenate([e["state"] for e in episodes]))
+    nxt = np.concatenate([np.concatenate([e["frames"][1:], e["frames"][-1:]]) for e in episodes])
+    np.testing.assert_array_equal(batch.next_images()["front"].numpy(), nxt)
+
     back = minari_to_lerobot(root / "box/push-v0", tmp_path / "back")
     info, eps_back = read_lerobot(back)
     assert info.fps == FPS and info.tasks == ["push the box", "hold still"] and info.robot_type == "box2d"
@@ -203,6 +219,18 @@ def test_lossy_h264_within_psnr(tmp_path, episodes):
     _assert_same(episodes, eps, frames_exact=False, min_psnr=30.0)
     lerobot_to_minari(tmp_path / "src", "box/lossy-v0", root=tmp_path / "m")
     back = minari_to_lerobot(tmp_path / "m/box/lossy-v0", tmp_path / "back", codec="h264", crf=18)
+    _, eps2 = read_lerobot(back)
+    _assert_same(episodes, eps2, frames_exact=False, min_psnr=28.0)
+
+
+def test_av1_source_and_output(tmp_path, episodes):
+    """AV1 (libsvtav1, what lerobot writes by default) decodes within 30 dB; robotrl's av1 output too."""
+    src = _write_lerobot_v3(tmp_path / "src", episodes, codec="av1")
+    _, eps = read_lerobot(src)
+    _assert_same(episodes, eps, frames_exact=False, min_psnr=30.0)
+    lerobot_to_minari(src, "box/av1-v0", root=tmp_path / "m")
+    back = minari_to_lerobot(tmp_path / "m/box/av1-v0", tmp_path / "back", codec="av1", crf=30)
+    assert json.loads((back / "meta/info.json").read_text())["features"][CAM]["info"]["video.codec"] == "av1"
     _, eps2 = read_lerobot(back)
     _assert_same(episodes, eps2, frames_exact=False, min_psnr=28.0)
 

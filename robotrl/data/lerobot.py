@@ -44,6 +44,10 @@ terminations. Cameras are the ``uint8 (H, W, 3)`` entries of a ``Dict`` observat
   decodes them.
 - ``"h264"``: H.264 ``libx264``/``yuv420p`` with ``crf`` (default 18): small, lossy
   (chroma subsampled), the most widely playable; H and W must be even.
+- ``"av1"``: AV1 ``libsvtav1``/``yuv420p``, keyframe every 2 frames, with ``crf``: what
+  lerobot itself writes (it uses crf 30); lossy; H and W must be even.
+
+Reading decodes whatever the file holds (AV1, H.264, HEVC, ... through PyAV's FFmpeg).
 
 Everything is written atomically: into a hidden sibling folder, moved into place with one
 ``os.replace`` when complete.
@@ -71,11 +75,13 @@ CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-#: codec name -> (PyAV encoder, pixel format, encoder options); ``crf`` is filled in for "h264".
+#: codec name -> (PyAV encoder, pixel format, encoder options); ``crf`` is filled in for the lossy ones.
 CODECS: dict[str, tuple[str, str, dict[str, str]]] = {
     "lossless": ("libx264rgb", "rgb24", {"qp": "0", "preset": "veryfast"}),
     "h264": ("libx264", "yuv420p", {"preset": "veryfast"}),
+    "av1": ("libsvtav1", "yuv420p", {"g": "2", "preset": "8"}),  # LeRobot's own default (keyframe every 2 frames)
 }
+_CODEC_NAME = {"libx264rgb": "h264", "libx264": "h264", "libsvtav1": "av1"}
 _PROV_KEY = "lerobot"
 
 
@@ -167,7 +173,8 @@ def _decode_video(path: Path) -> tuple[np.ndarray, np.ndarray]:
             times.append(float(frame.pts * frame.time_base) if frame.pts is not None else float(frame.time))
     if not frames:
         raise DatasetFormatError(f"video file {path} holds no frames")
-    return np.stack(frames), np.asarray(times)
+    order = np.argsort(times, kind="stable")
+    return np.stack(frames)[order], np.asarray(times)[order]
 
 
 def read_lerobot(root: str | os.PathLike, *, tolerance_s: float = 1e-4) -> tuple[LeRobotInfo, list[LeRobotEpisode]]:
@@ -308,8 +315,8 @@ def _encode_video(path: Path, frames: np.ndarray, fps: float, codec: str, crf: i
     enc, pix_fmt, opts = CODECS[codec]
     F, H, W, C = frames.shape
     if pix_fmt == "yuv420p" and (H % 2 or W % 2):
-        raise ConvertError(f"codec 'h264' (yuv420p) needs even image sizes, got {H}x{W}; use codec='lossless'")
-    opts = dict(opts, **({"crf": str(crf)} if codec == "h264" else {}))
+        raise ConvertError(f"codec {codec!r} (yuv420p) needs even image sizes, got {H}x{W}; use codec='lossless'")
+    opts = dict(opts, **({"crf": str(crf)} if codec != "lossless" else {}))
     rate = Fraction(fps).limit_denominator(1001)
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as container:
@@ -321,7 +328,7 @@ def _encode_video(path: Path, frames: np.ndarray, fps: float, codec: str, crf: i
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    return {"video.height": H, "video.width": W, "video.codec": "h264", "video.pix_fmt": pix_fmt,
+    return {"video.height": H, "video.width": W, "video.codec": _CODEC_NAME[enc], "video.pix_fmt": pix_fmt,
             "video.is_depth_map": False, "video.fps": fps, "video.channels": C, "has_audio": False}
 
 
@@ -388,7 +395,8 @@ def write_lerobot(
 
     Camera features are the ``uint8 (N, H, W, 3)`` entries of ``episode.observations``
     whose ``info.features`` dtype is ``"video"`` (or, if absent there, any 4-D uint8 entry).
-    ``codec``: ``"lossless"`` (libx264rgb, qp 0, bit-exact) or ``"h264"`` (libx264 yuv420p, ``crf``).
+    ``codec``: ``"lossless"`` (libx264rgb, qp 0, bit-exact), ``"h264"`` (libx264 yuv420p, ``crf``)
+    or ``"av1"`` (libsvtav1 yuv420p, ``crf``).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -570,8 +578,8 @@ def minari_to_lerobot(
 
     Args:
         fps: frame rate; default the one recorded when the data came from a LeRobotDataset.
-        codec: ``"lossless"`` (libx264rgb qp 0: bit-exact frames) or ``"h264"``
-            (libx264 yuv420p, ``crf``): see the module docstring.
+        codec: ``"lossless"`` (libx264rgb qp 0: bit-exact frames), ``"h264"`` (libx264
+            yuv420p, ``crf``) or ``"av1"`` (libsvtav1 yuv420p, ``crf``): see the module docstring.
         task: task string of every frame when the dataset records none (default: its id).
 
     Raises:
