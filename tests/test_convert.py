@@ -163,13 +163,14 @@ def _assert_same(eps, info_eps, frames_exact=True, min_psnr=None):
             assert psnr(got, e["frames"]) >= min_psnr
 
 
-def test_round_trip_lerobot_minari_lerobot_exact(tmp_path, episodes, monkeypatch):
+@pytest.mark.parametrize("data_format", ["hdf5", "arrow"])
+def test_round_trip_lerobot_minari_lerobot_exact(tmp_path, episodes, monkeypatch, data_format):
     """LeRobot -> Minari -> LeRobot keeps every frame, state, action, reward, done and task (lossless codec)."""
     import minari
 
     src = _write_lerobot_v3(tmp_path / "src", episodes)
     root = tmp_path / "minari"
-    out = lerobot_to_minari(src, "box/push-v0", root=root)
+    out = lerobot_to_minari(src, "box/push-v0", root=root, data_format=data_format)
     assert out == root / "box/push-v0"
 
     # The Minari dataset, read by minari itself: Dict observations with a uint8 camera.
