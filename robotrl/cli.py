@@ -8,6 +8,7 @@
     robotrl collect recipe=fetch-push-expert num_episodes=200
     robotrl eval checkpoint=runs/bc-ppo_pointmaze-umaze/<time>
     robotrl bench quick                             # benchmark suite (plain options, not Hydra)
+    robotrl convert --from lerobot ./my_lerobot_ds --to minari robot/my-task-v0   # plain options
 
 Errors in the input (missing dataset, mismatched spaces, bad checkpoint, ...) print one
 line ``robotrl: error: ...`` and exit with status 2; nothing is overwritten.
@@ -27,6 +28,7 @@ from robotrl.errors import RobotRLError
 CONFIG_PATH = "pkg://robotrl.configs"
 USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,online-demo} [hydra overrides ...]
        robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-readme] [--record]
+       robotrl convert --from {lerobot,minari} SRC --to {minari,lerobot} DST [--root DIR] [--fps F] [--codec C] [--overwrite]
 
   train     pretrain (and optionally fine-tune online) an agent; no overrides = default experiment
   collect   generate a Minari dataset with a recipe (robotrl collect list=true lists them)
@@ -37,8 +39,9 @@ USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,
   learner       online RL, learner: robotrl learner robot=sim agent=rlpd demos=<Minari id> key_file=online.key
   online-demo   robot server (twin) + learner + actor on this machine: robotrl online-demo
   bench     benchmark suite: quick (< 30 min) or full tier, tables, plots, README block, regression check
+  convert   LeRobotDataset (v3.0: parquet + mp4) <-> Minari dataset; robotrl convert --help lists its options
 
-Each subcommand but bench accepts Hydra overrides and Hydra flags (--cfg job, -m, --help);
+Each subcommand but bench and convert accepts Hydra overrides and Hydra flags (--cfg job, -m, --help);
 robotrl bench --help lists its options."""
 
 
@@ -165,8 +168,47 @@ def _bench() -> None:
     sys.exit(code)
 
 
+def _convert() -> None:
+    """``robotrl convert``: LeRobotDataset v3.0 <-> Minari (plain argparse options; see robotrl.data.lerobot)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="robotrl convert", description=(
+        "Convert a LeRobotDataset v3.0 folder into a Minari dataset or back, without the lerobot package. "
+        "Minari datasets are named by id (written under --root or $MINARI_DATASETS_PATH) or by path."))
+    p.add_argument("--from", dest="src_format", choices=["lerobot", "minari"], required=True)
+    p.add_argument("src", help="source: LeRobotDataset folder, or Minari dataset id/path")
+    p.add_argument("--to", dest="dst_format", choices=["minari", "lerobot"], required=True)
+    p.add_argument("dst", help="destination: Minari dataset id, or LeRobotDataset folder")
+    p.add_argument("--root", default=None, help="Minari datasets folder of the destination (default $MINARI_DATASETS_PATH)")
+    p.add_argument("--data-format", default="hdf5", choices=["hdf5", "arrow"], help="Minari storage backend")
+    p.add_argument("--fps", type=float, default=None, help="frame rate for Minari -> LeRobot (default: the recorded one)")
+    p.add_argument("--codec", default="lossless", choices=["lossless", "h264", "av1"],
+                   help="lossless: libx264rgb qp 0 (bit-exact); h264: libx264 yuv420p; av1: libsvtav1 yuv420p (lerobot's own)")
+    p.add_argument("--crf", type=int, default=18, help="quality of --codec h264/av1 (lower is better; lerobot uses 30 for av1)")
+    p.add_argument("--task", default=None, help="task string of every frame when the Minari data records none")
+    p.add_argument("--robot-type", default=None)
+    p.add_argument("--tolerance-s", type=float, default=1e-4, help="largest video/parquet timestamp gap (LeRobot -> Minari)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing destination (after the new one is complete)")
+    a = p.parse_args(sys.argv[1:])
+    if a.src_format == a.dst_format:
+        p.error("--from and --to name the same format; nothing to convert")
+    from robotrl.data.lerobot import lerobot_to_minari, minari_to_lerobot
+
+    try:
+        if a.src_format == "lerobot":
+            out = lerobot_to_minari(a.src, a.dst, root=a.root, data_format=a.data_format, overwrite=a.overwrite,
+                                    tolerance_s=a.tolerance_s)
+        else:
+            out = minari_to_lerobot(a.src, a.dst, fps=a.fps, codec=a.codec, crf=a.crf, task=a.task,
+                                    robot_type=a.robot_type, overwrite=a.overwrite)
+    except RobotRLError as exc:
+        _fail(exc)
+        return
+    print(f"written: {out}")
+
+
 _COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main,
-             "robot-server": _robot_server, "deploy": _deploy, "bench": _bench,
+             "robot-server": _robot_server, "deploy": _deploy, "bench": _bench, "convert": _convert,
              "actor": _online("actor"), "learner": _online("learner"), "online-demo": _online("online-demo")}
 
 

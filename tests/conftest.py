@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
 import time
 from pathlib import Path
+
+# Under pytest-xdist (one worker per core) every worker and the processes tests start use one
+# torch/OpenMP thread: two workers x two threads on two cores would oversubscribe the CPU, which
+# slows everything and starves the real-time tests (the robot server's watchdog).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +29,8 @@ def _seed_global_rngs():
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -25,6 +25,10 @@ For n-step transitions ``rewards`` is the discounted n-step sum ``Σ_{k<m} γ^k 
 ``discounts = γ^m``; the TD target is
 ``rewards + discounts * (1 - terminated) * V(next_observations)``. ``terminated`` and
 ``truncated`` are never merged: a truncated step still bootstraps.
+
+Cameras travel in ``extras`` as uint8 ``"obs/<key>"`` and ``"next_obs/<key>"``
+(``(B, H, W, C)``; ``(B, To, ...)`` / ``(B, Ta, ...)`` for sequences); :meth:`Batch.images`
+and :meth:`Batch.next_images` return them by key.
 """
 
 from __future__ import annotations
@@ -87,6 +91,14 @@ class Batch:
             kw[f.name] = None if any(v is None for v in vals) else torch.cat(vals, dim=0)
         keys = set.intersection(*(set(b.extras) for b in batches))
         return Batch(**kw, extras={k: torch.cat([b.extras[k] for b in batches]) for k in keys})
+
+    def images(self) -> dict[str, torch.Tensor]:
+        """Camera frames of the observations, ``{key: uint8 (B, H, W, C)}`` (``(B, To, H, W, C)`` for sequences)."""
+        return {k[len("obs/"):]: v for k, v in self.extras.items() if k.startswith("obs/")}
+
+    def next_images(self) -> dict[str, torch.Tensor]:
+        """Camera frames of the next observations, ``{key: uint8 (B, H, W, C)}`` (``(B, Ta, H, W, C)`` for sequences)."""
+        return {k[len("next_obs/"):]: v for k, v in self.extras.items() if k.startswith("next_obs/")}
 
     def replace(self, **changes) -> "Batch":
         """A copy with some fields replaced (e.g. normalised observations)."""

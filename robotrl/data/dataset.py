@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from robotrl.data.spaces import FlatLayout, flat_dim, layout_for_space
+from robotrl.data.spaces import FlatLayout, flat_dim, get_key, layout_for_space, split_images
 from robotrl.data.writer import datasets_root
 from robotrl.errors import DatasetFormatError, DatasetNotFoundError, SpaceMismatchError
 
@@ -44,6 +44,11 @@ class OfflineData:
         episode_ends: int64 ``(E,)`` one past each episode's last transition.
         success: bool ``(M,)`` success reported after the step, if the data has it.
         obs_layout: key order of flattened ``Dict`` observations (``None`` for Box).
+        images: cameras of a ``Dict`` observation space, ``{key: uint8 (M + E, H, W, C)}``:
+            every observation's frame stored once (each episode's ``T+1`` frames back to
+            back); the cameras are not part of the flat ``observations``. ``None`` without cameras.
+        image_index: int64 ``(M,)`` row of ``images`` holding transition ``t``'s observation;
+            its next observation's frame is row ``image_index[t] + 1`` (by index, never copied).
         observation_space, action_space: the dataset's raw spaces.
         metadata: Minari metadata (``dataset_id``, ``env_spec``, ``ref_min_score``, ...).
     """
@@ -61,6 +66,8 @@ class OfflineData:
     obs_layout: FlatLayout | None = None
     success: np.ndarray | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    images: dict[str, np.ndarray] | None = None
+    image_index: np.ndarray | None = None
 
     @property
     def num_transitions(self) -> int:
@@ -151,6 +158,8 @@ def _read_storage(path: Path):
 
 
 def _stack_obs(obs_list: list, layout: FlatLayout | None) -> np.ndarray:
+    if layout is not None and not layout.keys:  # cameras only: no flat part
+        return np.zeros((sum(len(next(iter(o.values()))) for o in obs_list), 0), np.float32)
     if layout is None:
         return np.concatenate([np.asarray(o, dtype=np.float32).reshape(len(o), -1) for o in obs_list])
     return np.concatenate([layout.flatten(o) for o in obs_list])
@@ -178,7 +187,9 @@ def load_dataset(
     path = resolve_dataset_path(dataset)
     storage = _read_storage(path)
     obs_space, act_space = storage.observation_space, storage.action_space
-    layout = layout_for_space(obs_space)
+    low_space, image_shapes = split_images(obs_space)
+    layout = layout_for_space(low_space if image_shapes else obs_space)  # cameras stay out of the flat vector
+    frames: dict[str, list[np.ndarray]] = {k: [] for k in image_shapes}
     try:
         episodes = list(storage.get_episodes(range(storage.total_episodes)))  # reads lazily: force it here
     except Exception as exc:
@@ -198,6 +209,12 @@ def load_dataset(
                 f"episode {i} of {path} has {T} steps and {n_obs} observations (expected T+1); the file is damaged"
             )
         flat = _stack_obs([o], layout)
+        for k, shape in image_shapes.items():
+            f = np.asarray(get_key(o, k))
+            if f.dtype != np.uint8 or f.shape != (T + 1, *shape):
+                raise DatasetFormatError(f"episode {i} of {path}: camera {k!r} holds {f.dtype} {f.shape}, the space says "
+                                         f"uint8 {(T + 1, *shape)}; the file is damaged")
+            frames[k].append(f)
         obs.append(flat[:-1])
         nxt.append(flat[1:])
         acts.append(np.asarray(ep["actions"], dtype=np.float32).reshape(T, -1))
@@ -229,6 +246,9 @@ def load_dataset(
         success=np.concatenate(succ) if has_success and succ else None,
         metadata=dict(storage.metadata),
     )
+    if image_shapes:
+        data.images = {k: np.concatenate(v) for k, v in frames.items()}
+        data.image_index = np.arange(data.num_transitions, dtype=np.int64) + np.repeat(np.arange(len(lengths)), lengths_a)
     if layout is None and data.metadata.get("robotrl_obs_layout"):
         # stored flat, but the flattening of a Dict env space (e.g. a robot recording)
         data.obs_layout = FlatLayout.from_json(data.metadata["robotrl_obs_layout"])

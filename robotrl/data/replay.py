@@ -13,6 +13,14 @@ episode end and never mix two envs' steps, whatever the storage order.
 Monte Carlo return-to-go (Cal-QL's ``V^μ``) is filled in when an episode closes; it is
 ``-inf`` (no bound known) for transitions of episodes still running; agents that use it
 sample with ``complete_only=True``.
+
+Cameras (``image_shapes={key: (H, W, C)}``): each transition's observation frame is
+stored once, uint8, in its own slot; its next observation's frame is read by index from
+its successor's slot. Only an episode's last transition (and each env's newest step,
+until its successor arrives) keeps its next frame separately, so memory is about one
+frame per transition instead of two (and a quarter of a float32 copy). Sampled frames
+come back uint8 in ``Batch.extras`` as ``"obs/<key>"`` and ``"next_obs/<key>"``
+(see :meth:`Batch.images`); sequence windows stack frames by index.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ class ReplayBuffer:
             :func:`robotrl.data.returns.mc_returns`); ``None`` disables it.
         device: torch device of sampled batches (storage stays in host memory).
         seed: seed of the sampling generator.
+        image_shapes: cameras ``{key: (H, W, C)}`` stored as uint8 frames beside the flat
+            observations (``obs_dim`` may then be 0).
 
     Raises:
         ValueError: non-positive capacity or sizes.
@@ -62,8 +72,9 @@ class ReplayBuffer:
         mc_sparse_fill: float | None = None,
         device: torch.device | str = "cpu",
         seed: int | None = None,
+        image_shapes: dict[str, tuple[int, ...]] | None = None,
     ):
-        if capacity <= 0 or obs_dim <= 0 or action_dim <= 0 or num_envs <= 0:
+        if capacity <= 0 or obs_dim < 0 or (obs_dim == 0 and not image_shapes) or action_dim <= 0 or num_envs <= 0:
             raise ValueError(
                 f"capacity, obs_dim, action_dim and num_envs must be positive, got {capacity}, {obs_dim}, {action_dim}, {num_envs}"
             )
@@ -88,6 +99,15 @@ class ReplayBuffer:
         self._next_episode = 0
         self._open_episode = np.full(self.num_envs, -1, np.int64)  # episode id per env
         self._open_last = np.full(self.num_envs, _NO_LINK, np.int64)  # last slot per env
+        self.image_shapes = {k: tuple(int(d) for d in v) for k, v in (image_shapes or {}).items()}
+        self.frames = {k: np.zeros((C, *shape), np.uint8) for k, shape in self.image_shapes.items()}
+        # next-observation frames that no successor slot holds: slot -> {key: (H, W, C)}
+        self._final: dict[int, dict[str, np.ndarray]] = {}
+
+    def image_bytes(self) -> int:
+        """Bytes held by the stored camera frames (slot frames plus separately kept next frames)."""
+        per = sum(int(np.prod(s)) for s in self.image_shapes.values())
+        return sum(f.nbytes for f in self.frames.values()) + len(self._final) * per
 
     # ------------------------------------------------------------------ writing
     def __len__(self) -> int:
@@ -107,12 +127,16 @@ class ReplayBuffer:
             self.next_idx[old] = _NO_LINK
             self.prev_idx[old] = _NO_LINK
             self.episode_id[old] = -1  # overwritten: no open episode may link to these slots
+        if self._final:
+            for s in set(self._final).intersection(slots.tolist()):
+                del self._final[s]
         self.ptr = int((self.ptr + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.total_added += n
         return slots
 
-    def add(self, observation, action, reward, next_observation, terminated, truncated, env_ids=None) -> None:
+    def add(self, observation, action, reward, next_observation, terminated, truncated, env_ids=None,
+            images=None, next_images=None) -> None:
         """Append one step from each of ``N`` envs (all ``num_envs``, or those in ``env_ids``).
 
         Args:
@@ -124,6 +148,10 @@ class ReplayBuffer:
         With gymnasium 1.x vector envs (next-step autoreset) the step that follows an
         episode end only resets that env: leave that env out via ``env_ids``.
         ``next_observation`` of an ending step is then the true final observation.
+
+        Cameras: ``images`` / ``next_images`` ``{key: uint8 (N, H, W, C)}`` (required when
+        the buffer has ``image_shapes``). A next frame equal to the frame the env's next
+        step brings is dropped then (stored once, read through the link).
         """
         env_ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)
         N = env_ids.shape[0]
@@ -135,6 +163,8 @@ class ReplayBuffer:
         rew = np.asarray(reward, np.float32).reshape(N)
         term = np.asarray(terminated, bool).reshape(N)
         trunc = np.asarray(truncated, bool).reshape(N)
+        if self.image_shapes:
+            imgs, nimgs = self._check_images(images, N, "images"), self._check_images(next_images, N, "next_images")
         slots = self._claim(N)
         self.observations[slots], self.next_observations[slots], self.actions[slots] = obs, nobs, act
         self.rewards[slots], self.terminated[slots], self.truncated[slots] = rew, term, trunc
@@ -153,6 +183,16 @@ class ReplayBuffer:
         self.next_idx[last[ok]] = slots[ok]
         self.episode_id[slots] = ep
         self._open_last[env_ids] = slots
+        if self.image_shapes:
+            for k in self.image_shapes:
+                self.frames[k][slots] = imgs[k]
+            for r, slot in enumerate(slots.tolist()):
+                self._final[slot] = {k: nimgs[k][r].copy() for k in self.image_shapes}
+            for r in np.flatnonzero(ok):  # the predecessor's next frame is this step's frame: keep it once
+                pred = int(last[r])
+                pend = self._final.get(pred)
+                if pend is not None and all(np.array_equal(pend[k], imgs[k][r]) for k in self.image_shapes):
+                    del self._final[pred]
         for row in np.flatnonzero(term | trunc):
             self._close_episode(int(slots[row]))
             self._open_episode[env_ids[row]] = -1
@@ -175,13 +215,51 @@ class ReplayBuffer:
         r = self.rewards[chain]
         self.mc_returns[chain] = _mc_returns(r, np.array([0]), np.array([len(r)]), self.gamma, sparse_fill=self.mc_sparse_fill)
 
+    def _check_images(self, images, N: int, name: str) -> dict[str, np.ndarray]:
+        if images is None:
+            raise ValueError(f"this buffer stores cameras {sorted(self.image_shapes)}: pass {name}={{key: uint8 (N, H, W, C)}}")
+        out = {}
+        for k, shape in self.image_shapes.items():
+            if k not in images:
+                raise ValueError(f"{name} lacks camera {k!r} (has {sorted(images)})")
+            a = np.asarray(images[k])
+            if a.dtype != np.uint8 or a.reshape(-1, *shape).shape[0] != N:
+                raise ValueError(f"{name}[{k!r}] must be uint8 ({N}, {', '.join(map(str, shape))}), got {a.dtype} {a.shape}")
+            out[k] = a.reshape(N, *shape)
+        return out
+
+    def _next_frames(self, key: str, idx: np.ndarray) -> np.ndarray:
+        """uint8 ``(*idx.shape, H, W, C)``: the next observation's frame of each slot in ``idx``."""
+        flat = np.asarray(idx).reshape(-1)
+        out = self.frames[key][np.where(self.next_idx[flat] >= 0, self.next_idx[flat], flat)]
+        for j, slot in enumerate(flat.tolist()):
+            pend = self._final.get(slot)
+            if pend is not None:
+                out[j] = pend[key]
+            elif self.next_idx[slot] < 0:
+                raise BatchSizeError(f"slot {slot} has no next frame of {key!r}: its successor was overwritten; "
+                                     "this is a bug in the replay buffer, please report it")
+        return out.reshape(*np.shape(idx), *self.image_shapes[key])
+
+    def _image_extras(self, idx: np.ndarray, next_idx_of: np.ndarray) -> dict[str, np.ndarray]:
+        out = {}
+        for k in self.image_shapes:
+            out[f"obs/{k}"] = self.frames[k][idx]
+            out[f"next_obs/{k}"] = self._next_frames(k, next_idx_of)
+        return out
+
     def add_offline(self, data: OfflineData) -> None:
         """Bulk-append a whole dataset (episodes keep their boundaries and MC returns).
 
         Raises:
             BatchSizeError: the dataset is larger than the capacity.
+            ValueError: the dataset's cameras differ from the buffer's ``image_shapes``.
         """
         M = data.num_transitions
+        have = {k: tuple(v.shape[1:]) for k, v in (data.images or {}).items()}
+        if have != self.image_shapes:
+            raise ValueError(f"dataset cameras {have} differ from the buffer's image_shapes {self.image_shapes}; "
+                             "build the buffer with ReplayBuffer.from_offline(data) or matching image_shapes")
         if M > self.capacity:
             raise BatchSizeError(
                 f"dataset has {M} transitions but the buffer holds {self.capacity}; raise the buffer capacity"
@@ -206,10 +284,17 @@ class ReplayBuffer:
         is_first = np.zeros(M, bool)
         is_first[data.episode_starts] = True
         self.prev_idx[slots] = np.where(is_first, _NO_LINK, np.roll(slots, 1))
+        if self.image_shapes:
+            for k in self.image_shapes:
+                self.frames[k][slots] = data.images[k][data.image_index]
+            for m in np.flatnonzero(is_last).tolist():
+                self._final[int(slots[m])] = {k: data.images[k][data.image_index[m] + 1].copy() for k in self.image_shapes}
 
     @classmethod
     def from_offline(cls, data: OfflineData, *, capacity: int | None = None, **kwargs) -> "ReplayBuffer":
         """A buffer holding ``data`` (capacity defaults to exactly its size)."""
+        if data.images and "image_shapes" not in kwargs:
+            kwargs["image_shapes"] = {k: tuple(v.shape[1:]) for k, v in data.images.items()}
         buf = cls(capacity or data.num_transitions, data.obs_dim, data.action_dim, **kwargs)
         buf.add_offline(data)
         return buf
@@ -288,6 +373,7 @@ class ReplayBuffer:
             truncated=self.truncated[last],
             discounts=disc,
             mc_returns=self.mc_returns[idx],
+            extras=self._image_extras(idx, last) if self.image_shapes else None,
         )
 
     def sample_sequences(
@@ -335,6 +421,7 @@ class ReplayBuffer:
             discounts=np.tile(g ** np.arange(1, action_horizon + 1, dtype=np.float32), (mask.shape[0], 1)),
             mc_returns=self.mc_returns[fut],
             mask=mask,
+            extras=self._image_extras(hist, fut) if self.image_shapes else None,
         )
 
     # ------------------------------------------------------------------ state
@@ -344,6 +431,13 @@ class ReplayBuffer:
         out: dict = {k: getattr(self, k)[:n].copy() for k in self._SLOT_ARRAYS}
         out["open_episode"], out["open_last"] = self._open_episode.copy(), self._open_last.copy()
         out.update(ptr=self.ptr, size=self.size, total_added=self.total_added, next_episode=self._next_episode)
+        if self.image_shapes:
+            slots = sorted(self._final)
+            out["final_slots"] = np.asarray(slots, np.int64)
+            for k in self.image_shapes:
+                out[f"frames/{k}"] = self.frames[k][:n].copy()
+                out[f"final_frames/{k}"] = np.stack([self._final[s][k] for s in slots]) if slots else \
+                    np.zeros((0, *self.image_shapes[k]), np.uint8)
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -363,3 +457,11 @@ class ReplayBuffer:
         self._open_last[:] = np.asarray(state["open_last"])
         self.ptr, self.size = int(state["ptr"]), n
         self.total_added, self._next_episode = int(state["total_added"]), int(state["next_episode"])
+        if self.image_shapes:
+            for k in self.image_shapes:
+                if f"frames/{k}" not in state:
+                    raise BatchSizeError(f"saved buffer holds no frames of camera {k!r}; it was written without cameras")
+                self.frames[k][:n] = np.asarray(state[f"frames/{k}"])[:n]
+            slots = np.asarray(state["final_slots"]).tolist()
+            self._final = {int(s): {k: np.asarray(state[f"final_frames/{k}"])[j].copy() for k in self.image_shapes}
+                           for j, s in enumerate(slots)}

@@ -168,3 +168,40 @@ def flat_observation_space(space: gym.Space) -> gym.spaces.Box:
 
     walk(space)
     return gym.spaces.Box(np.concatenate(lows), np.concatenate(highs), dtype=np.float32)
+
+
+def is_image_space(space: gym.Space) -> bool:
+    """A camera: ``Box`` of dtype uint8 and shape ``(H, W, C)`` with ``C`` in 1, 3, 4."""
+    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+            and space.shape[-1] in (1, 3, 4))
+
+
+def split_images(space: gym.Space) -> tuple[gym.Space, dict[str, tuple[int, int, int]]]:
+    """Split a ``Dict`` space into its low-dimensional part and its cameras.
+
+    Returns:
+        ``(low, images)``: ``low`` the space without camera entries (a ``Dict``, possibly
+        empty; ``space`` itself when it is not a ``Dict``), ``images`` ``{key path: (H, W, C)}``
+        of every ``uint8 (H, W, C)`` entry (nested keys joined with ``/``), in the space's order.
+    """
+    images: dict[str, tuple[int, int, int]] = {}
+
+    def walk(sp: gym.Space, prefix: str):
+        if isinstance(sp, gym.spaces.Dict):
+            kept = {}
+            for name, sub in sp.spaces.items():
+                if is_image_space(sub):
+                    images[f"{prefix}{name}"] = tuple(int(d) for d in sub.shape)  # type: ignore[assignment]
+                else:
+                    kept[name] = walk(sub, f"{prefix}{name}/")
+            return gym.spaces.Dict(kept)
+        return sp
+
+    return walk(space, ""), images
+
+
+def get_key(obs, key: str):
+    """``obs[a][b]`` for the key path ``"a/b"``."""
+    for part in key.split("/"):
+        obs = obs[part]
+    return obs
