@@ -22,6 +22,7 @@ import torch
 
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
+from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 
@@ -72,37 +73,16 @@ class DiffusionAgent:
     def loss(self, batch: Batch) -> torch.Tensor:
         """ε-prediction loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``, actions ``(B,Ta,Da)``)."""
         p = self.policy
-        obs = batch.observations.to(self.device)
-        if obs.ndim == 2:
-            obs = obs[:, None]
-        x0 = p.action_scaler.normalize(batch.actions.to(self.device)).clamp(-1.0, 1.0)
-        if x0.ndim == 2:
-            x0 = x0[:, None]
+        obs, x0, mask = chunk_inputs(p, batch, self.device)
         B = x0.shape[0]
         k = torch.randint(0, p.K, (B,), device=self.device, generator=self.gen)
         eps = torch.randn(x0.shape, device=self.device, generator=self.gen)
         x_k = p.schedule.q_sample(x0, k, eps)
-        mask = batch.mask.to(self.device) if batch.mask is not None else None
         return noise_prediction_loss(self.model(x_k, k, p.condition(obs)), eps, mask)
 
-    @torch.no_grad()
-    def _update_ema(self) -> None:
-        decay = 0.0 if self.num_updates <= self.ema_start else self.ema_decay
-        for pe, pm in zip(self.policy.denoiser.parameters(), self.model.parameters()):
-            pe.lerp_(pm, 1.0 - decay)
-        for be, bm in zip(self.policy.denoiser.buffers(), self.model.buffers()):
-            be.copy_(bm)
-
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """One gradient step; returns detached ``loss`` and ``grad_norm``."""
-        loss = self.loss(batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm or float("inf"))
-        self.optimizer.step()
-        self.num_updates += 1
-        self._update_ema()
-        return {"loss": loss.detach(), "grad_norm": gn.detach()}
+        """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
+        return ema_gradient_step(self, self.loss(batch), self.policy.denoiser)
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
@@ -117,13 +97,8 @@ class DiffusionAgent:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """Trained and EMA weights, normalisers, optimizer, counters, RNG."""
-        return {"model": self.model.state_dict(), "policy": self.policy.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "num_updates": self.num_updates, "gen": self.gen.get_state()}
+        return trainer_state(self)
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
-        self.model.load_state_dict(state["model"])
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = int(state["num_updates"])
-        self.gen.set_state(state["gen"])
+        load_trainer_state(self, state)

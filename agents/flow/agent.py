@@ -20,22 +20,13 @@ import copy
 
 import numpy as np
 import torch
-from torch import nn
 
+from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.agents.flow.loss import flow_matching_loss
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.agents.flow.sampling import interpolate
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-
-
-@torch.no_grad()
-def ema_update(target: nn.Module, source: nn.Module, decay: float) -> None:
-    """``θ_target ← decay·θ_target + (1−decay)·θ_source`` (parameters); buffers copied."""
-    for pe, pm in zip(target.parameters(), source.parameters()):
-        pe.lerp_(pm, 1.0 - decay)
-    for be, bm in zip(target.buffers(), source.buffers()):
-        be.copy_(bm)
 
 
 class FlowAgent:
@@ -83,29 +74,16 @@ class FlowAgent:
     def loss(self, batch: Batch) -> torch.Tensor:
         """Flow-matching loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``, actions ``(B,Ta,Da)``)."""
         p = self.policy
-        obs = batch.observations.to(self.device)
-        if obs.ndim == 2:
-            obs = obs[:, None]
-        x1 = p.action_scaler.normalize(batch.actions.to(self.device)).clamp(-1.0, 1.0)
-        if x1.ndim == 2:
-            x1 = x1[:, None]
+        obs, x1, mask = chunk_inputs(p, batch, self.device)
         B = x1.shape[0]
         t = torch.rand((B,), device=self.device, generator=self.gen)
         x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
         x_t, v = interpolate(x0, x1, t)
-        mask = batch.mask.to(self.device) if batch.mask is not None else None
         return flow_matching_loss(self.model(x_t, t, p.condition(obs)), v, mask)
 
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
-        loss = self.loss(batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm or float("inf"))
-        self.optimizer.step()
-        self.num_updates += 1
-        ema_update(self.policy.velocity, self.model, 0.0 if self.num_updates <= self.ema_start else self.ema_decay)
-        return {"loss": loss.detach(), "grad_norm": gn.detach()}
+        return ema_gradient_step(self, self.loss(batch), self.policy.velocity)
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
@@ -117,13 +95,8 @@ class FlowAgent:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """Trained and EMA weights, normalisers, optimizer, counters, RNG."""
-        return {"model": self.model.state_dict(), "policy": self.policy.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "num_updates": self.num_updates, "gen": self.gen.get_state()}
+        return trainer_state(self)
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
-        self.model.load_state_dict(state["model"])
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = int(state["num_updates"])
-        self.gen.set_state(state["gen"])
+        load_trainer_state(self, state)

@@ -26,7 +26,7 @@ from torch import nn
 
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.diffusion.sampling import chain_timesteps, step_mean_std
-from robotrl.agents.flow.agent import ema_update
+from robotrl.agents.diffusion.training import ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.checkpoint import load_checkpoint
 from robotrl.data.batch import Batch
@@ -154,14 +154,7 @@ class FlowDistillAgent:
 
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
-        loss = self.loss(batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm or float("inf"))
-        self.optimizer.step()
-        self.num_updates += 1
-        ema_update(self.policy.velocity, self.model, 0.0 if self.num_updates <= self.ema_start else self.ema_decay)
-        return {"loss": loss.detach(), "grad_norm": gn.detach()}
+        return ema_gradient_step(self, self.loss(batch), self.policy.velocity)
 
     @torch.no_grad()
     def explore(self, obs: np.ndarray) -> np.ndarray:
@@ -172,16 +165,10 @@ class FlowDistillAgent:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """Student weights (trained and EMA), optimizer, counters, RNG and the teacher's policy state."""
-        return {"model": self.model.state_dict(), "policy": self.policy.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "num_updates": self.num_updates, "gen": self.gen.get_state(),
-                "teacher": self._teacher_state}
+        return {**trainer_state(self), "teacher": self._teacher_state}
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
         if state.get("teacher") is not None:
             self.set_teacher(state["teacher"])
-        self.model.load_state_dict(state["model"])
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = int(state["num_updates"])
-        self.gen.set_state(state["gen"])
+        load_trainer_state(self, state)

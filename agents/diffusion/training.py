@@ -1,0 +1,67 @@
+"""Training mechanics shared by the chunk-BC agents (diffusion, flow matching, one-step distillation).
+
+Each agent trains ``model`` (a copy of its policy's network) with AdamW and keeps the deployed
+network an EMA of it (Chi et al. 2023, "Diffusion Policy"; DPPO's pretraining: decay 0.995 after
+``ema_start`` updates, a plain copy before). Symbols: ``B`` batch, ``To``/``Do`` observation
+horizon / size, ``Ta``/``Da`` chunk length / action size.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from robotrl.data.batch import Batch
+
+
+@torch.no_grad()
+def ema_update(target: nn.Module, source: nn.Module, decay: float) -> None:
+    """``θ_target ← decay·θ_target + (1−decay)·θ_source`` (parameters); buffers copied."""
+    for pe, pm in zip(target.parameters(), source.parameters()):
+        pe.lerp_(pm, 1.0 - decay)
+    for be, bm in zip(target.buffers(), source.buffers()):
+        be.copy_(bm)
+
+
+def chunk_inputs(policy, batch: Batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """A sequence batch as the networks see it: raw observations ``(B, To, Do)``, actions normalised
+    to ``[-1, 1]`` ``(B, Ta, Da)`` (a flat batch gets ``To = Ta = 1``) and the padding mask or ``None``."""
+    obs = batch.observations.to(device)
+    if obs.ndim == 2:
+        obs = obs[:, None]
+    x = policy.action_scaler.normalize(batch.actions.to(device)).clamp(-1.0, 1.0)
+    if x.ndim == 2:
+        x = x[:, None]
+    mask = batch.mask.to(device) if batch.mask is not None else None
+    return obs, x, mask
+
+
+def ema_gradient_step(agent, loss: torch.Tensor, ema_target: nn.Module) -> dict[str, torch.Tensor]:
+    """One AdamW step of ``agent.model`` on ``loss`` (gradient norm clipped at ``agent.max_grad_norm``),
+    then ``agent.num_updates += 1`` and the EMA of ``ema_target`` (decay 0 until ``agent.ema_start``).
+
+    Returns:
+        Detached ``{"loss", "grad_norm"}``.
+    """
+    agent.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(agent.model.parameters(), agent.max_grad_norm or float("inf"))
+    agent.optimizer.step()
+    agent.num_updates += 1
+    ema_update(ema_target, agent.model, 0.0 if agent.num_updates <= agent.ema_start else agent.ema_decay)
+    return {"loss": loss.detach(), "grad_norm": gn.detach()}
+
+
+def trainer_state(agent) -> dict:
+    """Trained and EMA weights (``model``, ``policy``), optimizer, update count and RNG of a chunk-BC agent."""
+    return {"model": agent.model.state_dict(), "policy": agent.policy.state_dict(),
+            "optimizer": agent.optimizer.state_dict(), "num_updates": agent.num_updates, "gen": agent.gen.get_state()}
+
+
+def load_trainer_state(agent, state: dict) -> None:
+    """Inverse of :func:`trainer_state`."""
+    agent.model.load_state_dict(state["model"])
+    agent.policy.load_state_dict(state["policy"])
+    agent.optimizer.load_state_dict(state["optimizer"])
+    agent.num_updates = int(state["num_updates"])
+    agent.gen.set_state(state["gen"])
