@@ -49,3 +49,34 @@ def warm_start(agent, source: str | Path, parts: Sequence[str] | None = None) ->
             agent.load_parts(state["agent"], list(parts))
     except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"init_from {source}: its agent state does not fit this agent ({exc})") from exc
+
+
+def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: dict, arch_keys: Sequence[str],
+                      what: str) -> tuple[str, dict]:
+    """Read the checkpoint a fine-tuning agent converts from (DPPO from diffusion, ReinFlow from flow).
+
+    Args:
+        path: a checkpoint file; device: where its tensors go.
+        own: class-name suffix of the agent's own policy (a checkpoint to resume whole).
+        base: class-name suffix of the pretrained policy it converts.
+        spec: the agent's policy constructor kwargs; arch_keys: those that must match the checkpoint's.
+        what: how the refusal names what is expected (e.g. ``"DPPO fine-tunes a diffusion-policy checkpoint"``).
+
+    Returns:
+        ``("own", checkpoint)`` or ``("base", the pretrained policy's state dict)``.
+
+    Raises:
+        CheckpointError: another policy class, or an architecture key that differs (checkpoint, config).
+    """
+    state = load_checkpoint(path, map_location=device)
+    pol = state.get("policy", {})
+    target = pol.get("target", "")
+    if target.endswith(own):
+        return "own", state
+    if not target.endswith(base):
+        raise CheckpointError(f"{path}: {what}, not {target!r}")
+    theirs = pol["kwargs"]
+    diff = {k: (theirs.get(k), spec[k]) for k in arch_keys if theirs.get(k) != spec[k]}
+    if diff:
+        raise CheckpointError(f"{path}: pretrained policy differs from the config in {diff} (checkpoint, config)")
+    return "base", pol["state_dict"]

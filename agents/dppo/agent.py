@@ -33,9 +33,8 @@ from robotrl.agents.dppo.policy import DPPOPolicy
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
 from robotrl.agents.ppo.update import gae_targets, load_state, minibatch_epochs, save_state
 
-from robotrl.checkpoint import load_checkpoint
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.errors import CheckpointError
+from robotrl.warmstart import pretrained_policy
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
@@ -111,20 +110,13 @@ class DPPOAgent:
         Raises:
             CheckpointError: another policy class, or an architecture that does not match.
         """
-        state = load_checkpoint(path, map_location=self.device)
-        pol = state.get("policy", {})
-        target = pol.get("target", "")
-        if target.endswith("DPPOPolicy"):
+        kind, state = pretrained_policy(path, self.device, own="DPPOPolicy", base="DiffusionPolicy",
+                                        spec=self.policy.spec(), arch_keys=_ARCH_KEYS,
+                                        what="DPPO fine-tunes a diffusion-policy checkpoint")
+        if kind == "own":
             self.load_state_dict(state["agent"])
             return
-        if not target.endswith("DiffusionPolicy"):
-            raise CheckpointError(f"{path}: DPPO fine-tunes a diffusion-policy checkpoint, not {target!r}")
-        mine, theirs = self.policy.spec(), pol["kwargs"]
-        diff = {k: (theirs.get(k), mine[k]) for k in _ARCH_KEYS if theirs.get(k) != mine[k]}
-        if diff:
-            raise CheckpointError(f"{path}: pretrained diffusion policy differs from the DPPO config in {diff} "
-                                  "(checkpoint, config)")
-        sd = {k: v for k, v in pol["state_dict"].items() if not k.startswith("denoiser_ft.")}
+        sd = {k: v for k, v in state.items() if not k.startswith("denoiser_ft.")}
         self.policy.load_state_dict(sd, strict=False)
         self.policy.sync_ft_from_base()
 

@@ -41,9 +41,9 @@ from robotrl.agents.ppo.loss import normalize_advantages, ppo_policy_loss, value
 from robotrl.agents.ppo.update import ONPOLICY_STATE, gae_targets, load_state, minibatch_epochs, save_state
 from robotrl.agents.reinflow.loss import chain_entropy, chain_log_prob, decayed_max_std, w2_bc_loss
 from robotrl.agents.reinflow.policy import ReinFlowPolicy
-from robotrl.checkpoint import load_checkpoint
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
+from robotrl.warmstart import pretrained_policy
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
@@ -139,20 +139,13 @@ class ReinFlowAgent:
         Raises:
             CheckpointError: another policy class, or a flow network that does not match the config.
         """
-        state = load_checkpoint(path, map_location=self.device)
-        pol = state.get("policy", {})
-        target = pol.get("target", "")
-        if target.endswith(".ReinFlowPolicy"):
+        kind, state = pretrained_policy(path, self.device, own=".ReinFlowPolicy", base=".FlowPolicy",
+                                        spec=self.policy.spec(), arch_keys=_ARCH_KEYS,
+                                        what="ReinFlow fine-tunes a flow-policy checkpoint (agent=flow)")
+        if kind == "own":
             self.load_state_dict(state["agent"])
             return
-        if not target.endswith(".FlowPolicy"):
-            raise CheckpointError(f"{path}: ReinFlow fine-tunes a flow-policy checkpoint (agent=flow), not {target!r}")
-        mine, theirs = self.policy.spec(), pol["kwargs"]
-        diff = {k: (theirs.get(k), mine[k]) for k in _ARCH_KEYS if theirs.get(k) != mine[k]}
-        if diff:
-            raise CheckpointError(f"{path}: pretrained flow policy differs from the ReinFlow config in {diff} "
-                                  "(checkpoint, config)")
-        sd = {k: v for k, v in pol["state_dict"].items() if not k.startswith("noise_net.")}
+        sd = {k: v for k, v in state.items() if not k.startswith("noise_net.")}
         missing, unexpected = self.policy.load_state_dict(sd, strict=False)
         if unexpected or any(not k.startswith("noise_net.") for k in missing):
             raise CheckpointError(f"{path}: flow weights do not fit (missing {missing}, unexpected {unexpected})")
