@@ -160,6 +160,14 @@ class RobotClient:
         self.close()
 
     # ---- requests ------------------------------------------------------------------------------
+    def link_diagnosis(self) -> str:
+        """What is known about a server that stopped answering: it closed the connection (its process
+        most likely ended), it still accepts connections but answers nothing valid (keys, clock,
+        robot id, or hung), or nothing accepts connections. Same text as the error a request raises
+        after ``link_timeout_s`` of silence."""
+        since = self._waiting_since
+        return str(self._silence_error(0.0 if since is None else time.monotonic() - since))
+
     def _silence_error(self, silent: float) -> RobotConnectionError:
         self._drain_monitor()
         where = f"robot server at {self.endpoint}"

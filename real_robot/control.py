@@ -219,9 +219,8 @@ class ControlLoop:
                 consecutive += 1
                 if consecutive >= self.max_missed:
                     log.stopped = "link_lost"
-                    log.reason = (f"{consecutive} step requests in a row got no answer within one period from the robot "
-                                  f"server at {self.client.endpoint}; it may be overloaded or gone. Its watchdog holds "
-                                  "the robot if the server still runs")
+                    log.reason = (f"{consecutive} step requests in a row got no answer within one period: "
+                                  f"{self.client.link_diagnosis()}")
                     break
                 k += 1
                 continue
