@@ -100,3 +100,15 @@ def pointmaze_spaces():
     spaces = (env.observation_space, env.action_space)
     env.close()
     return spaces
+
+
+#: Test files that drive real robot-server / deploy / actor processes against the clock (watchdog periods,
+#: deadlines, held steps): they run in a second, serial pass (`-m realtime -n 0`, the README's test command),
+#: never beside another worker, whose load would starve their control loops.
+REALTIME_FILES = ("test_robot_", "test_online_robot")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name.startswith(REALTIME_FILES):
+            item.add_marker(pytest.mark.realtime)
