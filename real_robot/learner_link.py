@@ -42,7 +42,6 @@ import collections
 import os
 import queue
 import secrets
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from robotrl.checkpoint import atomic_write
 from robotrl.errors import ConfigError
 from robotrl.real_robot.interface import ProtocolError
 from robotrl.real_robot.protocol import Authenticator, Limits, decode, encode
@@ -182,17 +182,7 @@ class Dedup:
 # ----------------------------------------------------------------------------- spill
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file, fsync and rename (never half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: f.write(data))
 
 
 class SpillQueue:

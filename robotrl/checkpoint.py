@@ -22,7 +22,9 @@ import torch
 from robotrl.errors import CheckpointError
 
 
-def _atomic_write(path: Path, write) -> Path:
+def atomic_write(path: Path, write) -> Path:
+    """Write a file through ``write(binary file)`` atomically: a temporary sibling, fsync, ``os.replace``
+    (never half a file; the temporary file is removed on any error). Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -40,7 +42,7 @@ def _atomic_write(path: Path, write) -> Path:
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     """Write ``state`` to ``path`` atomically (see module doc). Returns the path."""
-    return _atomic_write(Path(path), lambda f: torch.save(state, f))
+    return atomic_write(Path(path), lambda f: torch.save(state, f))
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
@@ -66,7 +68,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> Path:
     """Write NumPy arrays as ``.npz`` atomically."""
-    return _atomic_write(Path(path), lambda f: np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()}))
+    return atomic_write(Path(path), lambda f: np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()}))
 
 
 def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
