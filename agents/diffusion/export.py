@@ -20,6 +20,17 @@ from torch import nn
 from robotrl.agents.diffusion.sampling import chain_timesteps, step_mean_std
 
 
+
+def check_single_observation(policy: nn.Module) -> None:
+    """Exported chunk modules take the latest observation only.
+
+    Raises:
+        ValueError: the policy conditions on ``To > 1`` observations.
+    """
+    if policy.To != 1:
+        raise ValueError(f"export takes one observation per row; this policy conditions on To={policy.To} "
+                         "observations: keep To=1 for exported policies or deploy the checkpoint with backend=torch")
+
 class DiffusionChunkExport(nn.Module):
     """``obs (B, Do) -> chunk (B, Ta, Da)`` with fixed noise (see module doc).
 
@@ -33,9 +44,7 @@ class DiffusionChunkExport(nn.Module):
 
     def __init__(self, policy: nn.Module, seed: int = 0):
         super().__init__()
-        if policy.To != 1:
-            raise ValueError(f"export takes one observation per row; this policy conditions on To={policy.To} "
-                             "observations: keep To=1 for exported policies or deploy the checkpoint with backend=torch")
+        check_single_observation(policy)
         self.policy = policy
         self.sampler = policy.sampler
         ks, ks_prev = chain_timesteps(policy.K, policy.sampler, policy.ddim_steps)

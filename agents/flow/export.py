@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from robotrl.agents.diffusion.export import check_single_observation
 from robotrl.agents.flow.sampling import euler_mean
 
 
@@ -30,9 +31,7 @@ class FlowChunkExport(nn.Module):
 
     def __init__(self, policy: nn.Module, seed: int = 0):
         super().__init__()
-        if policy.To != 1:
-            raise ValueError(f"export takes one observation per row; this policy conditions on To={policy.To} "
-                             "observations: keep To=1 for exported policies or deploy the checkpoint with backend=torch")
+        check_single_observation(policy)
         self.policy = policy
         self.K = int(policy.K)
         gen = torch.Generator().manual_seed(seed)
