@@ -22,6 +22,27 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
+def native_bf16(device: str | torch.device = "cpu") -> bool | None:
+    """Whether ``device`` multiplies bfloat16 matrices natively (``None``: cannot tell).
+
+    CUDA: ``torch.cuda.is_bf16_supported()``. CPU: the AVX512-BF16 or AMX-BF16 flag in
+    ``/proc/cpuinfo`` (Linux only). Without them PyTorch emulates bf16 matmuls: on an
+    AVX2 EPYC here a (7936, 64) x (64, 64) product took 66 ms in bf16 against 15 ms in
+    float32, so ``matmul_dtype=bfloat16`` slows the Q-learning update instead of speeding it.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def set_seed(seed: int) -> None:
     """Seed Python, NumPy and torch (CPU and CUDA)."""
     random.seed(seed)

@@ -212,6 +212,34 @@ def test_regression_check_fails_on_a_clearly_worse_result_and_passes_on_an_equal
     assert not any(r["status"] == "regressed" for r in missing) and any(r["status"] == "not measured" for r in missing)
 
 
+def test_a_learning_row_that_could_never_fail_is_flagged_and_refused_at_record(tmp_path):
+    src = _doc("residual_fetch_push.json")                         # success rates, every method ~0.2
+    assert all(r["status"] == "ok" for r in regression.compare([src], regression.make_baseline([src])))
+    zero = _worse(src, 0.0)                                        # every method at 0 success
+    peer = next(iter(learning_stats(zero)["methods"]))
+    for r in zero["runs"]:
+        r["peer"] = r["method"] == peer                             # a peer from scratch at 0 is exempt
+    rows = regression.compare([zero], regression.make_baseline([zero]))
+    inert = {r["what"].split(": final")[0] for r in rows if r["status"] == "cannot fail"}
+    assert inert == set(learning_stats(zero)["methods"]) - {peer} and len(inert) >= 2
+    assert "CANNOT FAIL" in regression.format_rows(rows)
+    res = tmp_path / "benchmarks" / "results" / "quick"
+    res.mkdir(parents=True)
+    (res / "residual_fetch_push.json").write_text((RESULTS / "residual_fetch_push.json").read_text())
+    regression.record(tmp_path, "quick")                           # real results: recordable, and they pass
+    assert regression.check(tmp_path, "quick")[0]
+    regression.baseline_path(tmp_path, "quick").write_text(json.dumps(regression.make_baseline([zero])))
+    passed, text = regression.check(tmp_path, "quick")             # a baseline recorded at 0 guards nothing
+    assert not passed and "cannot fail" in text
+    raw = json.loads((RESULTS / "residual_fetch_push.json").read_text())
+    for runs in raw["runs"].values():
+        for r in runs:
+            r["success"] = r["start_success"] = 0.0
+    (res / "residual_fetch_push.json").write_text(json.dumps(raw))
+    with pytest.raises(BenchError, match="could never fail"):
+        regression.record(tmp_path, "quick")
+
+
 def _cli(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "robotrl.cli", "bench", *args], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, **kw)

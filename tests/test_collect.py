@@ -199,7 +199,7 @@ def test_unknown_recipe_lists_known_names():
 
 
 def test_recipe_names():
-    expected = {f"pointmaze-{m}{s}" for m in ("umaze", "medium", "large") for s in ("", "-slow")}
+    expected = {f"pointmaze-{m}{s}" for m in ("umaze", "medium", "large") for s in ("", "-slow", "-noisy")}
     expected |= {f"fetch-{t}-{q}" for t in ("push", "pickandplace") for q in ("expert", "noisy", "mixed")}
     expected |= {f"{e}-{q}" for e in ("hopper", "halfcheetah", "walker2d") for q in ("random", "medium", "expert")}
     assert set(RECIPES) == expected

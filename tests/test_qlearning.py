@@ -208,6 +208,23 @@ def test_bfloat16_matmuls_track_float32(algo):
         assert out["bfloat16"][k] == pytest.approx(out["float32"][k], rel=0.05, abs=0.02), k
 
 
+def test_bfloat16_on_a_device_without_native_bf16_warns_with_the_way_out():
+    """Emulated bf16 matmuls are several times slower than float32: the agent says so and names the setting."""
+    import warnings
+
+    from robotrl.utils import native_bf16
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _agent("sac", matmul_dtype="bfloat16")
+        _agent("sac", matmul_dtype="float32")
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if native_bf16("cpu") is False:
+        assert len(msgs) == 1 and "matmul_dtype=float32" in msgs[0]
+    else:
+        assert not any("bf16" in m for m in msgs)
+
+
 # ---------------------------------------------------------------- fused float32 critic pass
 def _plain_copy(critic: EnsembleCritic) -> EnsembleCritic:
     ref = copy.deepcopy(critic)

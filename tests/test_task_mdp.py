@@ -27,10 +27,13 @@ from robotrl.experiment import build_trainer, task_env_args
 CASES = {
     "pointmaze-umaze": ("pointmaze-umaze", "pointmaze-umaze-planner", dict(num_steps=1500)),
     "pointmaze-umaze-slow": ("pointmaze-umaze", "pointmaze-umaze", dict(num_steps=1500)),
+    "pointmaze-umaze-noisy": ("pointmaze-umaze", "pointmaze-umaze-noisy", dict(num_steps=1500)),
     "pointmaze-medium": ("pointmaze-medium", "pointmaze-medium-planner", dict(num_steps=1500)),
     "pointmaze-medium-slow": ("pointmaze-medium", "pointmaze-medium", dict(num_steps=1500)),
+    "pointmaze-medium-noisy": ("pointmaze-medium", "pointmaze-medium-noisy", dict(num_steps=1500)),
     "pointmaze-large": ("pointmaze-large", "pointmaze-large-planner", dict(num_steps=1500)),
     "pointmaze-large-slow": ("pointmaze-large", "pointmaze-large", dict(num_steps=1500)),
+    "pointmaze-large-noisy": ("pointmaze-large", "pointmaze-large-noisy", dict(num_steps=1500)),
     "fetch-push-expert": ("fetch-push", "fetch-push-expert", dict(num_episodes=3)),
     "fetch-push-noisy": ("fetch-push", "fetch-push-noisy", dict(num_episodes=3)),
     "fetch-push-mixed": ("fetch-push", "fetch-push-mixed", dict(num_episodes=3)),

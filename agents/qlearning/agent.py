@@ -26,6 +26,7 @@ data, online data and hence MC returns alike.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,6 +38,7 @@ from robotrl.agents.qlearning.policy import QLPolicy
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.networks import ValueNet, polyak_update_
+from robotrl.utils import native_bf16
 
 ALGOS = ("sac", "cql", "calql", "iql")
 PARTS = ("policy", "critic", "temperature", "value")
@@ -136,6 +138,10 @@ class QLAgent:
         self.iql = dict(expectile=iql_expectile, beta=iql_beta, max_weight=iql_max_weight)
         self.max_grad_norm = max_grad_norm
         self.bf16 = matmul_dtype == "bfloat16"
+        if self.bf16 and native_bf16(self.device) is False:
+            warnings.warn(f"matmul_dtype=bfloat16 on {self.device}, which has no native bf16 matmuls (no AVX512-BF16/"
+                          "AMX on this CPU): PyTorch emulates them, several times slower than float32 "
+                          "(robotrl.utils.native_bf16); set agent.model.matmul_dtype=float32", RuntimeWarning, stacklevel=2)
         self.lrs = dict(actor=actor_lr, critic=critic_lr, alpha=alpha_lr, value=value_lr)
         self._make_optimizers()
         self.num_updates = 0

@@ -17,6 +17,12 @@ when, in the latest results:
 
 Results missing now (task not run, peer not installed) are listed as "not measured" and
 do not fail the check.
+
+A learning row of robotrl's own whose limit is at or below the metric's floor (0 for success
+rates and normalised scores) **cannot fail**: any result passes it, so it guards nothing.
+Such rows are listed as "cannot fail" and fail the check (and :func:`record` refuses to
+record them): give the task a budget at which the method scores clearly above 0. Peer rows
+(a peer library from scratch may score 0 at a quick budget) are exempt.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from robotrl.bench.tables import fmt, learning_stats
 
 LEARNING_TOLERANCE = 0.10
 THROUGHPUT_FACTOR = 0.5
+#: The lowest score a metric can take (rows whose limit is at or below it cannot fail); raw returns have none.
+METRIC_FLOOR = {"success": 0.0, "normalized_score": 0.0}
 
 
 def results_dir(root: Path, tier: str) -> Path:
@@ -86,7 +94,7 @@ def make_baseline(docs: list[dict], *, tier: str = "quick", command: str = "robo
         out["learning"][doc["benchmark"]] = {
             "metric": doc["metric"], "range": _range(doc),
             "methods": {m: {"final_iqm": s["final"]["iqm"], "final_lo": s["final"]["lo"], "final_hi": s["final"]["hi"],
-                            "n": s["final"]["n"]} for m, s in st["methods"].items()}}
+                            "n": s["final"]["n"], "peer": s["peer"]} for m, s in st["methods"].items()}}
     return out
 
 
@@ -94,19 +102,28 @@ def record(root: Path, tier: str = "quick", path: Path | None = None) -> Path:
     """Write the baseline of the tier's current results; returns its path.
 
     Raises:
-        BenchError: the tier has no results to record.
+        BenchError: the tier has no results to record, or one of robotrl's learning rows would
+            have a limit at or below its metric's floor (it could never fail; see the module doc).
     """
     docs = load_dir(results_dir(root, tier))
     if not docs:
         raise BenchError(f"no results in {results_dir(root, tier)} to record; run `robotrl bench {tier}` first")
-    return write_json(path or baseline_path(root, tier), make_baseline(docs, tier=tier,
-                                                                       command=f"robotrl bench {tier} --record"))
+    base = make_baseline(docs, tier=tier, command=f"robotrl bench {tier} --record")
+    inert = [r for r in compare(docs, base) if r["status"] == "cannot fail"]
+    if inert:
+        names = "; ".join(f"{r['benchmark']}: {r['what']} (recorded {fmt(r['recorded'], r['metric'])}, "
+                          f"limit {fmt(r['limit'], r['metric'])})" for r in inert)
+        raise BenchError(f"{len(inert)} learning row(s) could never fail, their limit being at or below the metric's "
+                         f"floor: {names}. Give those tasks a budget at which the method scores clearly above 0, "
+                         "then record again")
+    return write_json(path or baseline_path(root, tier), base)
 
 
 def compare(docs: list[dict], baseline: dict) -> list[dict]:
     """One row per recorded figure: ``benchmark, what, recorded, now, limit, status``.
 
-    ``status`` is ``ok``, ``regressed`` or ``not measured`` (no such figure in ``docs``).
+    ``status`` is ``ok``, ``regressed``, ``not measured`` (no such figure in ``docs``) or
+    ``cannot fail`` (one of robotrl's learning rows whose limit is at or below the metric's floor).
     """
     now_learning = {d["benchmark"]: learning_stats(d)["methods"] for d in docs if "runs" in d}
     now_tp = {d["benchmark"]: {r["what"]: r for r in d["rows"]} for d in docs if "rows" in d}
@@ -120,7 +137,13 @@ def compare(docs: list[dict], baseline: dict) -> list[dict]:
                 continue
             limit = lo - frac * rec["range"]
             cur = now_learning.get(bench, {}).get(m, {}).get("final", {}).get("iqm")
-            status = "not measured" if cur is None or not math.isfinite(cur) else ("regressed" if cur < limit else "ok")
+            floor = METRIC_FLOOR.get(rec["metric"])
+            if floor is not None and limit <= floor and not r.get("peer", False):
+                status = "cannot fail"
+            elif cur is None or not math.isfinite(cur):
+                status = "not measured"
+            else:
+                status = "regressed" if cur < limit else "ok"
             rows.append({"benchmark": bench, "what": f"{m}: final {rec['metric']} (IQM)", "recorded": r["final_iqm"],
                          "now": cur, "limit": limit, "direction": ">=", "status": status, "metric": rec["metric"]})
     for bench, rec in baseline.get("throughput", {}).items():
@@ -142,7 +165,9 @@ def format_rows(rows: list[dict], only_problems: bool = False) -> str:
         if only_problems and r["status"] == "ok":
             continue
         status = r["status"]
-        if status == "regressed" and r["recorded"]:
+        if status == "cannot fail":
+            status = "**CANNOT FAIL** (limit at or below the metric's floor)"
+        elif status == "regressed" and r["recorded"]:
             status = f"**REGRESSED** ({100 * (r['now'] - r['recorded']) / abs(r['recorded']):+.0f} % vs recorded)"
         lines.append(f"| {r['benchmark']} | {r['what']} | {fmt(r['recorded'], r['metric'])} | {fmt(r['now'], r['metric'])} "
                      f"| {r['direction']} {fmt(r['limit'], r['metric'])} | {status} |")
@@ -160,8 +185,10 @@ def check(root: Path, tier: str = "quick", *, results: Path | None = None, basel
     if rec is None:
         raise BenchError(f"no baseline at {bpath}; record one with `robotrl bench {tier} --record`")
     rows = compare(load_dir(Path(results) if results else results_dir(root, tier)), rec)
-    bad = [r for r in rows if r["status"] == "regressed"]
+    bad = [r for r in rows if r["status"] in ("regressed", "cannot fail")]
     missing = [r for r in rows if r["status"] == "not measured"]
+    inert = sum(r["status"] == "cannot fail" for r in rows)
     head = (f"regression check against {bpath} (recorded {rec.get('recorded', '?')[:10]}): {len(rows)} figures, "
-            f"{len(bad)} regressed, {len(missing)} not measured")
+            f"{len(bad) - inert} regressed, {inert} cannot fail (limit at or below the metric's floor), "
+            f"{len(missing)} not measured")
     return not bad, head + "\n\n" + format_rows(rows)

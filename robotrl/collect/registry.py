@@ -79,6 +79,13 @@ def _build() -> dict[str, Recipe]:
             f"PointMaze {maze} goal reaching in {SLOW_LIMITS[maze]} steps: a slow demonstrator (planner actions x0.1, "
             "noise 0.1), sub-optimal",
         )
+        recipes[f"pointmaze-{maze}-noisy"] = Recipe(
+            f"pointmaze-{maze}-noisy", pm,
+            {"maze": maze, "action_scale": 0.15, "action_noise": 1.0, "max_episode_steps": SLOW_LIMITS[maze]},
+            f"robotrl/pointmaze/{maze}-noisy-v1",
+            f"PointMaze {maze} goal reaching in {SLOW_LIMITS[maze]} steps: a slow, very noisy demonstrator (planner "
+            "actions x0.15, noise 1.0: actions cover the whole range), sub-optimal",
+        )
     fe = _lazy("robotrl.collect.fetch", "collect_fetch")
     for task in ("push", "pickandplace"):
         for q in ("expert", "noisy", "mixed"):
