@@ -31,7 +31,10 @@ from robotrl.data.batch import Batch
 #:   ended episodes, updates wait for the first one.
 #: - ``load_parts(state, parts) -> None``: load named parts (``policy``, ``critic``, ...) of an
 #:   agent state (partial warm starts).
-OFF_POLICY_HOOKS = ("sample_batch", "start_online", "needs_mc_returns", "load_parts")
+#: - ``init_from_data(buffer) -> None``: called once before the first offline update of a fresh run
+#:   (not warm-started, not resumed) with the offline replay buffer (e.g. the critic's output
+#:   started at the data's mean return).
+OFF_POLICY_HOOKS = ("sample_batch", "start_online", "needs_mc_returns", "load_parts", "init_from_data")
 
 #: Optional members of an on-policy agent, and what :class:`~robotrl.onpolicy.OnPolicyLoop` does with them:
 #:

@@ -140,6 +140,9 @@ class OffPolicyLoop:
     def start(self, runner: Runner, warm_started: bool) -> None:
         """A warm-started run without offline steps evaluates the loaded policy first (phase
         ``offline``): the reference of the onset dip."""
+        init = getattr(self.agent, "init_from_data", None)
+        if init is not None and not warm_started and self.offline is not None and self.cfg.offline_steps > 0:
+            init(self.offline)
         if warm_started and self.cfg.offline_steps == 0 and self.cfg.online_steps > 0:
             runner.evaluate("offline")
 

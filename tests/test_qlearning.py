@@ -148,6 +148,44 @@ def test_calql_agent_uses_mc_returns_and_cql_agent_ignores_them():
     assert losses["calql", "high"] > losses["calql", "low"] + 1.0
 
 
+def _returns_buffer(episodes=20, T=100, seed=0):
+    """Episodes paying -5 per step (Cal-QL's 10r - 5 for a goal never reached) ending at T: MC returns -5..-316."""
+    from robotrl.data.replay import ReplayBuffer
+
+    rng = np.random.default_rng(seed)
+    buf = ReplayBuffer(episodes * T, 4, 2, gamma=0.99, seed=seed)
+    for _ in range(episodes):
+        obs = rng.normal(size=4).astype(np.float32)
+        for t in range(T):
+            nxt = (obs + 0.1 * rng.normal(size=4)).astype(np.float32)
+            buf.add(obs, rng.uniform(-1, 1, 2), -5.0, nxt, t == T - 1, False)
+            obs = nxt
+    return buf
+
+
+def test_critic_init_from_data_starts_q_at_the_returns_scale():
+    """critic_init="data" sets the heads (and targets) to the data's mean MC return; the reference's zero
+    start is still hundreds of reward units above the returns after the same Cal-QL updates."""
+    buf = _returns_buffer()
+    mean_mc = float(buf.mc_returns[: buf.size].mean())
+    gaps = {}
+    for init in ("zero", "data"):
+        a = _agent("calql", seed=0, cql_n_actions=3, critic_init=init)
+        set_to = a.init_from_data(buf)
+        assert (set_to is None) == (init == "zero")
+        if init == "data":
+            assert set_to == pytest.approx(mean_mc)
+            q0 = a.critic_target(torch.zeros(3, 4), torch.zeros(3, 2))
+            assert q0.mean().item() == pytest.approx(mean_mc, abs=5.0)
+        for step in range(150):
+            a.update(buf.sample(32), step)
+        gaps[init] = abs(a.q_minus_mc(buf.sample(500)))
+    assert mean_mc < -100
+    assert gaps["data"] < 0.25 * gaps["zero"] and gaps["zero"] > 100, gaps
+    with pytest.raises(ValueError, match="critic_init"):
+        _agent("calql", critic_init="mc")
+
+
 def test_critic_warmup_updates_leave_the_actor_untouched():
     a = _agent(critic_warmup_updates=2)
     before = [p.clone() for p in a.actor.parameters()]

@@ -74,6 +74,9 @@ class QLAgent:
             precision that RLPD/WSRL ran with is also bf16). About 2-4x faster matmuls on
             CPUs with AVX512-BF16/AMX and on GPUs; Q-values carry ~3 significant digits.
         device: torch device; seed: seed of action sampling and target-head draws.
+        critic_init: ``"zero"`` (reference: zero-centred outputs) or ``"data"``: the trainer calls
+            :meth:`init_from_data` before the first offline update, which starts every head at the
+            data's mean Monte-Carlo return (a deviation from Cal-QL/CQL; see that method for why).
         online_algo: the update rule from the trainer's online phase on (``None``: ``algo``);
             ``algo="calql", online_algo="sac"`` is WSRL's pretrain-then-fine-tune in one run.
 
@@ -94,7 +97,7 @@ class QLAgent:
         cql_temperature: float = 1.0, cql_clip_diff: Sequence[float] | None = None, iql_expectile: float = 0.7,
         iql_beta: float = 3.0, iql_max_weight: float = 100.0, max_grad_norm: float | None = None,
         matmul_dtype: str = "float32", device: str | torch.device = "cpu", seed: int = 0,
-        online_algo: str | None = None,
+        online_algo: str | None = None, critic_init: str = "zero",
     ):
         if matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {matmul_dtype!r}")
@@ -104,6 +107,10 @@ class QLAgent:
         if (online_algo == "iql") != (algo == "iql") and online_algo is not None:
             raise ValueError(f"online_algo {online_algo!r} cannot follow algo {algo!r}: IQL and the SAC family "
                              "train different networks")
+        if critic_init not in ("zero", "data"):
+            raise ValueError(f"critic_init must be 'zero' (reference) or 'data' (output bias at the data's mean "
+                             f"Monte-Carlo return), got {critic_init!r}")
+        self.critic_init = critic_init
         if actor_q not in ("mean", "min"):
             raise ValueError(f"actor_q must be 'mean' or 'min', got {actor_q!r}")
         if target_subset is not None and not 1 <= target_subset <= num_critics:
@@ -145,6 +152,30 @@ class QLAgent:
         self.lrs = dict(actor=actor_lr, critic=critic_lr, alpha=alpha_lr, value=value_lr)
         self._make_optimizers()
         self.num_updates = 0
+
+    @torch.no_grad()
+    def init_from_data(self, buffer) -> float | None:
+        """Before the first offline update of a fresh run (``critic_init="data"``): start every critic
+        head, and its target, at the data's mean Monte-Carlo return.
+
+        With the reference's zero-centred output and τ = 0.005, γ = 0.99, the critic reaches the scale
+        of the data's returns only through repeated target updates (the error shrinks ~γ per ~1/τ
+        updates): on PointMaze with Cal-QL's 10r − 5 rewards, Q − MC was still +290 after 5k updates
+        and +64 after 40k, and WSRL fine-tuning from a critic that far above its returns first spends
+        thousands of online steps dragging Q down. Starting at the mean return leaves only the spread
+        around it to learn. Returns the bias set (reward units), or ``None`` when nothing was done
+        (``critic_init="zero"`` or a buffer without returns).
+        """
+        if self.critic_init != "data" or getattr(buffer, "mc_returns", None) is None:
+            return None
+        returns = np.asarray(buffer.mc_returns[: buffer.size], dtype=np.float64)
+        returns = returns[np.isfinite(returns)]
+        if returns.size == 0:
+            return None
+        value = float(returns.mean())
+        self.critic.set_output_bias_(value)
+        self.critic_target.set_output_bias_(value)
+        return value
 
     # ------------------------------------------------------------------ setup
     def _make_optimizers(self) -> None:

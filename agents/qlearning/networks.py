@@ -258,6 +258,11 @@ class EnsembleCritic(nn.Module):
         """``(B, Do), (B, Da) -> (N, B)`` (float32 also under a bfloat16 autocast)."""
         return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1).float()
 
+    @torch.no_grad()
+    def set_output_bias_(self, value: float) -> None:
+        """Set every head's output bias to ``value`` (reward units): ``Q_i(s, a) = f_i(s, a) + value``."""
+        self.net.net[-1].bias.fill_(float(value))
+
 
 class TanhGaussianActor(nn.Module):
     """SAC actor: ``obs (B, Do) -> tanh(N(mean, std))`` actions in ``[-1, 1]`` with log-probs.
