@@ -163,31 +163,40 @@ def _kill(pid: int) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("policy", ["restart", "drop", "fail"])
-def test_killed_worker_is_restarted_dropped_or_fails_clearly(cluster, policy):
+def _collect_warned(remote, agent, match: str):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ro = remote.collect(agent, 8)
+    assert any(match in str(w.message) for w in caught), [str(w.message) for w in caught]
+    return ro
+
+
+def test_killed_worker_is_restarted_then_dropped_then_fails_clearly(cluster):
+    """SIGKILLed worker processes (as on a crash or a lost node), one collector, the three policies in turn."""
     agent = _agent(PPO)
-    remote = _ray(agent, 4, 2, seed=0, reset_seed=0, on_failure=policy)
+    remote = _ray(agent, 4, 2, seed=0, reset_seed=0, on_failure="restart")
     try:
         remote.collect(agent, 8)
         pids = remote.worker_pids()
-        _kill(pids[1])  # SIGKILL: the worker process dies as on a crash / lost node
-        if policy == "fail":
-            with pytest.raises(WorkerFailedError, match="worker 1 .*on_failure=fail"):
-                remote.collect(agent, 8)
-            return
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            ro = remote.collect(agent, 8)
-        assert any(policy + "ed" in str(w.message) or "dropped" in str(w.message) for w in caught), \
-            [str(w.message) for w in caught]
-        assert remote.failures and remote.failures[0]["worker"] == 1
-        if policy == "restart":
-            assert ro.observations.shape[1] == 4 and remote.worker_pids()[1] != pids[1]
-        else:
-            assert ro.observations.shape[1] == 2 and remote.N == 2 and remote.scaler.ret.shape == (2,)
+        # restart: a new actor for worker 1, its envs start new episodes, the rollout is whole
+        _kill(pids[1])
+        ro = _collect_warned(remote, agent, "restarted")
+        assert ro.observations.shape[1] == 4 and remote.N == 4
+        assert remote.worker_pids()[0] == pids[0] and remote.worker_pids()[1] != pids[1]
+        assert remote.failures[-1] == {**remote.failures[-1], "worker": 1, "action": "restart"}
         assert np.isfinite(ro.scaled_rewards).all()
         agent.update_rollout(ro, 0)  # the learner trains on what came back
-        assert remote.collect(agent, 8).observations.shape[1] == (4 if policy == "restart" else 2)
+        # drop: worker 1 leaves, the iteration completes with worker 0's 2 envs (never padded)
+        remote.cfg.on_failure = "drop"
+        _kill(remote.worker_pids()[1])
+        ro = _collect_warned(remote, agent, "dropped")
+        assert ro.observations.shape[1] == 2 and remote.N == 2 and remote.scaler.ret.shape == (2,)
+        assert remote.collect(agent, 8).rewards.shape == (8, 2)
+        # fail (and the last worker can never be dropped): a clear error naming the worker and the way out
+        remote.cfg.on_failure = "fail"
+        _kill(remote.worker_pids()[0])
+        with pytest.raises(WorkerFailedError, match="worker 0 .*on_failure=fail.*on_failure=restart or drop"):
+            remote.collect(agent, 8)
     finally:
         remote.close()
 
@@ -214,13 +223,13 @@ def test_ray_evaluation_equals_local_evaluation(cluster):
 
 
 def test_two_run_sweep_through_the_ray_launcher_writes_its_study(cluster, tmp_path):
-    """`robotrl train -m hydra/launcher=ray seed=0,1` on this module's cluster: two runs, each in its own
+    """`robotrl train -m hydra/launcher=ray_cluster seed=0,1` joining this module's cluster: two runs, each in its own
     directory, and the study summary (IQM, 95 % CI per configuration) written at the end."""
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher is not installed")
     sweep = tmp_path / "sweep"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": ""}
-    cmd = [sys.executable, "-m", "robotrl.cli", "train", "-m", "hydra/launcher=ray",
-           f"hydra.launcher.ray.init.address={cluster.address_info['address']}", "hydra.launcher.ray.remote.num_cpus=1",
+    cmd = [sys.executable, "-m", "robotrl.cli", "train", "-m", "hydra/launcher=ray_cluster",
+           f"hydra.launcher.ray.init.address={cluster.address_info['address']}",
            "agent=ppo", "env=pointmaze-umaze", "agent.onpolicy.iterations=1", "agent.onpolicy.steps_per_iter=8",
            "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2",
            "agent.model.batch_size=16", "agent.model.hidden=[16,16]", "agent.model.critic_hidden=[16]",
