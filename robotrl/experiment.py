@@ -391,7 +391,8 @@ def _ray_parts(cfg: DictConfig, agent, task: dict, ev: dict, num_envs: int, obs_
     if ccfg.eval_workers > 0:
         from robotrl.distributed.evaluation import ray_evaluator
 
-        evaluator = ray_evaluator(lambda: agent.policy, ev, workers=ccfg.eval_workers, address=ccfg.address)
+        evaluator = ray_evaluator(lambda: agent.policy, ev, workers=ccfg.eval_workers, address=ccfg.address,
+                                  get_actors=make_collector.actors)
     return make_collector, evaluator
 
 

@@ -181,6 +181,12 @@ class RolloutWorker:
         """Restore the shard's envs where exact (:meth:`~robotrl.onpolicy.RolloutCollector.load_state_dict`)."""
         return self.collector.load_state_dict({**state, "scaler": None})
 
+    def evaluate(self, policy_state: dict, env_args: dict, num_episodes: int, seed: int, num_envs: int) -> dict:
+        """Evaluation episodes in this (idle) worker: :func:`robotrl.distributed.evaluation._evaluate_block`."""
+        from robotrl.distributed.evaluation import _evaluate_block
+
+        return _evaluate_block(policy_state, env_args, num_episodes, seed, num_envs)
+
     def pid(self) -> int:
         """The worker's process id."""
         return os.getpid()
@@ -236,6 +242,7 @@ class RayRolloutCollector:
         self.ray.get([self._start(s) for s in self.shards])
         self.scaler = RunningRewardScaler(self.N, agent.gamma) if agent.reward_scaling else None
         self.failures: list[dict] = []
+        self._closed_state: dict | None = None
 
     # ------------------------------------------------------------------ workers
     @property
@@ -356,6 +363,8 @@ class RayRolloutCollector:
     def state_dict(self) -> dict:
         """:meth:`robotrl.onpolicy.RolloutCollector.state_dict`'s layout over all ``N`` envs
         (a Ray run's checkpoint resumes locally and the other way round)."""
+        if not self.shards:  # closed: the state it had then (the runner checkpoints after the loop ends)
+            return self._closed_state
         parts = self.ray.get([s.actor.state_dict.remote() for s in self.shards])
         return {"scaler": self.scaler.state_dict() if self.scaler is not None else None,
                 "hist": torch.from_numpy(np.concatenate([p["hist"] for p in parts], 0)),
@@ -390,7 +399,14 @@ class RayRolloutCollector:
         return all(exact)
 
     def close(self) -> None:
-        """Close the workers' envs and end the actors."""
+        """Keep the collector's state (:meth:`state_dict` still answers), close the workers' envs, end the actors."""
+        if not self.shards:
+            return
+        try:
+            self._closed_state = self.state_dict()
+        except self.ray.exceptions.RayActorError:  # a worker is gone: no exact restore of its envs
+            self._closed_state = {"scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                                  "hist": torch.zeros(0), "fresh": torch.zeros(0, dtype=torch.bool), "reset_rng": []}
         for s in self.shards:
             try:
                 self.ray.get(s.actor.close.remote(), timeout=30)
@@ -400,8 +416,20 @@ class RayRolloutCollector:
         self.shards = []
 
 
-def ray_collector_factory(cfg: RayCollectorConfig, agent, *, agent_spec: dict, env_args: dict, num_envs: int,
-                          seed: int) -> Callable[[int], RayRolloutCollector]:
-    """``reset_seed -> RayRolloutCollector`` for :class:`robotrl.onpolicy.OnPolicyLoop` (``make_collector``)."""
-    return lambda reset_seed: RayRolloutCollector(agent, agent_spec=agent_spec, env_args=env_args, num_envs=num_envs,
-                                                  cfg=cfg, seed=seed, reset_seed=reset_seed)
+class ray_collector_factory:
+    """``reset_seed -> RayRolloutCollector`` for :class:`robotrl.onpolicy.OnPolicyLoop` (``make_collector``);
+    :meth:`actors` lists the live workers of the collector it made last (evaluation runs on them)."""
+
+    def __init__(self, cfg: RayCollectorConfig, agent, *, agent_spec: dict, env_args: dict, num_envs: int, seed: int):
+        self.cfg, self.agent, self.agent_spec, self.env_args = cfg, agent, agent_spec, env_args
+        self.num_envs, self.seed = num_envs, seed
+        self.current: RayRolloutCollector | None = None
+
+    def __call__(self, reset_seed: int) -> RayRolloutCollector:
+        self.current = RayRolloutCollector(self.agent, agent_spec=self.agent_spec, env_args=self.env_args,
+                                           num_envs=self.num_envs, cfg=self.cfg, seed=self.seed, reset_seed=reset_seed)
+        return self.current
+
+    def actors(self) -> list:
+        """The live rollout actors (none before the first iteration or after the run)."""
+        return [s.actor for s in self.current.shards] if self.current is not None else []

@@ -58,7 +58,7 @@ def merge_evaluations(parts: list[dict], ref_scores: tuple[float, float] | None 
 
 def evaluate_on_ray(policy: nn.Module, env_args: dict, num_episodes: int, *, workers: int, seed: int = 0,
                     num_envs: int = 8, ref_scores: tuple[float, float] | None = None, address: str | None = None,
-                    cpus_per_worker: float = 1.0) -> dict:
+                    cpus_per_worker: float = 1.0, actors: list | None = None) -> dict:
     """:func:`robotrl.evaluation.evaluate` of ``policy`` with the episodes split over ``workers`` Ray tasks.
 
     Args:
@@ -67,6 +67,10 @@ def evaluate_on_ray(policy: nn.Module, env_args: dict, num_episodes: int, *, wor
         num_episodes: ``E``; episode ``i`` is reset with ``seed + i``.
         workers: ``W`` (at most ``E`` are used); num_envs: envs per worker stepped together.
         ref_scores: for the normalised score; address: Ray cluster (:func:`~robotrl.distributed.init_ray`).
+        cpus_per_worker: CPUs each evaluation task reserves.
+        actors: live :class:`~robotrl.distributed.collector.RolloutWorker` actors to run the blocks on
+            (round-robin) instead of new tasks: during training the rollout workers are idle while the
+            learner evaluates and hold the cluster's CPUs (tasks would wait for them forever).
 
     Returns:
         the summary :func:`~robotrl.evaluation.evaluate` returns.
@@ -80,21 +84,26 @@ def evaluate_on_ray(policy: nn.Module, env_args: dict, num_episodes: int, *, wor
     state = policy_state(policy)
     state["state_dict"] = state_to_arrays(state["state_dict"])
     ref = ray.put(state)
-    task = ray.remote(num_cpus=cpus_per_worker)(_evaluate_block)
     blocks = split_envs(int(num_episodes), max(1, min(int(workers), int(num_episodes))))
-    parts = ray.get([task.remote(ref, env_args, n, int(seed) + off, max(1, min(int(num_envs), n))) for off, n in blocks])
-    return merge_evaluations(parts, ref_scores)
+    args = [(ref, env_args, n, int(seed) + off, max(1, min(int(num_envs), n))) for off, n in blocks]
+    if actors:
+        calls = [actors[i % len(actors)].evaluate.remote(*a) for i, a in enumerate(args)]
+    else:
+        task = ray.remote(num_cpus=cpus_per_worker)(_evaluate_block)
+        calls = [task.remote(*a) for a in args]
+    return merge_evaluations(ray.get(calls), ref_scores)
 
 
-def ray_evaluator(get_policy: Callable[[], nn.Module], env_args: dict, *, workers: int,
-                  address: str | None = None) -> Callable[..., dict]:
+def ray_evaluator(get_policy: Callable[[], nn.Module], env_args: dict, *, workers: int, address: str | None = None,
+                  get_actors: Callable[[], list] | None = None) -> Callable[..., dict]:
     """An ``evaluator`` for :class:`robotrl.runner.Runner` that evaluates ``get_policy()`` on Ray
     (the policy callable and env factory the runner passes are replaced by the policy's weights and
-    ``env_args``; seeds, episode count, envs and reference scores are the runner's)."""
+    ``env_args``; seeds, episode count, envs and reference scores are the runner's). ``get_actors``:
+    the live rollout workers to evaluate on (``[]``/``None``: new tasks, e.g. before the first iteration)."""
 
     def evaluator(_policy_fn, _make_env, num_episodes: int, *, seed: int = 0, num_envs: int = 8,
                   ref_scores=None, reset_policy=None) -> dict:
         return evaluate_on_ray(get_policy(), env_args, num_episodes, workers=workers, seed=seed, num_envs=num_envs,
-                               ref_scores=ref_scores, address=address)
+                               ref_scores=ref_scores, address=address, actors=get_actors() if get_actors else None)
 
     return evaluator
