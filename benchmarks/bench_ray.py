@@ -18,26 +18,27 @@ iteration takes ``t_worker + t_fixed + W · t_per_worker`` where ``t_worker`` is
 collection time for its ``n`` envs (measured: local sync collection of ``n`` envs), ``t_fixed`` the
 per-iteration overhead of the Ray path measured here (Ray with 1 worker minus local collection of
 the same envs: the remote calls, the weights' put, the reward scaling over all envs), and
-``t_per_worker`` what the learner spends per returned rollout: its deserialisation plus its bytes
-over the network at an assumed bandwidth (``--gbit``, default 10 Gbit/s; 1 Gbit/s also reported).
+``t_per_worker`` what the learner's node spends per worker: the returned rollout's deserialisation
+and bytes, and one copy of the weights sent out (an upper bound: Ray's object manager also lets
+nodes fetch the weights from each other), over its link at an assumed bandwidth (``--gbit``,
+default 10 Gbit/s; 1 Gbit/s also reported).
 Env steps/s = ``W · n · T · Te / iteration time``; it ignores stragglers and the network latency of
 the calls (milliseconds), so it is an upper bound.
 
 Usage (small, as run on the shared 2-core machine)::
 
-    python benchmarks/bench_ray.py --envs 4 --steps 32 --repeats 3 --out benchmarks/results/ray.json
+    python benchmarks/bench_ray.py --envs 4 --steps 32 --repeats 3 --out ray.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import statistics
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, set_threads, write_json  # noqa: E402
@@ -127,10 +128,12 @@ def project(m: dict, gbits: tuple[float, ...], workers=(8, 16, 32, 64)) -> list[
     n = m["envs"] // 2
     t_worker = m["seconds_per_iter"][f"local sync, {n} envs (one worker's share)"]
     per_worker_steps = m["env_steps_per_s"][f"local sync, {n} envs (one worker's share)"] * t_worker
-    tr = m["transport"]["rollout_per_worker"]
+    tr, wt = m["transport"]["rollout_per_worker"], m["transport"]["weights"]
     rows = []
     for gbit in gbits:
-        per = tr["deserialize_s"] * n / tr["envs"] + tr["bytes"] * n / tr["envs"] / (gbit * 1e9 / 8)
+        bw = gbit * 1e9 / 8  # bytes/s of the learner's link
+        # per worker: its rollout's deserialisation and bytes in, and (upper bound) one copy of the weights out
+        per = tr["deserialize_s"] * n / tr["envs"] + tr["bytes"] * n / tr["envs"] / bw + wt["bytes"] / bw
         for w in workers:
             t = t_worker + m["fixed_overhead_s"] + w * per
             rows.append({"workers": w, "envs": w * n, "gbit_per_s": gbit, "iteration_s": t,
@@ -147,10 +150,18 @@ def main() -> None:
     p.add_argument("--agents", nargs="+", default=["ppo", "dppo"])
     p.add_argument("--gbit", type=float, nargs="+", default=[10.0, 1.0])
     p.add_argument("--out", default=None)
+    p.add_argument("--reproject", default=None, help="recompute the projection of a results file (no measuring)")
     a = p.parse_args()
+    if a.reproject:
+        doc = json.loads(Path(a.reproject).read_text())
+        for m in doc["results"]:
+            m["projection"] = project(m, tuple(a.gbit))
+        write_json(Path(a.reproject).resolve(), doc)
+        print(f"written: {a.reproject}")
+        return
     set_threads(1)
     loopback_only()
-    init_ray(num_cpus=2)
+    init_ray(num_cpus=4)  # logical CPUs: the 1- and 2-worker collectors (3 actors) live side by side; timed in turn
     results = []
     for name in a.agents:
         m = measure(name, a.envs, a.steps, a.repeats)
@@ -176,7 +187,6 @@ def main() -> None:
     if a.out:
         write_json(a.out, doc)
         print(f"written: {a.out}")
-    _ = np  # numpy imported for the workers' arrays
 
 
 if __name__ == "__main__":

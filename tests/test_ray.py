@@ -118,7 +118,8 @@ def test_one_ray_worker_equals_local_collection_across_updates(cluster):
 
 def test_two_ray_workers_equal_local_collection_of_their_shards(cluster):
     """DPPO (chunks of 2 env steps, observation history 2) on 2 workers: each shard's transitions are
-    the local collector's on the same envs and seeds; reward scaling and episode order are over all envs."""
+    the local collector's on the same envs and seeds; reward scaling and episode order are over all envs.
+    The same workers then run evaluation episodes, scoring as one local evaluation."""
     N, seed, reset_seed = 5, 1, 4
     agent = _agent(DPPO, seed=2)
     ref_agents = [copy.deepcopy(agent) for _ in range(2)]
@@ -126,6 +127,7 @@ def test_two_ray_workers_equal_local_collection_of_their_shards(cluster):
     remote = _ray(agent, N, 2, seed=seed, reset_seed=reset_seed)
     try:
         ro = remote.collect(agent, 16)
+        _evaluation_on_workers_equals_local([s.actor for s in remote.shards])
     finally:
         remote.close()
     shards = split_envs(N, 2)
@@ -149,6 +151,28 @@ def test_two_ray_workers_equal_local_collection_of_their_shards(cluster):
     ends = np.argwhere(ro.terminated | ro.truncated)
     assert len(ro.episode_returns) == len(ends) == sum(len(r.episode_returns) for r in refs)
     assert sorted(ro.episode_returns) == sorted(sum((r.episode_returns for r in refs), []))
+
+
+def _evaluation_on_workers_equals_local(actors):
+    """Episodes split over the 2 (idle) rollout workers score as one local evaluation (deterministic
+    PPO policy, the same episode seeds)."""
+    from robotrl.distributed.evaluation import evaluate_on_ray
+    from robotrl.evaluation import evaluate
+    from robotrl.policy import act
+
+    pol = _agent(PPO).policy
+    ev = {"name": ENV["name"], "env_kwargs": {}, "max_episode_steps": 20}
+    local = evaluate(lambda o: act(pol, o), lambda: make_env(ev["name"], max_episode_steps=20), 7, seed=11, num_envs=3,
+                     ref_scores=(0.0, 20.0), reset_policy=pol.reset)
+    remote = evaluate_on_ray(pol, ev, 7, workers=2, seed=11, num_envs=3, ref_scores=(0.0, 20.0), actors=actors)
+    assert remote.keys() == local.keys() and remote["episodes"] == 7
+    for k, v in local.items():
+        if isinstance(v, float) and np.isnan(v):
+            assert np.isnan(remote[k]), k
+        elif isinstance(v, float):
+            assert remote[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+        else:
+            assert remote[k] == v, k
 
 
 def _kill(pid: int) -> None:
@@ -199,27 +223,6 @@ def test_killed_worker_is_restarted_then_dropped_then_fails_clearly(cluster):
             remote.collect(agent, 8)
     finally:
         remote.close()
-
-
-def test_ray_evaluation_equals_local_evaluation(cluster):
-    """Episodes split over 2 Ray tasks score as one local evaluation (deterministic policy, same seeds)."""
-    from robotrl.distributed.evaluation import evaluate_on_ray
-    from robotrl.evaluation import evaluate
-    from robotrl.policy import act
-
-    pol = _agent(PPO).policy
-    ev = {"name": ENV["name"], "env_kwargs": {}, "max_episode_steps": 20}
-    local = evaluate(lambda o: act(pol, o), lambda: make_env(ev["name"], max_episode_steps=20), 7, seed=11, num_envs=3,
-                     ref_scores=(0.0, 20.0), reset_policy=pol.reset)
-    remote = evaluate_on_ray(pol, ev, 7, workers=2, seed=11, num_envs=3, ref_scores=(0.0, 20.0))
-    assert remote.keys() == local.keys()
-    for k, v in local.items():
-        if isinstance(v, float) and np.isnan(v):
-            assert np.isnan(remote[k]), k
-        elif isinstance(v, float):
-            assert remote[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
-        else:
-            assert remote[k] == v, k
 
 
 def test_two_run_sweep_through_the_ray_launcher_writes_its_study(cluster, tmp_path):

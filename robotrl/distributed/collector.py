@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +224,7 @@ class RayRolloutCollector:
     Raises:
         RayUnavailableError: ray is not installed.
         ValueError: fewer envs than workers.
+        WorkerFailedError: the cluster has fewer free CPUs than the workers reserve.
     """
 
     def __init__(self, agent, *, agent_spec: dict, env_args: dict, num_envs: int, cfg: RayCollectorConfig,
@@ -233,6 +233,12 @@ class RayRolloutCollector:
         self.cfg, self.agent_spec, self.env_args = cfg, agent_spec, env_args
         self.seed, self.reset_seed = int(seed), int(reset_seed)
         self.To = int(agent.policy.To)
+        need, have = cfg.workers * cfg.cpus_per_worker, float(self.ray.available_resources().get("CPU", 0.0))
+        if need > have:  # Ray would keep the actors pending forever
+            raise WorkerFailedError(
+                f"collector=ray needs {need:g} free CPUs ({cfg.workers} workers x collector.cpus_per_worker="
+                f"{cfg.cpus_per_worker:g}) and the Ray cluster has {have:g}: lower collector.workers or "
+                "collector.cpus_per_worker, or add nodes (ray start --address=<head>:6379 on each)")
         self._remote = self.ray.remote(num_cpus=cfg.cpus_per_worker)(RolloutWorker)
         gen = getattr(agent, "gen", None)
         self.share_gen = isinstance(gen, torch.Generator) and gen.device.type == "cpu"
