@@ -20,6 +20,8 @@ import torch
 
 from robotrl.distributed import loopback_only
 
+pytestmark = pytest.mark.slow  # Ray start-up and worker processes: end-to-end
+
 loopback_only()  # before ray is imported: every Ray server of this module listens on 127.0.0.1 only
 ray = pytest.importorskip("ray", reason="the Ray tests need the robotrl[ray] extra (pip install 'robotrl[ray]')")
 
