@@ -120,8 +120,17 @@ def eval_main(cfg: DictConfig) -> dict | None:
                             record_video_dir=video)
 
         ref = run_cfg.get("derived", {}).get("ref_scores")
-        res = evaluate(lambda o: act(policy, o), make_eval_env, int(cfg.episodes), seed=int(cfg.seed),
-                       num_envs=int(cfg.num_envs), ref_scores=tuple(ref) if ref else None, reset_policy=policy.reset)
+        if cfg.get("ray_workers"):  # episodes on Ray workers (robotrl.distributed.evaluation)
+            from robotrl.distributed.evaluation import evaluate_on_ray
+
+            if cfg.video_dir:
+                raise RobotRLError("video_dir records on this machine: drop ray_workers (or video_dir)")
+            res = evaluate_on_ray(policy, ev, int(cfg.episodes), workers=int(cfg.ray_workers), seed=int(cfg.seed),
+                                  num_envs=int(cfg.num_envs), ref_scores=tuple(ref) if ref else None,
+                                  address=cfg.get("ray_address"))
+        else:
+            res = evaluate(lambda o: act(policy, o), make_eval_env, int(cfg.episodes), seed=int(cfg.seed),
+                           num_envs=int(cfg.num_envs), ref_scores=tuple(ref) if ref else None, reset_policy=policy.reset)
     except RobotRLError as exc:
         _fail(exc)
         return None

@@ -362,6 +362,40 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None)
     return OmegaConf.merge(cfg, {"agent": {"model": adopt}})
 
 
+def _ray_parts(cfg: DictConfig, agent, task: dict, ev: dict, num_envs: int, obs_dim: int, action_dim: int,
+               tcfg: TrainerConfig):
+    """``(make_collector, evaluator)`` of the on-policy loop from ``cfg.collector``: ``(None, None)``
+    for ``collector=local`` (the default); Ray rollout and evaluation workers for ``collector=ray``
+    (:mod:`robotrl.distributed`).
+
+    Raises:
+        ConfigError: an unknown collector kind or setting.
+    """
+    given = OmegaConf.to_container(cfg.collector, resolve=True) if cfg.get("collector") is not None else {}
+    kind = given.get("kind", "local")
+    if kind == "local":
+        return None, None
+    if kind != "ray":
+        raise ConfigError(f"collector.kind={kind!r}: choose local (default) or ray (collector=ray)")
+    from robotrl.distributed.collector import RayCollectorConfig, ray_collector_factory
+
+    known = {f.name for f in fields(RayCollectorConfig)}
+    if set(given) - known:
+        raise ConfigError(f"unknown collector settings {sorted(set(given) - known)}; known: {sorted(known)}")
+    ccfg = RayCollectorConfig(**given)
+    spec = {"model": OmegaConf.to_container(cfg.agent.model, resolve=True), "obs_dim": obs_dim, "action_dim": action_dim,
+            "seed": int(cfg.seed), "init_from": str(tcfg.init_from) if tcfg.init_from else None,
+            "init_parts": tcfg.init_parts}
+    make_collector = ray_collector_factory(ccfg, agent, agent_spec=spec, env_args=task, num_envs=num_envs, seed=int(cfg.seed))
+    evaluator = None
+    if ccfg.eval_workers > 0:
+        from robotrl.distributed.evaluation import ray_evaluator
+
+        evaluator = ray_evaluator(lambda: agent.policy, ev, workers=ccfg.eval_workers, address=ccfg.address,
+                                  get_actors=make_collector.actors)
+    return make_collector, evaluator
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> "Runner":
     """Dataset, envs, normalisers, agent, buffer and trainer for one run.
 
@@ -436,9 +470,14 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
                 raise ConfigError("agent.onpolicy.pretrain_steps > 0 needs a dataset (it pretrains on it)")
             demos = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,
                                               seed=int(cfg.seed))
+        make_collector, evaluator = _ray_parts(cfg, agent, task, ev, ocfg.num_envs, obs_dim, action_dim, tcfg)
         return OnPolicyTrainer(agent, run_dir, ocfg, make_train_envs=make_chunk_envs, make_eval_env=make_eval_env,
                                ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved, title=title,
-                               offline_buffer=demos, init_from=tcfg.init_from, init_parts=tcfg.init_parts)
+                               offline_buffer=demos, init_from=tcfg.init_from, init_parts=tcfg.init_parts,
+                               make_collector=make_collector, evaluator=evaluator)
+    if (cfg.get("collector") or {}).get("kind", "local") != "local":
+        raise ConfigError(f"collector={cfg.collector.kind} collects on-policy rollouts (agent=dppo, ppo, bc-ppo, reinflow, "
+                          f"residual-ppo); agent={cfg.agent.name} is off-policy: drop collector={cfg.collector.kind}")
 
     # reward scale/bias: applied once, here to the offline data and by the trainer to online rewards,
     # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units

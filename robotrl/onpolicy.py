@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -296,17 +297,20 @@ class OnPolicyLoop:
         make_train_envs: ``() -> VectorEnv`` of ``num_envs`` envs executing ``Te``-step chunks.
         seed: run seed (the collector's first reset uses ``seed + iteration``).
         offline_buffer: demonstrations for ``pretrain_steps`` of ``agent.bc_update``.
+        make_collector: ``reset_seed -> collector`` replacing the local :class:`RolloutCollector`
+            (same ``collect``/``state_dict``/``load_state_dict``, plus ``close``), e.g. Ray rollout
+            workers (:mod:`robotrl.distributed.collector`); ``None``: local vector envs.
 
     Raises:
         ValueError: ``pretrain_steps > 0`` without a dataset or an agent with ``bc_update``.
     """
 
     def __init__(self, agent: OnPolicyAgent, config: OnPolicyConfig, *, make_train_envs: Callable[[], gym.vector.VectorEnv],
-                 seed: int = 0, offline_buffer=None):
+                 seed: int = 0, offline_buffer=None, make_collector: Callable[[int], Any] | None = None):
         if config.pretrain_steps > 0 and (offline_buffer is None or not hasattr(agent, "bc_update")):
             raise ValueError("onpolicy.pretrain_steps > 0 needs a dataset and an agent with bc_update (e.g. agent=ppo)")
         self.agent, self.cfg, self.offline = agent, config, offline_buffer
-        self.make_train_envs, self.seed = make_train_envs, seed
+        self.make_train_envs, self.seed, self.make_collector = make_train_envs, seed, make_collector
         self.step = 0          # env steps
         self.updates = 0       # iterations
         self.collector: RolloutCollector | None = None
@@ -349,10 +353,16 @@ class OnPolicyLoop:
         """Iterations until :meth:`done` (the runner evaluates and checkpoints the end)."""
         if self.done():
             return
-        envs = self.make_train_envs()
+        if self.make_collector is not None:  # e.g. Ray rollout workers (robotrl.distributed.collector)
+            self.collector = self.make_collector(self.seed + self.updates)
+            close = self.collector.close
+        else:
+            envs = self.make_train_envs()
+            close = envs.close
         try:
-            self.collector = RolloutCollector(envs, self.agent.policy.To, gamma=self.agent.gamma,
-                                              reward_scaling=self.agent.reward_scaling, seed=self.seed + self.updates)
+            if self.make_collector is None:
+                self.collector = RolloutCollector(envs, self.agent.policy.To, gamma=self.agent.gamma,
+                                                  reward_scaling=self.agent.reward_scaling, seed=self.seed + self.updates)
             if self._collector_state is not None:
                 self.collector.load_state_dict(self._collector_state)
             while not self.done():
@@ -363,7 +373,7 @@ class OnPolicyLoop:
                 train_return = float(np.mean(ro.episode_returns)) if ro.episode_returns else float("nan")
                 runner.tick({"train_return": train_return, **metrics}, "online")
         finally:
-            envs.close()
+            close()
 
     def state_dict(self, ckpt_dir: Path) -> dict:
         """The collector's state (``collector``; ``None`` before the first iteration)."""
@@ -393,17 +403,20 @@ def OnPolicyTrainer(agent: OnPolicyAgent, run_dir: str | Path, config: OnPolicyC
                     make_train_envs: Callable[[], gym.vector.VectorEnv], make_eval_env: Callable[[], gym.Env],
                     ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
                     title: str = "", offline_buffer=None, init_from: str | Path | None = None,
-                    init_parts: list[str] | None = None) -> Runner:
+                    init_parts: list[str] | None = None, make_collector: Callable[[int], Any] | None = None,
+                    evaluator: Callable[..., dict] | None = None) -> Runner:
     """A :class:`~robotrl.runner.Runner` driving an :class:`OnPolicyLoop` (the on-policy trainer).
 
     Checkpoints have the off-policy layout (``agent``, ``policy``, ``config``, ``history``,
     ``step`` = env steps), so ``robotrl eval`` and :func:`robotrl.policy.load_policy` rebuild
     the fine-tuned policy. ``init_from``/``init_parts``: the warm start
     (:func:`~robotrl.warmstart.warm_start`; ``agent.load_pretrained`` converts foreign checkpoints).
+    ``make_collector``: as :class:`OnPolicyLoop`; ``evaluator``: as :class:`~robotrl.runner.Runner`.
 
     Raises:
         ValueError: as :class:`OnPolicyLoop`.
     """
-    loop = OnPolicyLoop(agent, config, make_train_envs=make_train_envs, seed=seed, offline_buffer=offline_buffer)
+    loop = OnPolicyLoop(agent, config, make_train_envs=make_train_envs, seed=seed, offline_buffer=offline_buffer,
+                        make_collector=make_collector)
     return Runner(loop, run_dir, make_eval_env=make_eval_env, ref_scores=ref_scores, seed=seed,
-                  run_config=run_config, title=title, init_from=init_from, init_parts=init_parts)
+                  run_config=run_config, title=title, init_from=init_from, init_parts=init_parts, evaluator=evaluator)

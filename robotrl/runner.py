@@ -108,6 +108,8 @@ class Runner:
         title: a short name of the run for the report and the progress display.
         init_from, init_parts: warm start of a new run (never on resume): checkpoint file or
             run directory, and the parts to load (:func:`~robotrl.warmstart.warm_start`).
+        evaluator: :func:`~robotrl.evaluation.evaluate`'s signature, run on ``agent.policy``
+            (default: that function; :func:`robotrl.distributed.evaluation.ray_evaluator`: on Ray).
 
     Attributes not found on the runner are read from the loop (``runner.cfg``,
     ``runner.offline``, ``runner.step``, ...).
@@ -115,8 +117,10 @@ class Runner:
 
     def __init__(self, loop: Loop, run_dir: str | Path, *, make_eval_env: Callable[[], gym.Env],
                  ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
-                 title: str = "", init_from: str | Path | None = None, init_parts: list[str] | None = None):
+                 title: str = "", init_from: str | Path | None = None, init_parts: list[str] | None = None,
+                 evaluator: Callable[..., dict] | None = None):
         self.loop = loop
+        self.evaluator = evaluator or evaluate
         self.warm_source, self.warm_parts = init_from, init_parts
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -185,8 +189,8 @@ class Runner:
         """
         t, cfg, pol = time.time(), self.loop.cfg, self.loop.agent.policy
         train_wall = self.wall_time + (t - self._t0) - sum(h.get("eval_seconds", 0.0) for h in self.history)
-        res = evaluate(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.seed + 10_000,
-                       num_envs=cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
+        res = self.evaluator(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.seed + 10_000,
+                             num_envs=cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
         res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t,
                    train_wall_s=train_wall)
         self.history.append(res)
