@@ -19,6 +19,7 @@ from robotrl.real_robot.client import DeadlineExceeded, RobotCommandError
 from robotrl.real_robot.interface import Observation, RobotConnectionError
 from robotrl.real_robot.learner_link import ActorLink, Weights
 from robotrl.real_robot.online_recording import EpisodeRecorder
+from robotrl.real_robot.resets import RobotReset
 from robotrl.real_robot.teleop import TeleopCommand, TeleopDevice
 
 LOST_MODES = ("continue", "hold")
@@ -31,12 +32,15 @@ class PolicyHolder:
 
     Args:
         explore: sample from a stochastic policy's distribution (tanh-Gaussian ``actor.sample``)
-            instead of its deterministic action.
+            instead of its deterministic action; a deterministic policy with an action scaler
+            (the TD3 residual on a frozen base, ResFiT) gets Gaussian noise of ``explore_std``
+            added in normalised action units (``[-1, 1]``), as ResFiT adds it to the scaled residual.
         seed: seed of the exploration noise.
+        explore_std: that noise's standard deviation (normalised action units).
     """
 
-    def __init__(self, explore: bool = True, seed: int = 0):
-        self.explore = bool(explore)
+    def __init__(self, explore: bool = True, seed: int = 0, explore_std: float = 0.1):
+        self.explore, self.explore_std = bool(explore), float(explore_std)
         self.gen = torch.Generator().manual_seed(int(seed))
         self.policy: torch.nn.Module | None = None
         self.version = -1
@@ -69,6 +73,10 @@ class PolicyHolder:
         if self.explore and hasattr(p, "actor") and hasattr(p.actor, "sample") and hasattr(p, "obs_normalizer"):
             a, _ = p.actor.sample(p.obs_normalizer(x), self.gen)
             y = p.action_scaler.unnormalize(a)
+        elif self.explore and self.explore_std > 0 and hasattr(p, "action_scaler"):
+            a = p.action_scaler.normalize(p(x))
+            a = a + self.explore_std * torch.randn(a.shape, generator=self.gen)
+            y = p.action_scaler.unnormalize(a.clamp(-1.0, 1.0))
         else:
             y = p(x)
         return y[0].numpy().astype(np.float32)
@@ -111,6 +119,9 @@ class OnlineActor:
         wait_weights_s: how long to wait for the first weights before the first episode (s).
         seed: first reset seed (episode ``i`` resets with ``seed + i``) and exploration seed.
         initial: weights to act with before the learner's first push (``None``: wait for it).
+        max_duration_s: wall-clock seconds per episode before it is truncated (``None``: no limit).
+        reset: the episode start (:mod:`~robotrl.real_robot.resets`: the robot's own reset,
+            a scripted motion or a human; ``None``: the robot's own ``reset(seed)``).
         max_missed: consecutive unanswered steps after which the robot counts as lost (the
             episode is recorded, truncated, and :class:`RobotConnectionError` raised).
         reward_fn: ``next_state (Do,) -> (reward, success, p)`` replacing the robot's reward and
@@ -124,7 +135,8 @@ class OnlineActor:
     def __init__(self, robot, link: ActorLink | None, recorder: EpisodeRecorder, *, rate_hz: float,
                  teleop: TeleopDevice | None = None, on_learner_lost: str = "continue", explore: bool = True,
                  max_steps: int | None = None, wait_weights_s: float = 30.0, seed: int = 0,
-                 initial: Weights | None = None, max_missed: int = 10, reward_fn=None):
+                 initial: Weights | None = None, max_missed: int = 10, reward_fn=None,
+                 max_duration_s: float | None = None, reset=None, explore_std: float = 0.1):
         if on_learner_lost not in LOST_MODES:
             raise ConfigError(f"on_learner_lost must be one of {LOST_MODES}, got {on_learner_lost!r}")
         if rate_hz < 0:
@@ -134,7 +146,7 @@ class OnlineActor:
         self.period = 1.0 / rate_hz if rate_hz > 0 else 0.0
         self.teleop, self.on_learner_lost = teleop, on_learner_lost
         self.max_steps, self.wait_weights_s, self.seed = max_steps, float(wait_weights_s), int(seed)
-        self.holder = PolicyHolder(explore, seed)
+        self.holder = PolicyHolder(explore, seed, explore_std)
         if initial is not None:
             self.holder.load(initial)
         c = link.spill.counters if link is not None else {"next_n": 0, "next_episode": 0}
@@ -150,6 +162,8 @@ class OnlineActor:
         self.late = self.missed = 0
         self.max_missed = int(max_missed)
         self.reward_fn = reward_fn
+        self.max_duration_s = None if max_duration_s is None else float(max_duration_s)
+        self.reset = reset if reset is not None else RobotReset()
 
     def _refresh_weights(self) -> None:
         if self.link is None:
@@ -173,12 +187,14 @@ class OnlineActor:
         """One episode; returns ``{episode, steps, return, success, interventions, ...}``."""
         ep = self.next_episode
         self.next_episode += 1
+        reset_steps = self.reset.steps
+        obs = self.reset.run(self.robot, self.seed + ep, teleop=self.teleop, period_s=self.period)
+        reset_steps = self.reset.steps - reset_steps
         if hasattr(self.teleop, "new_episode"):
             self.teleop.new_episode(ep)
-        obs = self.robot.reset(self.seed + ep)
         rows: list[dict] = []
         nan = np.full(self.spec.action.dim, np.nan, np.float32)
-        t0 = time.monotonic()
+        t0 = t_ep = time.monotonic()
         k = missed = 0
         stats = {"lost": 0, "held": 0}
         while self.max_steps is None or k < self.max_steps:
@@ -232,7 +248,9 @@ class OnlineActor:
                 r, ok, _ = self.reward_fn(nxt.state)
                 end = bool(nxt.terminated) or (ok and getattr(self.reward_fn, "end_on_success", False))
                 nxt = Observation(nxt.state, nxt.timestamp, r, end, bool(nxt.truncated), ok)
-            trunc = bool(nxt.truncated) or (self.max_steps is not None and k + 1 >= self.max_steps and not nxt.terminated)
+            over = (self.max_steps is not None and k + 1 >= self.max_steps) or \
+                (self.max_duration_s is not None and time.monotonic() - t_ep >= self.max_duration_s)
+            trunc = bool(nxt.truncated) or (over and not nxt.terminated)
             row = {"n": self.next_n, "episode": ep, "step": k, "obs": obs.state, "next_obs": nxt.state,
                    "action": applied, "requested": nan if a_cmd is None else np.asarray(a_cmd, np.float32),
                    "policy_action": nan if a_pol is None else a_pol, "reward": float(nxt.reward),
@@ -256,7 +274,8 @@ class OnlineActor:
         return {"episode": ep, "steps": len(rows), "return": float(sum(r["reward"] for r in rows)),
                 "success": bool(any(r["success"] for r in rows)),
                 "interventions": int(sum(r["intervention"] for r in rows)),
-                "versions": sorted({int(r["weights_version"]) for r in rows}), **stats}
+                "versions": sorted({int(r["weights_version"]) for r in rows}), "reset_steps": reset_steps,
+                "start": np.asarray(rows[0]["obs"]).tolist() if rows else None, **stats}
 
     def _close(self, ep: int, rows: list[dict], obs: Observation) -> None:
         """Record an episode that ended (or was cut by a robot failure: then it ends truncated)."""

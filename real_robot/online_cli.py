@@ -223,11 +223,18 @@ def run_actor(cfg: DictConfig) -> dict:
         reward_fn = ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.end_on_success))
     elif cfg.reward != "robot":
         raise ConfigError(f"reward must be robot or classifier, got {cfg.reward!r}")
-    actor = OnlineActor(robot, link, recorder, rate_hz=rate, teleop=make_teleop(cfg, spec),
-                        on_learner_lost=cfg.on_learner_lost, explore=bool(cfg.explore), max_steps=cfg.max_steps,
+    from robotrl.real_robot.resets import make_limits, make_reset
+
+    teleop = make_teleop(cfg, spec)
+    limits = make_limits(robot_cfg.get("episode"))  # the robot's episode limits; the actor's max_steps overrides
+    reset = make_reset(robot_cfg.get("reset"), spec, teleop)
+    actor = OnlineActor(robot, link, recorder, rate_hz=rate, teleop=teleop,
+                        on_learner_lost=cfg.on_learner_lost, explore=bool(cfg.explore),
+                        max_steps=cfg.max_steps if cfg.max_steps is not None else limits.max_steps,
+                        max_duration_s=limits.max_duration_s, reset=reset, explore_std=float(cfg.explore_std),
                         wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn)
     print(f"actor {cfg.actor_id}: {spec.name} at {rate:g} Hz ({cfg.robot_link}), learner {cfg.learner}, "
-          f"pid {os.getpid()}", flush=True)
+          f"reset {reset.name}, pid {os.getpid()}", flush=True)
 
     def on_episode(info: dict) -> None:
         print(json.dumps({"episode": info}), flush=True)

@@ -40,6 +40,14 @@ class LocalRobot:
         self._obs = self.robot.reset(seed)
         return self._obs
 
+    def observe(self) -> Observation:
+        """The robot's latest observation (no command sent)."""
+        self._obs = self.robot.get_observation()
+        return self._obs
+
+    def acquire_control(self, wait_s: float = 10.0) -> None:
+        """Nothing to acquire: this process owns the robot."""
+
     def step(self, action: np.ndarray | None) -> tuple[np.ndarray, list[str], Observation]:
         """Filter and send ``action (Da,)`` (``None``: hold); returns applied ``(Da,)``, flags, next observation."""
         state = self._obs.state if self._obs is not None else None
@@ -94,7 +102,33 @@ class RemoteRobot:
                     raise
                 time.sleep(0.2)
 
+    def observe(self) -> Observation:
+        """The server's latest observation (no lease needed)."""
+        return self.client.observe()
+
+    def acquire_control(self, wait_s: float = 10.0) -> None:
+        """Take the control lease for commands outside :meth:`reset` (scripted and human resets);
+        a lease still held by a dead actor is waited for up to ``wait_s`` (s), never taken over.
+
+        Raises:
+            RobotCommandError: the lease stays held by another client.
+        """
+        from robotrl.real_robot.client import RobotCommandError
+
+        if self.client.lease_held:
+            return
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                self.client.acquire()
+                return
+            except RobotCommandError as exc:
+                if exc.kind != "lease_held" or time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
+
     def step(self, action: np.ndarray | None) -> tuple[np.ndarray, list[str], Observation]:
+        """Send ``action (Da,)`` (``None``: hold) to the server; returns applied ``(Da,)``, flags, next observation."""
         ans = self.client.step(action, timeout_s=self.step_timeout_s)
         return np.asarray(ans["applied"], np.float32), list(ans["flags"]), ans["obs"]
 
