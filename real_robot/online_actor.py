@@ -274,8 +274,7 @@ class OnlineActor:
         return {"episode": ep, "steps": len(rows), "return": float(sum(r["reward"] for r in rows)),
                 "success": bool(any(r["success"] for r in rows)),
                 "interventions": int(sum(r["intervention"] for r in rows)),
-                "versions": sorted({int(r["weights_version"]) for r in rows}), "reset_steps": reset_steps,
-                "start": np.asarray(rows[0]["obs"]).tolist() if rows else None, **stats}
+                "versions": sorted({int(r["weights_version"]) for r in rows}), "reset_steps": reset_steps, **stats}
 
     def _close(self, ep: int, rows: list[dict], obs: Observation) -> None:
         """Record an episode that ended (or was cut by a robot failure: then it ends truncated)."""

@@ -99,6 +99,10 @@ def build_learner(cfg: DictConfig):
     scaler = ActionScaler(low, high)
     agent = instantiate(cfg.agent.model, obs_dim=do, action_dim=da, obs_normalizer=obs_norm, action_scaler=scaler,
                         device=device, seed=int(cfg.seed), _convert_="all")
+    if hasattr(agent, "set_base") and getattr(agent.policy, "base", None) is None:
+        raise ConfigError(f"agent={cfg.agent.name} trains a residual on a frozen base: set agent.model.base=<BC or "
+                          "diffusion checkpoint / run dir> (a chunked base also needs agent.model.base_overrides="
+                          "{act_steps: 1})")
     n_demo = data.num_transitions if data is not None else 0
     demos = ReplayBuffer(n_demo + int(cfg.intervention_capacity), do, da, gamma=gamma, num_envs=int(cfg.max_actors),
                          device=device, seed=int(cfg.seed) + 1)
