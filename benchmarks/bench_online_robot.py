@@ -13,8 +13,9 @@ success vs wall-clock minutes, "before" = the first pushed version (the initial 
 
 Modes: ``human``: a scripted "human" (P-D controller to the goal) takes over every
 ``--every``-th episode; its steps enter the demonstration buffer and the learner samples
-half of each batch from it (RLPD/HIL-SERL 50/50). ``none``: no human, no demonstration
-buffer (``offline_ratio=0``).
+half of each batch from it (RLPD/HIL-SERL 50/50). ``demos``: no human; the learner starts
+with 20 episodes of the same controller's demonstrations (RLPD 50/50). ``none``: no human,
+no demonstrations (``offline_ratio=0``).
 
 Task: PointMaze twin; ``--maze open`` is a 2×2 room without inner walls (``maze_map``
 override), ``--reward dense`` gymnasium-robotics' ``exp(-distance)`` reward; success = the
@@ -39,7 +40,7 @@ from robotrl.real_robot.online_eval import LEARNER, MAZES, evaluate_trial, run_t
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--modes", nargs="+", default=["human", "none"], choices=["human", "none"])
+    p.add_argument("--modes", nargs="+", default=["human", "none"], choices=["human", "demos", "none"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--episodes", type=int, default=60)
     p.add_argument("--max-steps", type=int, default=150)

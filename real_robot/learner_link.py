@@ -44,6 +44,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
 
@@ -63,7 +64,8 @@ from robotrl.real_robot.link_codec import (  # noqa: F401  (re-exported: the lin
 from robotrl.real_robot.protocol import Authenticator, Limits
 
 __all__ = ["TRANSITION_FIELDS", "ActorLink", "Dedup", "LearnerEndpoint", "SpillQueue", "Weights", "arrays_to_state",
-           "atomic_write_bytes", "check_batch", "link_limits", "stack_transitions", "state_to_arrays"]
+           "atomic_write_bytes", "check_batch", "link_limits", "load_weights", "save_weights", "stack_transitions",
+           "state_to_arrays"]
 
 
 # ----------------------------------------------------------------------------- actor side
@@ -78,6 +80,44 @@ class Weights:
     state: dict
     sent_at: float
     received_at: float
+
+
+def save_weights(path: str | os.PathLike, w: Weights) -> Path:
+    """Keep ``w`` on disk (atomic ``.npz`` of named arrays plus a JSON ``__meta__`` entry; no pickle),
+    so that a restarted actor acts with its last weights before (or without) a learner."""
+    import json
+
+    import numpy as np
+
+    from robotrl.checkpoint import save_arrays
+
+    names, arrays = state_to_arrays(w.state)
+    meta = json.dumps({"version": w.version, "target": w.target, "kwargs": w.kwargs, "names": names}, default=str)
+    return save_arrays(path, {"__meta__": np.frombuffer(meta.encode(), np.uint8),
+                              **{f"w{i}": a for i, a in enumerate(arrays)}})
+
+
+def load_weights(path: str | os.PathLike) -> Weights | None:
+    """The weights :func:`save_weights` kept at ``path`` (``None``: no such file).
+
+    Raises:
+        CheckpointError: the file is damaged (delete it to wait for the learner's weights instead).
+    """
+    import json
+
+    from robotrl.checkpoint import load_arrays
+    from robotrl.errors import CheckpointError
+
+    if not Path(path).exists():
+        return None
+    try:
+        z = load_arrays(path)
+        meta = json.loads(bytes(z["__meta__"]).decode())
+        state = arrays_to_state(meta["names"], [z[f"w{i}"] for i in range(len(meta["names"]))])
+        return Weights(int(meta["version"]), str(meta["target"]), dict(meta["kwargs"]), state, 0.0, time.time())
+    except (CheckpointError, KeyError, ValueError, TypeError, ProtocolError) as exc:
+        raise CheckpointError(f"actor weights file {path} is damaged ({exc}); delete it to start from the "
+                              "learner's next push") from None
 
 
 class ActorLink:
@@ -100,6 +140,7 @@ class ActorLink:
         batch_size, flush_s: batching (transitions, s).
         ack_timeout_s, link_timeout_s, heartbeat_s: resend, loss and ping periods (s).
         limits: :func:`link_limits`.
+        weights_file: keep the newest weights here (:func:`save_weights`; ``None``: not kept).
 
     Attributes:
         connected: a learner answered within ``link_timeout_s``.
@@ -112,7 +153,7 @@ class ActorLink:
     def __init__(self, endpoint: str, key: bytes, actor_id: str, spec: dict, spill_dir: str | os.PathLike, *,
                  learner_id: str = "learner", batch_size: int = 64, flush_s: float = 0.05,
                  ack_timeout_s: float = 1.0, link_timeout_s: float = 3.0, heartbeat_s: float = 0.5,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, weights_file: str | os.PathLike | None = None):
         if not actor_id or len(actor_id) > 64:
             raise ConfigError(f"actor_id must be 1..64 characters, got {actor_id!r}")
         if batch_size < 1:
@@ -123,6 +164,7 @@ class ActorLink:
         self.batch_size, self.flush_s = int(batch_size), float(flush_s)
         self.ack_timeout_s, self.link_timeout_s, self.heartbeat_s = float(ack_timeout_s), float(link_timeout_s), float(heartbeat_s)
         self.spill = SpillQueue(spill_dir, self.limits)
+        self.weights_file = Path(weights_file) if weights_file is not None else None
         self._in: queue.SimpleQueue[dict] = queue.SimpleQueue()
         self._pending_rows: list[dict] = []
         self._first_pending_at: float | None = None
@@ -313,9 +355,12 @@ class ActorLink:
                 self.error = f"bad weights message: {exc}"
                 return
             with self._wlock:
-                if self._weights is None or w.version > self._weights.version:
+                newer = self._weights is None or w.version > self._weights.version
+                if newer:
                     self._weights = w
                     self.weights_latency_s.append(w.received_at - w.sent_at)
+            if newer and self.weights_file is not None:  # on this thread: the control loop never waits on disk
+                save_weights(self.weights_file, w)
         elif t == "error":
             self.error = f"learner refused: {b.get('code')}: {b.get('text')}"
             if b.get("code") in ("spec_mismatch", "hello_first", "too_many_actors"):

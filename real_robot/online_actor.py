@@ -118,7 +118,9 @@ class OnlineActor:
         max_steps: steps per episode before it is truncated (``None``: the robot's own end).
         wait_weights_s: how long to wait for the first weights before the first episode (s).
         seed: first reset seed (episode ``i`` resets with ``seed + i``) and exploration seed.
-        initial: weights to act with before the learner's first push (``None``: wait for it).
+        initial: weights to act with before the learner's first push (``None``: wait for it); ``robotrl
+            actor`` passes the weights it kept (``work_dir/weights.npz``), so a restarted actor acts
+            with its last weights even while no learner answers.
         max_duration_s: wall-clock seconds per episode before it is truncated (``None``: no limit).
         reset: the episode start (:mod:`~robotrl.real_robot.resets`: the robot's own reset,
             a scripted motion or a human; ``None``: the robot's own ``reset(seed)``).
@@ -149,6 +151,8 @@ class OnlineActor:
         self.holder = PolicyHolder(explore, seed, explore_std)
         if initial is not None:
             self.holder.load(initial)
+            if link is not None:
+                link.set_version(initial.version)
         c = link.spill.counters if link is not None else {"next_n": 0, "next_episode": 0}
         recovered = recorder.recover()  # an episode a killed actor left unfinished: recorded, truncated
         unsent = [r for r in recovered if int(r["n"]) >= int(c["next_n"])]  # journaled, never spilled

@@ -144,6 +144,10 @@ def run_learner(cfg: DictConfig) -> dict:
           f"({'resumed' if resumed else 'new'} run in {cfg.run_dir}: {st['online']} robot transitions, {st['demos']} in "
           f"the demonstration buffer, {st['updates']} updates); weights every {cfg.push_period_s:g} s, "
           f"key fingerprint {key_fingerprint(key)}", flush=True)
+    if st["demos"] == 0 and float(cfg.trainer.offline_ratio) > 0:
+        print(f"learner: no demonstrations: updates start once the demonstration buffer holds takeover steps for its "
+              f"share of a batch (offline_ratio={cfg.trainer.offline_ratio}); set trainer.offline_ratio=0 to learn "
+              "from the robot's experience alone", flush=True)
     t_end = time.monotonic() + float(cfg.max_runtime_s) if cfg.max_runtime_s else None
     try:
         status = learner.serve(lambda: stop["flag"] or (t_end is not None and time.monotonic() > t_end),
@@ -189,7 +193,7 @@ def run_actor(cfg: DictConfig) -> dict:
 
     import torch
 
-    from robotrl.real_robot.learner_link import ActorLink, link_limits
+    from robotrl.real_robot.learner_link import ActorLink, link_limits, load_weights
     from robotrl.real_robot.online import EpisodeRecorder, LocalRobot, OnlineActor, RemoteRobot
 
     torch.set_num_threads(1)
@@ -210,7 +214,8 @@ def run_actor(cfg: DictConfig) -> dict:
     work = Path(cfg.work_dir)
     link = ActorLink(cfg.learner, key, cfg.actor_id, spec.to_dict(), work / "spill", learner_id=cfg.learner_id,
                      batch_size=int(cfg.batch_size), flush_s=float(cfg.flush_s), ack_timeout_s=float(cfg.ack_timeout_s),
-                     link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)))
+                     link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)),
+                     weights_file=work / "weights.npz")
     recorder = EpisodeRecorder(work, spec)
     rate = float(spec.control_rate_hz if cfg.rate_hz is None else cfg.rate_hz)
     reward_fn = None
@@ -236,7 +241,8 @@ def run_actor(cfg: DictConfig) -> dict:
                         on_learner_lost=cfg.on_learner_lost, explore=bool(cfg.explore),
                         max_steps=cfg.max_steps if cfg.max_steps is not None else limits.max_steps,
                         max_duration_s=limits.max_duration_s, reset=reset, explore_std=float(cfg.explore_std),
-                        wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn)
+                        wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn,
+                        initial=load_weights(work / "weights.npz"))  # a restarted actor: its last weights
     print(f"actor {cfg.actor_id}: {spec.name} at {rate:g} Hz ({cfg.robot_link}), learner {cfg.learner}, "
           f"reset {reset.name}, pid {os.getpid()}", flush=True)
 

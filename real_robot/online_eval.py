@@ -100,6 +100,48 @@ LEARNER = ("agent.gamma=0.9", "agent.reward_bias=-1.0", "agent.model.actor_lr=1e
 MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaze": None}
 
 
+def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
+                            seed: int = 0) -> Path:
+    """Demonstrations of the scripted "human" (the P-D controller to the goal) on the twin, as a
+    Minari dataset at ``path`` (``demos=<path>`` for the learner).
+
+    Raises:
+        DatasetExistsError: ``path`` already holds a dataset.
+    """
+    from robotrl.data.writer import Episode
+    from robotrl.real_robot.recording import record_episodes
+    from robotrl.real_robot.sim import MuJoCoTwin
+    from robotrl.real_robot.teleop import pointmaze_controller
+
+    ctrl = pointmaze_controller()
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs(maze, reward))
+    twin.connect()
+    eps = []
+    try:
+        for i in range(episodes):
+            o = twin.reset(seed + i)
+            obs, acts, rews, terms, truncs, succ = [o.state], [], [], [], [], [o.success]
+            for _ in range(max_steps):
+                acts.append(twin.send_action(ctrl(o.state)))
+                o = twin.get_observation()
+                obs.append(o.state)
+                rews.append(o.reward)
+                terms.append(o.terminated)
+                truncs.append(o.truncated)
+                succ.append(o.success)
+                if o.terminated or o.truncated:
+                    break
+            truncs[-1] = truncs[-1] or not terms[-1]
+            eps.append(Episode(np.asarray(obs, np.float32), np.asarray(acts, np.float32), np.asarray(rews, np.float64),
+                               np.asarray(terms, bool), np.asarray(truncs, bool), infos={"success": np.asarray(succ, bool)},
+                               seed=seed + i))
+        spec = twin.spec()
+    finally:
+        twin.disconnect()
+    p = Path(path)
+    return record_episodes(p.name, eps, spec, root=p.parent, description="P-D controller demonstrations on the twin")
+
+
 def _cli(args: list[str], log: Path, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "robotrl.real_robot.online_cli", *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, env=env)
@@ -135,7 +177,8 @@ def env_kwargs(maze: str, reward: str) -> dict:
 def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: int = 30, max_steps: int = 150,
                    rate: float = 100.0, upt: float = 1.0, push_s: float = 1.0, every: int = 2, maze: str = "open",
                    reward: str = "dense", hidden: int = 64, batch: int = 128, warmup: int = 500,
-                   learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0) -> dict:
+                   learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0,
+                   demo_episodes: int = 20) -> dict:
     """One short online run on the PointMaze twin: a ``robotrl learner`` and a ``robotrl actor`` process.
 
     Args:
@@ -143,7 +186,9 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
             (``actor/``) and the pushed versions (``pushed/``).
         mode: ``"human"``: the scripted "human" (P-D controller to the goal) drives every
             ``every``-th episode, its steps also enter the demonstration buffer, batches are
-            half demonstrations (``offline_ratio`` 0.5); ``"none"``: no human, ``offline_ratio`` 0.
+            half demonstrations (``offline_ratio`` 0.5); ``"demos"``: no human, the learner starts
+            with ``demo_episodes`` controller demonstrations (:func:`record_controller_demos`),
+            ``offline_ratio`` 0.5; ``"none"``: no human, no demonstrations, ``offline_ratio`` 0.
         seed: learner seed; the actor's reset seeds start at ``1000 · seed``.
         episodes, max_steps: actor episodes and their step limit (also the twin's time limit).
         rate: actor control rate (Hz; the twin itself unpaced).
@@ -167,11 +212,16 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     robot = robot_overrides(maze, reward, max_steps)
     run_dir, actor_dir, wdir = work / "learner", work / "actor", work / "pushed"
     h = f"[{hidden},{hidden}]"
+    demos = []
+    if mode == "demos":
+        path = record_controller_demos(work / "minari" / "demos", episodes=demo_episodes, max_steps=max_steps,
+                                       maze=maze, reward=reward, seed=10 ** 6 + seed * 1000)
+        demos = [f"demos={path}"]
     learner_args = ["learner", f"key_file={key}", *robot, "endpoint=tcp://127.0.0.1:0", f"run_dir={run_dir}",
                     f"ready_file={work / 'learner.ready'}", "agent=sac", "agent.model.num_critics=2",
                     f"agent.model.hidden={h}", f"agent.model.critic_hidden={h}", f"trainer.batch_size={batch}",
                     f"trainer.online_warmup_steps={warmup}", f"trainer.updates_per_transition={upt}",
-                    f"trainer.offline_ratio={0.5 if mode == 'human' else 0.0}", f"push_period_s={push_s}",
+                    f"trainer.offline_ratio={0.0 if mode == 'none' else 0.5}", *demos, f"push_period_s={push_s}",
                     "checkpoint_every_s=10", f"pushed_weights_dir={wdir}", f"seed={seed}", *learner_overrides]
     learner = _cli(learner_args, work / "learner.log", env)
     end = time.monotonic() + 120
