@@ -304,7 +304,7 @@ def run_demo(cfg: DictConfig) -> int:
     robot = [f"robot.task={cfg.task}", f"robot.realtime={str(bool(cfg.realtime)).lower()}"]
     server_cmd = py + ["robotrl.real_robot.cli", "robot-server", f"key_file={key}", *robot,
                        f"endpoint=tcp://127.0.0.1:{cfg.robot_port}", f"ready_file={work / 'server.ready'}"]
-    learner_cmd = py + ["robotrl.real_robot.online_cli", "learner", f"key_file={key}", *robot, f"agent={cfg.agent}",
+    learner_cmd = py + ["robotrl.real_robot.online_cli", "learner", f"key_file={key}", *robot, f"agent={cfg.learner_agent}",
                         f"endpoint=tcp://127.0.0.1:{cfg.learner_port}", f"run_dir={work / 'learner'}",
                         f"ready_file={work / 'learner.ready'}",
                         f"trainer.updates_per_transition={cfg.updates_per_transition}",
