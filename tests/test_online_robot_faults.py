@@ -20,7 +20,10 @@ from online_procs import SMALL_SAC, episode_lines, free_port, start, status, sto
 
 
 @pytest.mark.slow
-def test_both_killed_the_actor_acts_with_its_last_weights_and_nothing_is_lost(tmp_path):
+@pytest.mark.parametrize("lost_mode", ["continue", "hold"])
+def test_both_killed_the_actor_acts_with_its_last_weights_and_nothing_is_lost(tmp_path, lost_mode):
+    """``lost_mode``: what the first actor does once the learner is killed (act with its last
+    weights, or hold the robot); the restarted actor always acts with the weights it kept."""
     from robotrl.checkpoint import load_arrays, load_checkpoint
     from robotrl.data.dataset import load_dataset
     from robotrl.real_robot.learner_link import load_weights
@@ -37,10 +40,10 @@ def test_both_killed_the_actor_acts_with_its_last_weights_and_nothing_is_lost(tm
                     "trainer.offline_ratio=0", "push_period_s=0.3", "checkpoint_every_s=1.0", f"pushed_weights_dir={wdir}"]
     actor_args = ["actor", *common, f"learner=tcp://127.0.0.1:{port}", "max_steps=40", "rate_hz=100",
                   "explore=false", f"work_dir={work}", "link_timeout_s=1.0", "ack_timeout_s=0.5",
-                  "dataset_id=robot/test/faults-v0", "drain_timeout_s=120", "on_learner_lost=continue"]
+                  "dataset_id=robot/test/faults-v0", "drain_timeout_s=120"]
     logs = {n: tmp_path / f"{n}.log" for n in ("learner1", "actor1", "learner2", "actor2")}
     learner = start(learner_args, logs["learner1"], env)
-    actor = start([*actor_args, "episodes=100000"], logs["actor1"], env)
+    actor = start([*actor_args, "episodes=100000", f"on_learner_lost={lost_mode}"], logs["actor1"], env)
     learner2 = actor2 = None
     kept = work / "weights.npz"
 
@@ -64,7 +67,7 @@ def test_both_killed_the_actor_acts_with_its_last_weights_and_nothing_is_lost(tm
         v_kept = load_weights(kept).version
         n_before = len(list((work / "episodes").glob("ep_*.npz")))
         # a new actor, no learner: it acts with the weights it kept
-        actor2 = start([*actor_args, "episodes=3"], logs["actor2"], env)
+        actor2 = start([*actor_args, "episodes=3", "on_learner_lost=continue"], logs["actor2"], env)
         wait(lambda: len(episode_lines(logs["actor2"])) >= 2, "the new actor's episodes without a learner",
              [(actor2, logs["actor2"])])
         learner2 = start(learner_args, logs["learner2"], env)
@@ -75,6 +78,8 @@ def test_both_killed_the_actor_acts_with_its_last_weights_and_nothing_is_lost(tm
     finally:
         stop_all(learner, actor, learner2, actor2)
     assert "resumed run" in logs["learner2"].read_text()
+    lost1 = [e for e in episode_lines(logs["actor1"]) if e["lost"]]
+    assert lost1 and all((e["held"] == e["lost"]) == (lost_mode == "hold") for e in lost1)
     eps2 = episode_lines(logs["actor2"])
     assert eps2[0]["lost"] == eps2[0]["steps"] and eps2[0]["versions"] == [v_kept]  # no learner, its kept weights
 
