@@ -99,6 +99,10 @@ def build_learner(cfg: DictConfig):
     scaler = ActionScaler(low, high)
     agent = instantiate(cfg.agent.model, obs_dim=do, action_dim=da, obs_normalizer=obs_norm, action_scaler=scaler,
                         device=device, seed=int(cfg.seed), _convert_="all")
+    if hasattr(agent, "set_base") and getattr(agent.policy, "base", None) is None:
+        raise ConfigError(f"agent={cfg.agent.name} trains a residual on a frozen base: set agent.model.base=<BC or "
+                          "diffusion checkpoint / run dir> (a chunked base also needs agent.model.base_overrides="
+                          "{act_steps: 1})")
     n_demo = data.num_transitions if data is not None else 0
     demos = ReplayBuffer(n_demo + int(cfg.intervention_capacity), do, da, gamma=gamma, num_envs=int(cfg.max_actors),
                          device=device, seed=int(cfg.seed) + 1)
@@ -140,6 +144,10 @@ def run_learner(cfg: DictConfig) -> dict:
           f"({'resumed' if resumed else 'new'} run in {cfg.run_dir}: {st['online']} robot transitions, {st['demos']} in "
           f"the demonstration buffer, {st['updates']} updates); weights every {cfg.push_period_s:g} s, "
           f"key fingerprint {key_fingerprint(key)}", flush=True)
+    if st["demos"] == 0 and float(cfg.trainer.offline_ratio) > 0:
+        print(f"learner: no demonstrations: updates start once the demonstration buffer holds takeover steps for its "
+              f"share of a batch (offline_ratio={cfg.trainer.offline_ratio}); set trainer.offline_ratio=0 to learn "
+              "from the robot's experience alone", flush=True)
     t_end = time.monotonic() + float(cfg.max_runtime_s) if cfg.max_runtime_s else None
     try:
         status = learner.serve(lambda: stop["flag"] or (t_end is not None and time.monotonic() > t_end),
@@ -185,7 +193,7 @@ def run_actor(cfg: DictConfig) -> dict:
 
     import torch
 
-    from robotrl.real_robot.learner_link import ActorLink, link_limits
+    from robotrl.real_robot.learner_link import ActorLink, link_limits, load_weights
     from robotrl.real_robot.online import EpisodeRecorder, LocalRobot, OnlineActor, RemoteRobot
 
     torch.set_num_threads(1)
@@ -206,7 +214,8 @@ def run_actor(cfg: DictConfig) -> dict:
     work = Path(cfg.work_dir)
     link = ActorLink(cfg.learner, key, cfg.actor_id, spec.to_dict(), work / "spill", learner_id=cfg.learner_id,
                      batch_size=int(cfg.batch_size), flush_s=float(cfg.flush_s), ack_timeout_s=float(cfg.ack_timeout_s),
-                     link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)))
+                     link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)),
+                     weights_file=work / "weights.npz")
     recorder = EpisodeRecorder(work, spec)
     rate = float(spec.control_rate_hz if cfg.rate_hz is None else cfg.rate_hz)
     reward_fn = None
@@ -223,11 +232,19 @@ def run_actor(cfg: DictConfig) -> dict:
         reward_fn = ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.end_on_success))
     elif cfg.reward != "robot":
         raise ConfigError(f"reward must be robot or classifier, got {cfg.reward!r}")
-    actor = OnlineActor(robot, link, recorder, rate_hz=rate, teleop=make_teleop(cfg, spec),
-                        on_learner_lost=cfg.on_learner_lost, explore=bool(cfg.explore), max_steps=cfg.max_steps,
-                        wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn)
+    from robotrl.real_robot.resets import make_limits, make_reset
+
+    teleop = make_teleop(cfg, spec)
+    limits = make_limits(robot_cfg.get("episode"))  # the robot's episode limits; the actor's max_steps overrides
+    reset = make_reset(robot_cfg.get("reset"), spec, teleop)
+    actor = OnlineActor(robot, link, recorder, rate_hz=rate, teleop=teleop,
+                        on_learner_lost=cfg.on_learner_lost, explore=bool(cfg.explore),
+                        max_steps=cfg.max_steps if cfg.max_steps is not None else limits.max_steps,
+                        max_duration_s=limits.max_duration_s, reset=reset, explore_std=float(cfg.explore_std),
+                        wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn,
+                        initial=load_weights(work / "weights.npz"))  # a restarted actor: its last weights
     print(f"actor {cfg.actor_id}: {spec.name} at {rate:g} Hz ({cfg.robot_link}), learner {cfg.learner}, "
-          f"pid {os.getpid()}", flush=True)
+          f"reset {reset.name}, pid {os.getpid()}", flush=True)
 
     def on_episode(info: dict) -> None:
         print(json.dumps({"episode": info}), flush=True)
@@ -287,7 +304,7 @@ def run_demo(cfg: DictConfig) -> int:
     robot = [f"robot.task={cfg.task}", f"robot.realtime={str(bool(cfg.realtime)).lower()}"]
     server_cmd = py + ["robotrl.real_robot.cli", "robot-server", f"key_file={key}", *robot,
                        f"endpoint=tcp://127.0.0.1:{cfg.robot_port}", f"ready_file={work / 'server.ready'}"]
-    learner_cmd = py + ["robotrl.real_robot.online_cli", "learner", f"key_file={key}", *robot, f"agent={cfg.agent}",
+    learner_cmd = py + ["robotrl.real_robot.online_cli", "learner", f"key_file={key}", *robot, f"agent={cfg.learner_agent}",
                         f"endpoint=tcp://127.0.0.1:{cfg.learner_port}", f"run_dir={work / 'learner'}",
                         f"ready_file={work / 'learner.ready'}",
                         f"trainer.updates_per_transition={cfg.updates_per_transition}",

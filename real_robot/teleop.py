@@ -16,6 +16,7 @@ cbreak mode, or any pipe) on a background thread:
 ``x``                 zero the teleop action (back to the hold action)
 space                 software e-stop (latched on the robot server)
 ``r``                 re-arm after an e-stop
+Enter                 confirm (a human reset is done)
 ====================  ==========================================================
 
 :class:`SpaceMouseTeleop` maps a 6-axis device (a 3Dconnexion SpaceMouse, a gamepad)
@@ -48,12 +49,14 @@ class TeleopCommand:
         action: ``(Da,)`` command in the robot's action units (``None`` if not engaged).
         estop: request the software e-stop (latched until ``rearm``).
         rearm: request a re-arm of the e-stop.
+        confirm: the human confirms (a human reset is done: :mod:`robotrl.real_robot.resets`).
     """
 
     engaged: bool = False
     action: np.ndarray | None = None
     estop: bool = False
     rearm: bool = False
+    confirm: bool = False
 
 
 @runtime_checkable
@@ -81,7 +84,7 @@ class KeyboardTeleop:
         self._step = float(step)
         self._action = self._hold.copy()
         self._engaged = False
-        self._estop = self._rearm = False
+        self._estop = self._rearm = self._confirm = False
         self._lock = threading.Lock()
         self._stream = stream
         self._thread = threading.Thread(target=self._read, name="keyboard-teleop", daemon=True)
@@ -103,6 +106,8 @@ class KeyboardTeleop:
                 self._estop = True
             elif ch == "r":
                 self._rearm = True
+            elif ch in "\r\n":
+                self._confirm = True
             elif ch == "x":
                 self._action = self._hold.copy()
             elif ch in _AXES:
@@ -111,10 +116,11 @@ class KeyboardTeleop:
                     self._action[i] = np.clip(self._action[i] + sign * self._step, self._lo[i], self._hi[i])
 
     def poll(self) -> TeleopCommand:
-        """The current command; e-stop and re-arm requests are reported once."""
+        """The current command; e-stop, re-arm and confirm requests are reported once."""
         with self._lock:
-            cmd = TeleopCommand(self._engaged, self._action.copy() if self._engaged else None, self._estop, self._rearm)
-            self._estop = self._rearm = False
+            cmd = TeleopCommand(self._engaged, self._action.copy() if self._engaged else None, self._estop, self._rearm,
+                                self._confirm)
+            self._estop = self._rearm = self._confirm = False
         return cmd
 
     def close(self) -> None:
@@ -133,6 +139,7 @@ class SpaceMouseTeleop:
         gain: action units per full deflection.
         deadman: index of the button that engages the takeover.
         estop_button: index of a button that requests the software e-stop (``None``: none).
+        confirm_button: index of a button that confirms a human reset (``None``: none).
 
     Raises:
         ValueError: ``axis_map`` does not have ``Da`` entries or names an axis outside 0..5.
@@ -140,7 +147,7 @@ class SpaceMouseTeleop:
 
     def __init__(self, read: Callable[[], tuple[Sequence[float], Sequence[bool]]], hold_action, low, high,
                  axis_map: Sequence[int] = (0, 1, 2), gain: float = 1.0, deadman: int = 0,
-                 estop_button: int | None = None):
+                 estop_button: int | None = None, confirm_button: int | None = None):
         self._read = read
         self._hold = np.asarray(hold_action, np.float32)
         self._lo, self._hi = np.asarray(low, np.float32), np.asarray(high, np.float32)
@@ -149,7 +156,7 @@ class SpaceMouseTeleop:
         if any(not -1 <= a <= 5 for a in amap):
             raise ValueError(f"axis_map {list(axis_map)} names an axis outside 0..5 (or -1 for none)")
         self._map, self._gain = np.asarray(amap), float(gain)
-        self._deadman, self._estop = int(deadman), estop_button
+        self._deadman, self._estop, self._confirm = int(deadman), estop_button, confirm_button
 
     def poll(self) -> TeleopCommand:
         """Read the device once; engaged while the deadman button is held."""
@@ -157,13 +164,13 @@ class SpaceMouseTeleop:
         axes = np.clip(np.nan_to_num(np.asarray(axes, np.float32).reshape(-1)[:6]), -1, 1)
         buttons = list(buttons)
         pressed = lambda i: i is not None and i < len(buttons) and bool(buttons[i])  # noqa: E731
-        estop = pressed(self._estop)
+        estop, confirm = pressed(self._estop), pressed(self._confirm)
         if not pressed(self._deadman):
-            return TeleopCommand(estop=estop)
+            return TeleopCommand(estop=estop, confirm=confirm)
         a = self._hold.copy()
         use = self._map >= 0
         a[use] = a[use] + self._gain * axes[self._map[use]]
-        return TeleopCommand(True, np.clip(a, self._lo, self._hi).astype(np.float32), estop=estop)
+        return TeleopCommand(True, np.clip(a, self._lo, self._hi).astype(np.float32), estop=estop, confirm=confirm)
 
     def close(self) -> None:
         """Nothing to release (the caller owns the device)."""

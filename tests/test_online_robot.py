@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from online_procs import free_port, start, status, wait
 
 from robotrl.real_robot.learner_link import (
     ActorLink,
@@ -47,12 +45,6 @@ def _row(n: int, episode: int, step: int, do: int = 2, da: int = 1) -> dict:
             "reward": float(n), "terminated": False, "truncated": False, "success": False, "intervention": False,
             "safety_modified": False, "held": False, "learner_connected": True, "weights_version": 0,
             "time": time.time(), "rtt_s": 0.001, "jitter_s": 0.0}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- link units
@@ -178,7 +170,7 @@ def test_running_actor_resends_to_a_restarted_learner_from_its_checkpoint(tmp_pa
     from robotrl.real_robot.protocol import load_key
 
     key = load_key(write_key_file(tmp_path / "k.key"))
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     ep = LearnerEndpoint(endpoint, key)
     link = ActorLink(endpoint, key, "a0", SPEC, tmp_path / "spill", batch_size=5, flush_s=0.01, ack_timeout_s=0.2,
                      link_timeout_s=0.5)
@@ -237,31 +229,6 @@ def test_pointmaze_controller_points_to_the_goal():
 
 
 # ----------------------------------------------------------------------------- processes
-def _start(args: list[str], log: Path, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "robotrl.real_robot.online_cli", *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env=env)
-
-
-def _wait(pred, what: str, procs: list, timeout: float = 120.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        for p, log in procs:
-            if p.poll() is not None:
-                raise AssertionError(f"process exited ({p.returncode}) while waiting for {what}: {log.read_text()[-3000:]}")
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _status(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "status.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
 @pytest.mark.slow
 def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
     """Robot server + learner + actor as real processes. kill -9 the learner: the actor keeps
@@ -280,7 +247,7 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
 
     key = write_key_file(tmp_path / "online.key")
     env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "OMP_NUM_THREADS": "1"}
-    port = _free_port()
+    port = free_port()
     run_dir, work, weights_dir = tmp_path / "learner", tmp_path / "actor", tmp_path / "pushed"
     common = [f"key_file={key}", "robot.realtime=false", "robot.task=pointmaze-umaze"]
     learner_args = ["learner", *common, f"endpoint=tcp://127.0.0.1:{port}", f"run_dir={run_dir}", "agent=sac",
@@ -288,7 +255,7 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
                     "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.2",
                     "push_period_s=0.3", "checkpoint_every_s=1.0", f"pushed_weights_dir={weights_dir}"]
     logs = {n: tmp_path / f"{n}.log" for n in ("learner1", "actor1", "learner2", "actor2")}
-    learner = _start(learner_args, logs["learner1"], env)  # starts while the robot server does
+    learner = start(learner_args, logs["learner1"], env)  # starts while the robot server does
     server = ServerProcess(key, overrides=["robot.realtime=false"]).start()
     actor_args = ["actor", *common, "robot_link=remote", f"robot_endpoint={server.endpoint}",
                   f"learner=tcp://127.0.0.1:{port}", "max_steps=50", "rate_hz=100", "teleop=scripted",
@@ -296,13 +263,13 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
                   "link_timeout_s=1.0", "ack_timeout_s=0.5", "batch_size=16", "dataset_id=robot/test/online-v0",
                   "drain_timeout_s=100"]
     n_eps = lambda: len(list((work / "episodes").glob("ep_*.npz")))  # noqa: E731
-    actor = _start([*actor_args, "episodes=100000"], logs["actor1"], env)  # runs until it is killed
+    actor = start([*actor_args, "episodes=100000"], logs["actor1"], env)  # runs until it is killed
     procs = [(learner, logs["learner1"]), (actor, logs["actor1"])]
     learner2 = actor2 = None
     try:
         # 1. kill the learner once it holds robot data in a checkpoint and has pushed a trained version
-        _wait(lambda: (run_dir / "checkpoints" / "latest.pt").exists() and _status(run_dir).get("ingested", 0) >= 100
-              and _status(run_dir).get("version", 0) >= 2, "the first learner to checkpoint robot data", procs)
+        wait(lambda: (run_dir / "checkpoints" / "latest.pt").exists() and status(run_dir).get("ingested", 0) >= 100
+              and status(run_dir).get("version", 0) >= 2, "the first learner to checkpoint robot data", procs)
         learner.send_signal(signal.SIGKILL)
         learner.wait()
         before = n_eps()
@@ -311,16 +278,16 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
             return sum(json.loads(line)["episode"]["lost"] for line in logs["actor1"].read_text().splitlines()
                        if line.startswith('{"episode"'))
 
-        _wait(lambda: lost_steps() > 0, "the actor to act and record without a learner", [(actor, logs["actor1"])])
-        learner2 = _start(learner_args, logs["learner2"], env)
+        wait(lambda: lost_steps() > 0, "the actor to act and record without a learner", [(actor, logs["actor1"])])
+        learner2 = start(learner_args, logs["learner2"], env)
         backlog = n_eps()
         # 2. kill the actor mid-episode once the new learner has taken the episodes recorded without it
-        _wait(lambda: _status(run_dir).get("pid") == learner2.pid and _status(run_dir).get("episodes", 0) > backlog,
+        wait(lambda: status(run_dir).get("pid") == learner2.pid and status(run_dir).get("episodes", 0) > backlog,
               "the resumed learner to catch up", [(actor, logs["actor1"]), (learner2, logs["learner2"])])
 
         def frozen_mid_episode() -> bool:  # SIGSTOP, look, SIGCONT if between episodes: no race with the actor
             actor.send_signal(signal.SIGSTOP)
-            _wait(lambda: Path(f"/proc/{actor.pid}/stat").read_text().split(")")[-1].split()[0] == "T",
+            wait(lambda: Path(f"/proc/{actor.pid}/stat").read_text().split(")")[-1].split()[0] == "T",
                   "the actor to stop", [])
             j = work / "current.journal"
             if j.exists() and j.stat().st_size > 0:
@@ -328,14 +295,14 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
             actor.send_signal(signal.SIGCONT)
             return False
 
-        _wait(frozen_mid_episode, "the actor to be mid-episode", [(actor, logs["actor1"])])
+        wait(frozen_mid_episode, "the actor to be mid-episode", [(actor, logs["actor1"])])
         actor.send_signal(signal.SIGKILL)
         actor.wait()
         with RobotClient(server.endpoint, load_key(key)) as rc:
-            assert _wait(lambda: rc.status()["held"], "the robot server's watchdog to hold", [])
+            assert wait(lambda: rc.status()["held"], "the robot server's watchdog to hold", [])
         # 3. a new actor on the same work dir: recovers the killed episode, resends, runs on
-        actor2 = _start([*actor_args, "episodes=1"], logs["actor2"], env)
-        _wait(lambda: actor2.poll() is not None, "the second actor to finish and drain", [(learner2, logs["learner2"])],
+        actor2 = start([*actor_args, "episodes=1"], logs["actor2"], env)
+        wait(lambda: actor2.poll() is not None, "the second actor to finish and drain", [(learner2, logs["learner2"])],
               timeout=150)
         assert actor2.returncode == 0, logs["actor2"].read_text()[-3000:]
         learner2.send_signal(signal.SIGTERM)
@@ -421,7 +388,7 @@ def test_actor_without_learner_holds_or_acts_and_keeps_recording(tmp_path, mode)
     spec = twin.spec()
     robot = LocalRobot(twin, make_supervisor(None, spec))
     key = load_key(write_key_file(tmp_path / "k.key"))
-    link = ActorLink(f"tcp://127.0.0.1:{_free_port()}", key, "a0", spec.to_dict(), tmp_path / "spill", flush_s=0.01)
+    link = ActorLink(f"tcp://127.0.0.1:{free_port()}", key, "a0", spec.to_dict(), tmp_path / "spill", flush_s=0.01)
     ps = policy_state(QLPolicy(8, 2, (16,)))
     w = Weights(0, ps["target"], ps["kwargs"], ps["state_dict"], time.time(), time.time())
     actor = OnlineActor(robot, link, EpisodeRecorder(tmp_path, spec), rate_hz=0, on_learner_lost=mode, explore=False,

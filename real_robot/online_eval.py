@@ -1,0 +1,284 @@
+"""Short online runs on the MuJoCo twin and their evaluation (the learning test and benchmark).
+
+:func:`run_twin_trial` starts a real ``robotrl learner`` and ``robotrl actor`` process (the
+twin in the actor's process), optionally with the scripted "human", and stops both once the
+actor is done and the learner has made the updates its schedule allows. The learner saves
+every pushed version (``pushed_weights_dir``: ``v<version>.npz``, named arrays, no pickle);
+:func:`pushed_policy` rebuilds one and :func:`evaluate_on_twin` runs it deterministically on
+fixed seeds, so versions along the run (:func:`evaluate_trial`) are compared on the same
+starts and goals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.errors import CheckpointError
+from robotrl.real_robot.protocol import write_key_file
+
+
+def pushed_versions(weights_dir: str | os.PathLike) -> list[int]:
+    """Versions saved in ``weights_dir`` (sorted)."""
+    return sorted(int(p.stem[1:]) for p in Path(weights_dir).glob("v*.npz"))
+
+
+def pushed_policy(weights_dir: str | os.PathLike, version: int, target: str, kwargs: dict) -> torch.nn.Module:
+    """The policy of pushed ``version`` (class ``target`` with ``kwargs``, e.g. the learner
+    checkpoint's ``policy`` entry), in eval mode.
+
+    Raises:
+        CheckpointError: no such version saved, or weights that do not fit the class.
+    """
+    from robotrl.checkpoint import load_arrays
+    from robotrl.policy import policy_class
+
+    path = Path(weights_dir) / f"v{int(version)}.npz"
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist; versions saved: {pushed_versions(weights_dir)}")
+    pol = policy_class(target)(**kwargs)
+    try:
+        pol.load_state_dict({k: torch.from_numpy(np.array(a)) for k, a in load_arrays(path).items()})
+    except RuntimeError as exc:
+        raise CheckpointError(f"weights {path} do not fit {target}: {exc}") from exc
+    return pol.eval()
+
+
+@torch.no_grad()
+def evaluate_on_twin(policy: torch.nn.Module, task: str, seeds: list[int], max_steps: int,
+                     env_kwargs: dict | None = None) -> dict:
+    """Run ``policy`` (``(B, Do) -> (B, Da)``, deterministic) for one episode per seed on a
+    :class:`~robotrl.real_robot.sim.MuJoCoTwin` of ``task`` without pacing.
+
+    Returns:
+        ``{"success_rate", "mean_return", "successes" [bool], "returns" [float], "steps_to_success"
+        [int or None]}``: success means the twin reported success at some step (within ``max_steps``).
+    """
+    from robotrl.real_robot.sim import MuJoCoTwin
+
+    twin = MuJoCoTwin(task, realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs)
+    twin.connect()
+    succ, rets, first = [], [], []
+    try:
+        for s in seeds:
+            o = twin.reset(int(s))
+            ret, hit = 0.0, None
+            for k in range(max_steps):
+                a = policy(torch.as_tensor(o.state[None], dtype=torch.float32))[0].numpy()
+                twin.send_action(a)
+                o = twin.get_observation()
+                ret += float(o.reward)
+                if o.success and hit is None:
+                    hit = k + 1
+                if o.terminated or o.truncated:
+                    break
+            succ.append(hit is not None)
+            rets.append(ret)
+            first.append(hit)
+    finally:
+        twin.disconnect()
+    return {"success_rate": float(np.mean(succ)), "mean_return": float(np.mean(rets)), "successes": succ,
+            "returns": rets, "steps_to_success": first}
+
+
+#: SAC settings for a short run: the dense reward ``exp(-distance)`` shifted by -1 (every step costs, so
+#: reaching the goal, which ends the episode, is best; unshifted, hovering near the goal without
+#: ending pays more), a near-sighted discount (the shaped reward already points to the goal), faster
+#: learning rates and a lower initial temperature than the offline-to-online defaults
+LEARNER = ("agent.gamma=0.9", "agent.reward_bias=-1.0", "agent.model.actor_lr=1e-3", "agent.model.critic_lr=1e-3", "agent.model.alpha_lr=1e-3",
+           "agent.model.init_alpha=0.1")
+
+#: PointMaze maps: ``open`` a 2×2 room without inner walls; ``umaze`` the task's own U-maze
+MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaze": None}
+
+
+def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
+                            seed: int = 0) -> Path:
+    """Demonstrations of the scripted "human" (the P-D controller to the goal) on the twin, as a
+    Minari dataset at ``path`` (``demos=<path>`` for the learner).
+
+    Raises:
+        DatasetExistsError: ``path`` already holds a dataset.
+    """
+    from robotrl.data.writer import Episode
+    from robotrl.real_robot.recording import record_episodes
+    from robotrl.real_robot.sim import MuJoCoTwin
+    from robotrl.real_robot.teleop import pointmaze_controller
+
+    ctrl = pointmaze_controller()
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs(maze, reward))
+    twin.connect()
+    eps = []
+    try:
+        for i in range(episodes):
+            o = twin.reset(seed + i)
+            obs, acts, rews, terms, truncs, succ = [o.state], [], [], [], [], [o.success]
+            for _ in range(max_steps):
+                acts.append(twin.send_action(ctrl(o.state)))
+                o = twin.get_observation()
+                obs.append(o.state)
+                rews.append(o.reward)
+                terms.append(o.terminated)
+                truncs.append(o.truncated)
+                succ.append(o.success)
+                if o.terminated or o.truncated:
+                    break
+            truncs[-1] = truncs[-1] or not terms[-1]
+            eps.append(Episode(np.asarray(obs, np.float32), np.asarray(acts, np.float32), np.asarray(rews, np.float64),
+                               np.asarray(terms, bool), np.asarray(truncs, bool), infos={"success": np.asarray(succ, bool)},
+                               seed=seed + i))
+        spec = twin.spec()
+    finally:
+        twin.disconnect()
+    p = Path(path)
+    return record_episodes(p.name, eps, spec, root=p.parent, description="P-D controller demonstrations on the twin")
+
+
+def _cli(args: list[str], log: Path, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "robotrl.real_robot.online_cli", *args], stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, env=env)
+
+
+def _status(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def robot_overrides(maze: str, reward: str, max_steps: int) -> list[str]:
+    """Hydra overrides of the twin (learner and actor): PointMaze, unpaced, ``maze`` map, ``reward`` type."""
+    out = ["robot.task=pointmaze-umaze", "robot.realtime=false", f"robot.max_episode_steps={max_steps}"]
+    if MAZES[maze] is not None:
+        out.append(f"+robot.env_kwargs.maze_map={json.dumps(MAZES[maze]).replace(' ', '')}")
+    if reward == "dense":
+        out.append("+robot.env_kwargs.reward_type=dense")
+    return out
+
+
+def env_kwargs(maze: str, reward: str) -> dict:
+    """The twin's ``env_kwargs`` of ``maze`` and ``reward`` (for :func:`evaluate_on_twin`)."""
+    kw: dict = {}
+    if MAZES[maze] is not None:
+        kw["maze_map"] = MAZES[maze]
+    if reward == "dense":
+        kw["reward_type"] = "dense"
+    return kw
+
+
+def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: int = 30, max_steps: int = 150,
+                   rate: float = 100.0, upt: float = 1.0, push_s: float = 1.0, every: int = 2, maze: str = "open",
+                   reward: str = "dense", hidden: int = 64, batch: int = 128, warmup: int = 500,
+                   learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0,
+                   demo_episodes: int = 20) -> dict:
+    """One short online run on the PointMaze twin: a ``robotrl learner`` and a ``robotrl actor`` process.
+
+    Args:
+        work: directory for the key, logs, learner run dir (``learner/``), actor work dir
+            (``actor/``) and the pushed versions (``pushed/``).
+        mode: ``"human"``: the scripted "human" (P-D controller to the goal) drives every
+            ``every``-th episode, its steps also enter the demonstration buffer, batches are
+            half demonstrations (``offline_ratio`` 0.5); ``"demos"``: no human, the learner starts
+            with ``demo_episodes`` controller demonstrations (:func:`record_controller_demos`),
+            ``offline_ratio`` 0.5; ``"none"``: no human, no demonstrations, ``offline_ratio`` 0.
+        seed: learner seed; the actor's reset seeds start at ``1000 · seed``.
+        episodes, max_steps: actor episodes and their step limit (also the twin's time limit).
+        rate: actor control rate (Hz; the twin itself unpaced).
+        upt: learner updates per transition received.
+        push_s: weights push period (s).
+        maze, reward: :data:`MAZES` key and ``"dense"``/``"sparse"`` (the twin's reward).
+        hidden, batch, warmup: SAC width (2 critics), batch size, transitions before updates.
+        learner_overrides: more learner Hydra overrides (default :data:`LEARNER`).
+        catch_up_s: how long to wait for the learner's remaining updates after the actor is done (s).
+
+    Returns:
+        ``{"run_dir", "weights_dir", "t0" (wall clock at the actor's start, s), "actor_s", "wall_s",
+        "summary" (the actor's), "status" (the learner's last)}``.
+
+    Raises:
+        RuntimeError: the learner did not start or the actor failed (with the end of its log).
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    key = write_key_file(work / "online.key")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MINARI_DATASETS_PATH": str(work / "minari")}
+    robot = robot_overrides(maze, reward, max_steps)
+    run_dir, actor_dir, wdir = work / "learner", work / "actor", work / "pushed"
+    h = f"[{hidden},{hidden}]"
+    demos = []
+    if mode == "demos":
+        path = record_controller_demos(work / "minari" / "demos", episodes=demo_episodes, max_steps=max_steps,
+                                       maze=maze, reward=reward, seed=10 ** 6 + seed * 1000)
+        demos = [f"demos={path}"]
+    learner_args = ["learner", f"key_file={key}", *robot, "endpoint=tcp://127.0.0.1:0", f"run_dir={run_dir}",
+                    f"ready_file={work / 'learner.ready'}", "agent=sac", "agent.model.num_critics=2",
+                    f"agent.model.hidden={h}", f"agent.model.critic_hidden={h}", f"trainer.batch_size={batch}",
+                    f"trainer.online_warmup_steps={warmup}", f"trainer.updates_per_transition={upt}",
+                    f"trainer.offline_ratio={0.0 if mode == 'none' else 0.5}", *demos, f"push_period_s={push_s}",
+                    "checkpoint_every_s=10", f"pushed_weights_dir={wdir}", f"seed={seed}", *learner_overrides]
+    learner = _cli(learner_args, work / "learner.log", env)
+    end = time.monotonic() + 120
+    while not (work / "learner.ready").exists():
+        if learner.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"learner did not start: {(work / 'learner.log').read_text()[-2000:]}")
+        time.sleep(0.1)
+    endpoint = json.loads((work / "learner.ready").read_text())["endpoint"]
+    actor_args = ["actor", f"key_file={key}", *robot, f"learner={endpoint}", f"episodes={episodes}",
+                  f"max_steps={max_steps}", f"rate_hz={rate}", f"work_dir={actor_dir}", f"seed={1000 * seed}",
+                  f"teleop={'scripted' if mode == 'human' else 'none'}", f"scripted.every={every}", "scripted.start=0",
+                  f"scripted.length={max_steps}", f"dataset_id=robot/bench/online-{mode}-{seed}-v0"]
+    t0 = time.time()
+    actor = _cli(actor_args, work / "actor.log", env)
+    try:
+        if actor.wait() != 0:
+            raise RuntimeError(f"actor failed: {(work / 'actor.log').read_text()[-2000:]}")
+        t_actor = time.time() - t0
+        st = _status(run_dir)  # the learner catches up with the updates its schedule allows
+        target = int((st["ingested"] - warmup + 1) * upt) - 1
+        end = time.monotonic() + catch_up_s
+        while _status(run_dir).get("updates", 0) < target and time.monotonic() < end:
+            time.sleep(0.5)
+        learner.send_signal(signal.SIGTERM)
+        learner.wait(timeout=120)
+    finally:
+        for p in (actor, learner):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    summary = json.loads((actor_dir / "summary.json").read_text())
+    st = _status(run_dir)
+    return {"run_dir": run_dir, "weights_dir": wdir, "t0": t0, "actor_s": t_actor, "wall_s": time.time() - t0,
+            "summary": summary, "status": st}
+
+
+def evaluate_trial(r: dict, *, maze: str, reward: str, max_steps: int, seeds: list[int], every_s: float) -> dict:
+    """Success of the saved versions along the run (version nearest each ``every_s`` mark, and the last)."""
+    from robotrl.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(r["run_dir"] / "checkpoints" / "latest.pt")
+    target, kwargs = ck["policy"]["target"], ck["policy"]["kwargs"]
+    wdir = r["weights_dir"]
+    versions = pushed_versions(wdir)
+    at = {v: (wdir / f"v{v}.npz").stat().st_mtime - r["t0"] for v in versions}
+    picks, mark = [versions[0]], every_s
+    for v in versions:
+        if at[v] >= mark:
+            picks.append(v)
+            while mark <= at[v]:
+                mark += every_s
+    if picks[-1] != versions[-1]:
+        picks.append(versions[-1])
+    curve = []
+    for v in picks:
+        ev = evaluate_on_twin(pushed_policy(wdir, v, target, kwargs), "pointmaze-umaze", seeds, max_steps,
+                              env_kwargs(maze, reward))
+        curve.append({"version": v, "minutes": round(max(at[v], 0.0) / 60, 3), "success": ev["success_rate"],
+                      "mean_return": ev["mean_return"]})
+    return {"curve": curve, "before": curve[0], "after": curve[-1]}

@@ -1,0 +1,381 @@
+"""The online learner: an off-policy agent fed by the actors' transitions and offline
+demonstrations, pushing weights back and checkpointing everything needed to resume.
+
+See :mod:`robotrl.real_robot.online` for the whole picture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robotrl.checkpoint import save_arrays, load_checkpoint, save_checkpoint
+from robotrl.data.replay import ReplayBuffer
+from robotrl.errors import CheckpointError, ConfigError
+from robotrl.real_robot.interface import ProtocolError, RobotSpec
+from robotrl.real_robot.learner_link import Dedup, LearnerEndpoint, atomic_write_bytes, check_batch, state_to_arrays
+
+
+def _to_tensors(d: dict) -> dict:
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for k, v in d.items()}
+
+
+def _to_numpy(d: dict) -> dict:
+    return {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in d.items()}
+
+
+class OnlineLearner:
+    """The learner of online RL on a robot (see the module doc).
+
+    Args:
+        agent: an off-policy agent (``update``, ``policy``, ``state_dict``), e.g. ``QLAgent``.
+        endpoint: the bound :class:`LearnerEndpoint`.
+        spec: the robot's :class:`RobotSpec` (actors with another ``Do``/``Da`` are refused).
+        demos: buffer of offline demonstrations (``None``: none; then ``offline_ratio`` must be 0);
+            it needs room for the interventions (``capacity`` above its data).
+        online_capacity: capacity of the robot-experience buffer (transitions).
+        run_dir: checkpoints (``checkpoints/latest.pt``), TensorBoard (``tb/``), ``status.json``.
+        batch_size: ``B``; each update samples ``utd · B`` transitions (the agent splits them).
+        utd: critic minibatches per update (the agent's ``critic_utd``).
+        offline_ratio: share of each batch from ``demos`` (RLPD 0.5).
+        warmup: robot transitions held before the first update.
+        updates_per_transition: agent updates per transition received (``0``: update continuously).
+        push_period_s: weights push period (s).
+        checkpoint_every_s: checkpoint period (s).
+        interventions_to_demos: add takeover steps to ``demos`` too (HIL-SERL).
+        reward_scale, reward_bias: ``r' = scale · r + bias`` for the robot's rewards (the
+            demonstrations must already be transformed the same way).
+        max_actors: actors served at once (one open-episode slot each in the buffers).
+        gamma: discount of the online buffer's MC returns.
+        seed: sampling seed.
+        pushed_weights_dir: if set, every pushed version is also saved as ``v<version>.npz``
+            (for checking what an actor acted with).
+
+    Raises:
+        ConfigError: ``offline_ratio > 0`` without demonstrations, or bad periods.
+    """
+
+    def __init__(self, agent, endpoint: LearnerEndpoint, spec: RobotSpec, *, demos: ReplayBuffer | None,
+                 online_capacity: int, run_dir: str | os.PathLike, batch_size: int = 256, utd: int = 1,
+                 offline_ratio: float = 0.5, warmup: int = 256, updates_per_transition: float = 1.0,
+                 push_period_s: float = 2.0, checkpoint_every_s: float = 30.0, interventions_to_demos: bool = True,
+                 reward_scale: float = 1.0, reward_bias: float = 0.0, max_actors: int = 4, gamma: float = 0.99,
+                 seed: int = 0, pushed_weights_dir: str | os.PathLike | None = None):
+        from robotrl.data.mixing import MixedSampler
+
+        if offline_ratio > 0 and demos is None:
+            raise ConfigError(f"offline_ratio={offline_ratio} needs a demonstration buffer (it may start empty and "
+                              "fill with interventions); set offline_ratio=0 to learn from the robot's experience only")
+        if push_period_s <= 0 or checkpoint_every_s <= 0:
+            raise ConfigError(f"push_period_s and checkpoint_every_s must be > 0 s, got {push_period_s}, {checkpoint_every_s}")
+        self.agent, self.ep, self.spec = agent, endpoint, spec
+        self.do, self.da = spec.observation.dim, spec.action.dim
+        self.run_dir = Path(run_dir)
+        self.ckpt_path = self.run_dir / "checkpoints" / "latest.pt"
+        self.demos = demos
+        self.online = ReplayBuffer(online_capacity, self.do, self.da, gamma=gamma, num_envs=max_actors, seed=seed,
+                                   device=getattr(agent, "device", "cpu"))
+        self.online_keys = np.full((online_capacity, 2), -1, np.int64)  # (episode, step) per online slot, for audits
+        self.sampler = MixedSampler(demos if demos is not None else self.online, self.online, offline_ratio)
+        self.batch_size, self.utd = int(batch_size), int(utd)
+        self.warmup, self.updates_per_transition = int(warmup), float(updates_per_transition)
+        self.push_period_s, self.checkpoint_every_s = float(push_period_s), float(checkpoint_every_s)
+        self.interventions_to_demos = bool(interventions_to_demos)
+        self.reward_scale, self.reward_bias = float(reward_scale), float(reward_bias)
+        self.max_actors = int(max_actors)
+        self.slots: dict[str, int] = {}
+        self.dedup = Dedup()
+        self.durable: dict[str, int] = {}
+        self.version = 0
+        self.updates = 0
+        self.ingested = 0
+        self.interventions = 0
+        self._in_takeover: dict[str, bool] = {}
+        self._pushed: dict[str, int] = {}
+        self._last_push = 0.0
+        self._last_ckpt = time.monotonic()
+        self._sync_wanted = False
+        self._policy_changed = True
+        self.pushed_weights_dir = Path(pushed_weights_dir) if pushed_weights_dir else None
+        self._writer = None
+        self.metrics: dict[str, float] = {}
+        self.episode_log: list[dict] = []
+        self._ep_acc: dict[str, dict] = {}
+        self._open_ep: dict[str, int | None] = {}  # per actor: its episode still open in the buffers
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything to resume: agent, both buffers, per-actor delivery state, counters."""
+        from robotrl.policy import policy_state
+
+        out = {"agent": self.agent.state_dict(), "policy": policy_state(self.agent.policy),
+               "online": _to_tensors(self.online.state_dict()),
+               "online_keys": torch.from_numpy(self.online_keys[: self.online.size].copy()),
+               "online_rng": self.online.rng.bit_generator.state,
+               "dedup": self.dedup.state(), "slots": dict(self.slots), "version": self.version,
+               "updates": self.updates, "step": self.updates, "ingested": self.ingested,
+               "interventions": self.interventions, "episode_log": list(self.episode_log),
+               "open_episodes": {k: (-1 if v is None else v) for k, v in self._open_ep.items()}}
+        if self.demos is not None:
+            out["demos"] = _to_tensors(self.demos.state_dict())
+            out["demos_rng"] = self.demos.rng.bit_generator.state
+        return out
+
+    def checkpoint(self) -> Path:
+        """Write the checkpoint atomically; from then on everything held is durable (acks say so)."""
+        path = save_checkpoint(self.ckpt_path, self.state_dict())
+        self.durable = {a: self.dedup.have(a) for a in self.dedup.last}
+        self._last_ckpt = time.monotonic()
+        for actor in list(self.ep.peers):
+            self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
+        return path
+
+    def resume(self) -> bool:
+        """Load ``run_dir/checkpoints/latest.pt`` if it exists; returns whether it did.
+
+        Raises:
+            CheckpointError: the checkpoint is unreadable or does not fit this learner.
+        """
+        if not self.ckpt_path.exists():
+            return False
+        s = load_checkpoint(self.ckpt_path)
+        try:
+            self.agent.load_state_dict(s["agent"])
+            self.online.load_state_dict(_to_numpy(s["online"]))
+            self.online.rng.bit_generator.state = s["online_rng"]
+            keys = s["online_keys"].numpy()
+            self.online_keys[: keys.shape[0]] = keys
+            if self.demos is not None and "demos" in s:
+                self.demos.load_state_dict(_to_numpy(s["demos"]))
+                self.demos.rng.bit_generator.state = s["demos_rng"]
+        except (KeyError, RuntimeError, ValueError) as exc:
+            raise CheckpointError(f"learner checkpoint {self.ckpt_path} does not fit this learner ({exc}); "
+                                  "use the same agent, buffer sizes and demonstrations, or a new run_dir") from exc
+        self.dedup = Dedup(s["dedup"])
+        self.durable = {a: self.dedup.have(a) for a in self.dedup.last}
+        self.slots = {str(k): int(v) for k, v in s["slots"].items()}
+        self.version, self.updates = int(s["version"]), int(s["updates"])
+        vfile = self.run_dir / "version.json"
+        if vfile.exists():
+            try:
+                self.version = max(self.version, int(json.loads(vfile.read_text())["version"]))
+            except (ValueError, KeyError, TypeError):
+                raise CheckpointError(f"{vfile} is damaged; delete it only if no actor ran with this learner's "
+                                      "weights (versions could repeat)") from None
+        self.ingested, self.interventions = int(s["ingested"]), int(s["interventions"])
+        self.episode_log = list(s.get("episode_log", []))
+        self._open_ep = {str(k): (None if int(v) < 0 else int(v)) for k, v in s.get("open_episodes", {}).items()}
+        # the actors' episodes in progress continue where the checkpoint left them (resent rows link on)
+        return True
+
+    # ---- messages ----------------------------------------------------------------------------
+    def _slot(self, actor: str) -> int | None:
+        if actor not in self.slots:
+            if len(self.slots) >= self.max_actors:
+                return None
+            self.slots[actor] = len(self.slots)
+        return self.slots[actor]
+
+    def handle(self, msg: dict) -> None:
+        """Answer one authenticated request (module doc of :mod:`~robotrl.real_robot.learner_link`)."""
+        t, b = msg["type"], msg["body"]
+        actor = b["actor_id"]
+        if t == "hello":
+            try:
+                spec = RobotSpec.from_dict(b["spec"])
+            except (KeyError, TypeError, ValueError):
+                self.ep.reply(actor, "error", {"code": "bad_request", "text": "hello carries no readable robot spec"})
+                return
+            if (spec.observation.dim, spec.action.dim) != (self.do, self.da):
+                self.ep.reply(actor, "error", {"code": "spec_mismatch", "text":
+                              f"actor robot {spec.name} has Do={spec.observation.dim}, Da={spec.action.dim}; this learner "
+                              f"trains for {self.spec.name} with Do={self.do}, Da={self.da}: start the learner with the "
+                              "actor's robot config"})
+                return
+            if self._slot(actor) is None:
+                self.ep.reply(actor, "error", {"code": "too_many_actors", "text":
+                              f"this learner serves max_actors={self.max_actors}; raise it"})
+                return
+            self.ep.reply(actor, "welcome", {"have": self.durable.get(actor, -1), "version": self.version})
+            self._pushed.pop(actor, None)
+            self.push(only=actor)
+        elif t == "batch":
+            if actor not in self.slots:  # this learner (restarted?) has not been greeted by the actor yet
+                self.ep.reply(actor, "error", {"code": "hello_first", "text": "say hello first (learner restarted)"})
+                return
+            try:
+                check_batch(b, self.do, self.da)
+            except ProtocolError as exc:
+                self.ep.reply(actor, "error", {"code": "bad_batch", "text": str(exc)})
+                return
+            self.ingest(actor, b)
+            self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
+        elif t == "sync":  # checkpoint now if this actor has data not yet durable (else just confirm)
+            if self.dedup.have(actor) > self.durable.get(actor, -1):
+                self._sync_wanted = True
+            elif actor in self.slots:
+                self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
+        elif t == "ping":
+            if actor not in self.slots:
+                self.ep.reply(actor, "error", {"code": "hello_first", "text": "say hello first (learner restarted)"})
+            else:
+                self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
+
+    def ingest(self, actor: str, b: dict) -> int:
+        """Add a batch's new transitions to the buffers; returns how many were new."""
+        keep = self.dedup.new_rows(actor, b["episode"], b["step"])
+        if not keep.any():
+            return 0
+        slot = self.slots[actor]
+        idx = np.flatnonzero(keep)
+        r = (self.reward_scale * b["reward"] + self.reward_bias).astype(np.float32)
+        for i in idx:  # rows in order: the buffer links each actor's steps into episodes
+            last = self.dedup.last.get(actor)
+            if last is not None and int(b["episode"][i]) != last[0] and self._open_ep.get(actor) is not None:
+                # the actor's previous episode never ended here (the actor was killed mid-episode):
+                # do not link the new episode to it
+                self.online.end_open_episodes()
+                if self.demos is not None:
+                    self.demos.end_open_episodes()
+                acc = self._ep_acc.pop(actor, {})
+                self.episode_log.append({"actor": actor, "episode": last[0], **acc, "ingested": self.ingested, "cut": True})
+            pos = self.online.ptr
+            self.online.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i], b["truncated"][i],
+                            env_ids=[slot])
+            self.online_keys[pos] = (b["episode"][i], b["step"][i])
+            interv = bool(b["intervention"][i])
+            if interv and self.interventions_to_demos and self.demos is not None:
+                self.demos.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i],
+                               b["truncated"][i], env_ids=[slot])
+                self.interventions += 1
+            elif interv:
+                self.interventions += 1
+            if self._in_takeover.get(actor) and (not interv) and self.demos is not None:
+                self.demos.end_open_episodes()  # a takeover segment ended: do not link it to the next one
+            self._in_takeover[actor] = interv and not (b["terminated"][i] or b["truncated"][i])
+            acc = self._ep_acc.setdefault(actor, {"return": 0.0, "success": False, "interventions": 0, "steps": 0})
+            acc["return"] += float(b["reward"][i])
+            acc["success"] |= bool(b["success"][i])
+            acc["interventions"] += interv
+            acc["steps"] += 1
+            if b["terminated"][i] or b["truncated"][i]:
+                self.episode_log.append({"actor": actor, "episode": int(b["episode"][i]), **acc, "ingested": self.ingested})
+                self._log_episode(self.episode_log[-1])
+                self._ep_acc.pop(actor)
+            self.dedup.take(actor, int(b["episode"][i]), int(b["step"][i]), int(b["n"][i]))
+            self._open_ep[actor] = None if (b["terminated"][i] or b["truncated"][i]) else int(b["episode"][i])
+            self.ingested += 1
+        return idx.size
+
+    # ---- learning -----------------------------------------------------------------------------
+    def _can_update(self) -> bool:
+        if self.online.size < max(1, self.warmup):
+            return False
+        n_off, _ = self.sampler.split(self.utd * self.batch_size, self.updates)
+        if n_off > 0 and (self.demos is None or self.demos.size < n_off):
+            return False  # the demonstration buffer (maybe filling with interventions) cannot give its share yet
+        if self.updates_per_transition <= 0:
+            return True
+        return self.updates < (self.ingested - self.warmup + 1) * self.updates_per_transition
+
+    def update(self) -> dict:
+        """One agent update on a mixed batch of ``utd · B`` transitions."""
+        batch = self.sampler.sample(self.utd * self.batch_size, step=self.updates)
+        m = self.agent.update(batch, self.updates)
+        self.updates += 1
+        self._policy_changed = True
+        return m
+
+    def push(self, only: str | None = None) -> int:
+        """Send the current policy weights to every actor (or ``only`` one) that lacks them; returns how many got them."""
+        from robotrl.policy import policy_state
+
+        if self._policy_changed:
+            self.version += 1
+            self._policy_changed = False
+            self._payload = None
+            # versions stay unique across restarts: a learner killed after pushing versions its checkpoint
+            # does not know about must not reuse their numbers (resume reads this file)
+            atomic_write_bytes(self.run_dir / "version.json", json.dumps({"version": self.version}).encode())
+        if getattr(self, "_payload", None) is None:
+            ps = policy_state(self.agent.policy)
+            names, arrays = state_to_arrays(ps["state_dict"])
+            self._payload = {"version": self.version, "target": ps["target"], "kwargs": ps["kwargs"], "names": names,
+                             "arrays": arrays}
+            if self.pushed_weights_dir is not None:
+                save_arrays(self.pushed_weights_dir / f"v{self.version}.npz", dict(zip(names, arrays)))
+        sent = 0
+        for actor in ([only] if only else list(self.ep.peers)):
+            if self._pushed.get(actor) == self.version:
+                continue
+            if self.ep.reply(actor, "weights", {**self._payload, "sent_at": time.time()}):
+                self._pushed[actor] = self.version
+                sent += 1
+        self._last_push = time.monotonic()
+        return sent
+
+    # ---- logging ------------------------------------------------------------------------------
+    def _tb(self):
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.ingested or None)
+        return self._writer
+
+    def _log_episode(self, e: dict) -> None:
+        w = self._tb()
+        w.add_scalar("episode/return", e["return"], self.ingested)
+        w.add_scalar("episode/success", float(e["success"]), self.ingested)
+        w.add_scalar("episode/interventions", e["interventions"], self.ingested)
+
+    def status(self) -> dict:
+        """Counters (JSON-able), also written to ``run_dir/status.json``."""
+        return {"ingested": self.ingested, "online": self.online.size, "demos": self.demos.size if self.demos else 0,
+                "interventions": self.interventions, "updates": self.updates, "version": self.version,
+                "duplicates": self.dedup.duplicates, "durable": dict(self.durable),
+                "have": {a: self.dedup.have(a) for a in self.dedup.last}, "episodes": len(self.episode_log),
+                "actors": sorted(self.slots), "rejected": dict(self.ep.auth.rejected), "endpoint": self.ep.endpoint,
+                "pid": os.getpid()}
+
+    def _write_status(self) -> None:
+        atomic_write_bytes(self.run_dir / "status.json", json.dumps(self.status(), default=str).encode())
+
+    # ---- main loop ----------------------------------------------------------------------------
+    def serve(self, should_stop: Callable[[], bool], log_every: int = 100) -> dict:
+        """Receive, update, push and checkpoint until ``should_stop()``; a last checkpoint on the way out."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._write_status()
+        last_status = time.monotonic()
+        try:
+            while not should_stop():
+                can = self._can_update()
+                for _, msg in self.ep.recv(0 if can else 20):
+                    self.handle(msg)
+                if self._can_update():
+                    m = self.update()
+                    if self.updates % log_every == 0:
+                        w = self._tb()
+                        for k, v in m.items():
+                            w.add_scalar(f"train/{k}", float(v), self.updates)
+                        self.metrics = {k: float(v) for k, v in m.items()}
+                now = time.monotonic()
+                if now - self._last_push >= self.push_period_s and self.ep.peers:
+                    self.push()
+                if self._sync_wanted or now - self._last_ckpt >= self.checkpoint_every_s:
+                    self._sync_wanted = False
+                    self.checkpoint()
+                if now - last_status >= 0.5:
+                    self._write_status()
+                    last_status = now
+        finally:
+            self.checkpoint()
+            self._write_status()
+            if self._writer is not None:
+                self._writer.close()
+        return self.status()
