@@ -275,14 +275,14 @@ class PixelEncoder(nn.Module):
             if k not in images:
                 raise ValueError(f"PixelEncoder expects camera {k!r}; got {sorted(images)}")
             x = to_float_chw(images[k])
-            if tuple(x.shape[2:]) != self.image_shapes[k][:2]:
+            if not torch.jit.is_tracing() and tuple(x.shape[2:]) != self.image_shapes[k][:2]:
                 raise ValueError(f"camera {k!r} frames are {tuple(x.shape[2:])}, the encoder was built for {self.image_shapes[k][:2]}")
             if self.training and self.augment_pad > 0:
                 x = random_shift(x, self.augment_pad)
             parts.append(self.pools[f"cam{i}"](self.trunks[f"cam{i}"](x)))
         z = self.project(torch.cat(parts, dim=-1))
         if self.state_dim:
-            if state is None or state.shape[-1] != self.state_dim:
+            if state is None or (not torch.jit.is_tracing() and state.shape[-1] != self.state_dim):
                 raise ValueError(f"PixelEncoder expects a state (B, {self.state_dim}), got "
                                  f"{None if state is None else tuple(state.shape)}")
             z = torch.cat([z, state.to(z.dtype)], dim=-1)
