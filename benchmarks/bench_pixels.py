@@ -38,13 +38,14 @@ def _buffer(size: int, n: int, seed: int):
 
     rng = np.random.default_rng(seed)
     buf = ReplayBuffer(n, 4, 2, num_envs=1, image_shapes={"cam": (size, size, 3)}, seed=seed)
-    ep = 50
+    ep = 50  # 50-step episodes written step by step, as an env does: each next frame is the next step's frame
+    f = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)
     for t in range(n):
-        f = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)
         nf = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)
         buf.add(rng.normal(size=(1, 4)).astype(np.float32), rng.uniform(-1, 1, (1, 2)).astype(np.float32),
                 rng.normal(size=1).astype(np.float32), rng.normal(size=(1, 4)).astype(np.float32),
                 np.zeros(1, bool), np.array([(t + 1) % ep == 0]), images={"cam": f}, next_images={"cam": nf})
+        f = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8) if (t + 1) % ep == 0 else nf
     return buf
 
 

@@ -52,3 +52,25 @@ def test_twin_without_cameras_is_unchanged_and_bad_camera_is_refused():
     with pytest.raises(ConfigError, match="unknown camera"):
         with MuJoCoTwin("pointmaze-umaze", realtime=False, cameras=["wrist"]):
             pass
+
+
+def test_camera_frames_over_the_bridge_codec_need_the_raised_limits():
+    from robotrl.real_robot.client import body_obs
+    from robotrl.real_robot.handlers import obs_body
+    from robotrl.real_robot.interface import ProtocolError
+    from robotrl.real_robot.protocol import VERSION, Limits, camera_limits, decode, encode
+
+    twin = MuJoCoTwin("fetch-push", realtime=False, cameras=["external_camera_0", "gripper_camera_rgb"], image_size=128)
+    with twin:
+        obs = twin.reset(seed=4)
+    payload = encode({"v": VERSION, "type": "observe", "dir": "rep", "src": "robot", "dst": "client", "epoch": "e",
+                      "seq": 1, "ts": 1.0, "body": obs_body(obs)})
+    with pytest.raises(ProtocolError, match="exceeds"):
+        decode(payload, Limits())  # the state-sized defaults refuse two 128 px frames
+    limits = camera_limits(twin.spec().cameras)
+    assert limits.max_bytes >= 2 * 128 * 128 * 3 and limits.max_elems >= 128 * 128 * 3
+    assert camera_limits((), Limits()) == Limits()  # a state-only robot keeps the defaults
+    back = body_obs(decode(payload, limits)["body"])
+    np.testing.assert_array_equal(back.state, obs.state)
+    for k in obs.images:
+        np.testing.assert_array_equal(back.images[k], obs.images[k])
