@@ -153,3 +153,37 @@ def test_cameras_on_a_recipe_without_them_is_refused():
 
     with pytest.raises(ConfigError, match="records no cameras"):
         collect("hopper-random", cameras=["track"])
+
+
+def test_pixel_layout_splits_env_observations_like_the_data_layer(tmp_path):
+    """What a pixel policy sees from the env equals what it trains on from the dataset."""
+    from robotrl.agents.bc.pixels import PixelBCPolicy
+    from robotrl.data import Episode, write_dataset
+    from robotrl.vision.obs import pixel_layout
+
+    env = make_env("pointmaze-umaze", pixels=["topdown"], size=24, seed=1)
+    layout = pixel_layout(env.observation_space)
+    assert layout.image_shapes == {"pixels/topdown": (24, 24, 3)} and layout.state_dim == 8
+    obs, _ = env.reset()
+    seq = [obs]
+    for _ in range(4):
+        seq.append(env.step(np.ones(2, np.float32))[0])
+    state, images = layout.split(obs)
+    assert state.shape == (8,) and images["pixels/topdown"].shape == (24, 24, 3)
+    stacked = {k: np.stack([o[k] for o in seq]) for k in ("achieved_goal", "desired_goal", "observation")}
+    stacked["pixels"] = {"topdown": np.stack([o["pixels"]["topdown"] for o in seq])}
+    write_dataset("cam/split-v0", [Episode(stacked, np.ones((4, 2), np.float32), np.zeros(4), np.zeros(4, bool),
+                                           np.eye(4, dtype=bool)[-1])],
+                  observation_space=env.observation_space, action_space=env.action_space, root=tmp_path)
+    data = load_dataset(tmp_path / "cam/split-v0")
+    bstate, bimages = layout.split(stacked)
+    np.testing.assert_array_equal(bstate[:-1], data.observations)
+    np.testing.assert_array_equal(bimages["pixels/topdown"], data.images["pixels/topdown"])
+    policy = PixelBCPolicy(layout.image_shapes, layout.state_dim, 2, hidden=(16,), channels=4, feature_dim=8).eval()
+    import torch
+
+    a = policy(torch.from_numpy(state[None]), {k: torch.from_numpy(v[None]) for k, v in images.items()})
+    assert a.shape == (1, 2)
+    with pytest.raises(Exception, match="no camera"):
+        layout.split({"achieved_goal": np.zeros(2), "desired_goal": np.zeros(2), "observation": np.zeros(4)})
+    env.close()
