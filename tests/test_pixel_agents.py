@@ -131,3 +131,31 @@ def test_short_pixel_rlpd_run_improves_the_return():
     after = held_out_reward()
     print(f"pixel RLPD held-out reward: before {before:.3f}, after {after:.3f}")
     assert after > 0.5 * before and after - before > 0.1, (before, after)
+
+
+@pytest.mark.parametrize("which", ["bc", "sac"])
+def test_pixel_policies_export_to_torchscript_and_onnx_with_image_inputs(which, tmp_path):
+    import onnxruntime as ort
+
+    from robotrl.agents.bc.pixels import PixelBCPolicy
+    from robotrl.agents.qlearning.pixels import PixelSACPolicy
+    from robotrl.vision.export import export_pixel_onnx, export_pixel_torchscript
+
+    torch.manual_seed(0)
+    shapes = {"front": (32, 32, 3), "wrist": (24, 24, 3)}
+    cls, pooling = (PixelBCPolicy, "spatial_softmax") if which == "bc" else (PixelSACPolicy, "spatial_embedding")
+    policy = cls(shapes, 3, 2, hidden=(32,), channels=8, feature_dim=16, pooling=pooling)
+    policy.set_normalizers(ObservationNormalizer(np.full(3, 2.0), np.full(3, 0.5)), ActionScaler(np.array([-2.0, 0.0]), np.array([2.0, 1.0])))
+    g = np.random.default_rng(3)
+    state = g.normal(size=(5, 3)).astype(np.float32)  # a batch size the export never saw
+    frames = {k: g.integers(0, 256, (5, *s), dtype=np.uint8) for k, s in shapes.items()}
+    with torch.no_grad():
+        want = policy.eval()(torch.from_numpy(state), {k: torch.from_numpy(v) for k, v in frames.items()}).numpy()
+    assert want[:, 1].min() >= 0.0 and want[:, 0].min() >= -2.0  # raw env units (the scaler is inside)
+    ts = torch.jit.load(str(export_pixel_torchscript(policy, tmp_path / "p.pt", shapes, 3)))
+    got_ts = ts(torch.from_numpy(state), {k: torch.from_numpy(v) for k, v in frames.items()}).detach().numpy()
+    np.testing.assert_allclose(got_ts, want, atol=1e-5, rtol=0)
+    sess = ort.InferenceSession(str(export_pixel_onnx(policy, tmp_path / "p.onnx", shapes, 3)))
+    assert sess.get_modelmeta().custom_metadata_map["image_keys"] == "front,wrist"
+    got_onnx = sess.run(["actions"], {"state": state, "image_0": frames["front"], "image_1": frames["wrist"]})[0]
+    np.testing.assert_allclose(got_onnx, want, atol=1e-4, rtol=0)

@@ -70,6 +70,12 @@ class PixelSACPolicy(nn.Module):
         self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
         self.actor = TanhGaussianActor(self.encoder.out_dim, action_dim, hidden, act=act)
 
+    def set_normalizers(self, obs_normalizer: ObservationNormalizer | None, action_scaler: ActionScaler) -> None:
+        """Copy statistics computed from data into this policy's buffers (``obs_normalizer`` None: no state)."""
+        if obs_normalizer is not None:
+            self.obs_normalizer.load_state_dict(obs_normalizer.state_dict())
+        self.action_scaler.load_state_dict(action_scaler.state_dict())
+
     def normalized_state(self, state: torch.Tensor) -> torch.Tensor | None:
         """``(B, Ds)`` raw -> normalised (``None`` without state)."""
         return self.obs_normalizer(state) if self.state_dim else None
@@ -110,9 +116,7 @@ class PixelSACAgent:
             raise ValueError(f"num_min_critics must be in [1, num_critics={num_critics}], got {num_min_critics}")
         self.device = torch.device(device)
         self.policy = PixelSACPolicy(image_shapes, state_dim, action_dim, **policy_kwargs)
-        if obs_normalizer is not None:
-            self.policy.obs_normalizer.load_state_dict(obs_normalizer.state_dict())
-        self.policy.action_scaler.load_state_dict(action_scaler.state_dict())
+        self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device)
         enc = self.policy.encoder
         self.critic = EnsembleCritic(enc.out_dim, action_dim, num_critics, critic_hidden, layer_norm=critic_layer_norm).to(self.device)

@@ -19,7 +19,7 @@ from torch import nn
 from robotrl.checkpoint import atomic_write
 from robotrl.errors import RobotRLError
 
-__all__ = ["export_pixel_torchscript"]
+__all__ = ["export_pixel_torchscript", "export_pixel_onnx"]
 
 
 def export_pixel_torchscript(policy: nn.Module, path: str | os.PathLike, image_shapes: Mapping[str, tuple[int, ...]],
@@ -56,4 +56,63 @@ def export_pixel_torchscript(policy: nn.Module, path: str | os.PathLike, image_s
     if not torch.allclose(got, want, atol=atol, rtol=0):
         raise RobotRLError(f"TorchScript export of {type(policy).__name__} differs from the policy by "
                            f"{(got - want).abs().max().item():.3g} > {atol}; the policy has data-dependent control flow")
+    return path
+
+
+class _Positional(nn.Module):
+    """``forward(state, frame_0, frame_1, ...)`` -> the policy's ``forward(state, {key_i: frame_i})`` (ONNX has no dict inputs)."""
+
+    def __init__(self, policy: nn.Module, keys: list[str]):
+        super().__init__()
+        self.policy, self.keys = policy, list(keys)
+
+    def forward(self, state: torch.Tensor, *frames: torch.Tensor) -> torch.Tensor:
+        return self.policy(state, dict(zip(self.keys, frames)))
+
+
+def export_pixel_onnx(policy: nn.Module, path: str | os.PathLike, image_shapes: Mapping[str, tuple[int, ...]],
+                      state_dim: int, *, batch: int = 2, opset: int = 17, atol: float = 1e-4) -> Path:
+    """Export ``policy`` to ONNX with image inputs and check it with onnxruntime.
+
+    Inputs (batch axis ``B`` dynamic): ``state`` float32 ``(B, Ds)`` and one uint8 input
+    ``(B, H, W, C)`` per camera, named ``image_0``, ``image_1``, ... in ``image_shapes`` order
+    (the order is also stored as the model's metadata ``image_keys``, comma-joined); output
+    ``actions`` float32 ``(B, Da)`` in raw env units.
+
+    Raises:
+        RobotRLError: the export fails, or onnxruntime's actions differ from the policy's by more than ``atol``.
+    """
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    policy = policy.eval().cpu()
+    keys = list(image_shapes)
+    g = torch.Generator().manual_seed(0)
+    state = torch.randn(batch, state_dim, generator=g)
+    frames = [torch.randint(0, 256, (batch, *image_shapes[k]), generator=g, dtype=torch.uint8) for k in keys]
+    names = [f"image_{i}" for i in range(len(keys))]
+    wrapped = _Positional(policy, keys).eval()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with torch.no_grad():
+            want = wrapped(state, *frames).numpy()
+            torch.onnx.export(wrapped, (state, *frames), str(tmp), input_names=["state", *names], output_names=["actions"],
+                              dynamic_axes={n: {0: "B"} for n in ["state", *names, "actions"]}, opset_version=opset,
+                              dynamo=False)
+        model = onnx.load(str(tmp))
+        entry = model.metadata_props.add()
+        entry.key, entry.value = "image_keys", ",".join(keys)
+        atomic_write(path, lambda f: f.write(model.SerializeToString()))
+    except RobotRLError:
+        raise
+    except Exception as exc:
+        raise RobotRLError(f"ONNX export of {type(policy).__name__} failed ({type(exc).__name__}: {exc})") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = sess.run(["actions"], {"state": state.numpy(), **{n: f.numpy() for n, f in zip(names, frames)}})[0]
+    if not np.allclose(got, want, atol=atol, rtol=0):
+        raise RobotRLError(f"ONNX export of {type(policy).__name__} differs from the policy by {np.abs(got - want).max():.3g} > {atol}")
     return path
