@@ -7,12 +7,14 @@ task family, action chunks and headless video capture::
     env = make_env("pointmaze-umaze", seed=0)          # obs float32 (Do,), action (Da,)
     venv = make_env("hopper", num_envs=4, seed=0, vectorization="async")
     info = env_info("fetch-push")                        # Do, Da, FlatLayout, limits
+    cam = make_env("fetch-push", pixels=["external_camera_0"], size=64)  # + uint8 (64, 64, 3) frames
 
 Symbols: ``Do`` = flattened observation size, ``Da`` = action size, ``Te`` = actions
 executed per chunk.
 """
 
 from robotrl.envs.make import make_env, make_eval_env
+from robotrl.envs.pixels import FREE_CAMERAS, PixelObservation, model_cameras
 from robotrl.envs.registry import EnvInfo, env_info, env_names, ensure_registered, resolve_env
 from robotrl.envs.video import (
     RenderingError,
@@ -26,6 +28,9 @@ from robotrl.envs.wrappers import ActionChunk, FlattenGoalObservation, RescaleAc
 __all__ = [
     "make_env",
     "make_eval_env",
+    "PixelObservation",
+    "FREE_CAMERAS",
+    "model_cameras",
     "EnvInfo",
     "env_info",
     "env_names",

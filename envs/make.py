@@ -5,7 +5,8 @@ Wrapper order, innermost first::
     gymnasium.make(gym_id, **kwargs)      # TimeLimit(max_episode_steps), env checker
     SuccessInfo                           # info["success"], info["episode_success"]
     VideoRecorder                         # if record_video_dir (one frame per env step)
-    FlattenGoalObservation                # if flatten_goal and the obs space is a Dict
+    PixelObservation(pixels, size)        # if pixels: Dict obs with uint8 (H, W, 3) cameras
+    FlattenGoalObservation                # if flatten_goal, the obs space is a Dict and no pixels
     RescaleAction(-1, 1)                  # if rescale_actions
     ActionChunk(Te)                       # if action_chunk > 1
     SeedFirstReset(seed + i)              # if seed is not None
@@ -23,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import RescaleAction
 
+from robotrl.envs.pixels import PixelObservation
 from robotrl.envs.registry import resolve_env
 from robotrl.envs.video import VideoRecorder, check_video_format, configure_headless_rendering
 from robotrl.envs.wrappers import ActionChunk, FlattenGoalObservation, SeedFirstReset, SuccessInfo
@@ -48,20 +50,25 @@ def _build_single(
     record_video_dir: str | os.PathLike | None,
     video_format: str,
     env_kwargs: dict[str, Any] | None,
+    pixels: tuple[str, ...] | None = None,
+    size: int | tuple[int, int] = 64,
 ) -> gym.Env:
     """Make and wrap one env (also the thunk body run inside vector sub-processes)."""
     gym_id, kwargs = resolve_env(name)
     kwargs.update(env_kwargs or {})
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
-    if record_video_dir is not None:
+    if record_video_dir is not None or pixels:
         configure_headless_rendering()
+    if record_video_dir is not None:
         kwargs.setdefault("render_mode", "rgb_array")
     env: gym.Env = gym.make(gym_id, **kwargs)
     env = SuccessInfo(env)
     if record_video_dir is not None:
         env = VideoRecorder(env, record_video_dir, video_format=video_format)
-    if flatten_goal and isinstance(env.observation_space, gym.spaces.Dict):
+    if pixels:
+        env = PixelObservation(env, list(pixels), size)
+    elif flatten_goal and isinstance(env.observation_space, gym.spaces.Dict):
         env = FlattenGoalObservation(env)
     if rescale_actions:
         space = env.action_space
@@ -98,6 +105,8 @@ def make_env(
     record_video_dir: str | os.PathLike | None = None,
     video_format: str = "gif",
     env_kwargs: dict[str, Any] | None = None,
+    pixels: list[str] | tuple[str, ...] | None = None,
+    size: int | tuple[int, int] = 64,
 ) -> gym.Env | gym.vector.VectorEnv:
     """Make a robotrl task, wrapped, optionally vectorised with gymnasium's vector envs.
 
@@ -121,6 +130,13 @@ def make_env(
             ``env_kwargs`` (``width``/``height``) where the task accepts them.
         video_format: ``"gif"`` or ``"mp4"`` (MP4 needs the pip package imageio-ffmpeg).
         env_kwargs: extra ``gymnasium.make`` keyword arguments (override the table's).
+        pixels: camera names (:class:`~robotrl.envs.pixels.PixelObservation`: a model camera
+            such as Fetch's ``"external_camera_0"``, or the free ``"topdown"``/``"free"``).
+            The observation becomes a ``Dict`` with ``"pixels": {camera: uint8 (H, W, 3)}``
+            beside the task's keys (``"state"`` for a Box task); ``flatten_goal`` is then
+            not applied (the data layer flattens the non-camera part). Selects headless
+            rendering (OSMesa) if no ``MUJOCO_GL`` is set.
+        size: camera frame size in pixels, ``H = W`` or ``(H, W)``; used with ``pixels``.
 
     Returns:
         a ``gym.Env`` (observation ``(Do,)``, action ``(Da,)`` or ``(Te, Da)``), or a
@@ -130,8 +146,13 @@ def make_env(
         ConfigError: unknown env name (lists the known names) or unknown vectorization.
         ValueError: ``num_envs``/``action_chunk``/``max_episode_steps`` not an int >= 1,
             or ``num_envs > 1`` with ``vectorization="none"``.
-        RenderingError: recording requested but OSMesa (``libosmesa6``) is missing.
+        RenderingError: recording or pixels requested but OSMesa (``libosmesa6``) is missing.
     """
+    if pixels is not None:
+        pixels = [pixels] if isinstance(pixels, str) else [str(c) for c in pixels]
+        if not pixels:
+            raise ConfigError("pixels=[] names no camera; give at least one (e.g. pixels=['topdown']) or pass None")
+        configure_headless_rendering()
     num_envs = _positive_int(num_envs, "num_envs")
     action_chunk = _positive_int(action_chunk, "action_chunk")
     if max_episode_steps is not None:
@@ -158,6 +179,8 @@ def make_env(
             record_video_dir=record_video_dir if i == 0 else None,
             video_format=video_format,
             env_kwargs=dict(env_kwargs or {}),
+            pixels=tuple(pixels) if pixels else None,
+            size=size,
         )
 
     if vectorization in (None, "none") and num_envs == 1:

@@ -55,8 +55,10 @@ class RobotCommandError(RobotConnectionError):
 
 def body_obs(b: dict) -> Observation:
     """Message body → :class:`Observation`."""
+    images = b.get("images")
     return Observation(np.asarray(b["state"], np.float32), float(b["ts"]), float(b["reward"]), bool(b["terminated"]),
-                       bool(b["truncated"]), bool(b["success"]))
+                       bool(b["truncated"]), bool(b["success"]),
+                       {str(k): np.asarray(v, np.uint8) for k, v in images.items()} if images else None)
 
 
 class RobotClient:

@@ -30,8 +30,11 @@ REQUESTS = ("hello", "acquire", "release", "reset", "step", "observe", "status",
 
 def obs_body(o: Observation) -> dict:
     """An :class:`Observation` as a message body."""
-    return {"state": np.asarray(o.state, np.float32), "ts": float(o.timestamp), "reward": float(o.reward),
+    body = {"state": np.asarray(o.state, np.float32), "ts": float(o.timestamp), "reward": float(o.reward),
             "terminated": bool(o.terminated), "truncated": bool(o.truncated), "success": bool(o.success)}
+    if o.images:  # camera frames, uint8 (H, W, C) each: both sides need protocol.camera_limits
+        body["images"] = {str(k): np.ascontiguousarray(v, np.uint8) for k, v in o.images.items()}
+    return body
 
 
 def dispatch(srv: RobotServer, msg: dict) -> dict:

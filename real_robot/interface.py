@@ -91,6 +91,28 @@ class ArraySpec:
 
 
 @dataclass(frozen=True)
+class CameraSpec:
+    """One camera of a robot.
+
+    Attributes:
+        name: camera key, e.g. ``"wrist"`` or a MuJoCo camera name (``"external_camera_0"``).
+        shape: frame shape ``(H, W, C)``, uint8.
+        rate_hz: frames per second (the twin renders one frame per control step).
+    """
+
+    name: str
+    shape: tuple[int, int, int]
+    rate_hz: float
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": [int(d) for d in self.shape], "rate_hz": float(self.rate_hz)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CameraSpec:
+        return cls(str(d["name"]), tuple(int(x) for x in d["shape"]), float(d["rate_hz"]))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
 class RobotSpec:
     """What a robot offers, readable before :meth:`Robot.connect`.
 
@@ -104,6 +126,8 @@ class RobotSpec:
         gym_env_id: the gymnasium id of a simulated twin's task (``None`` on hardware);
             recorded into datasets so ``robotrl train`` can evaluate on it.
         episodic: whether :meth:`Robot.reset` can start a new episode by itself.
+        cameras: the robot's cameras (:class:`CameraSpec`); their frames arrive in
+            :attr:`Observation.images`. Empty for a state-only robot.
     """
 
     name: str
@@ -114,17 +138,22 @@ class RobotSpec:
     gym_env_id: str | None = None
     episodic: bool = False
     extra: dict = field(default_factory=dict)
+    cameras: tuple[CameraSpec, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "observation": self.observation.to_dict(), "action": self.action.to_dict(),
-                "control_rate_hz": float(self.control_rate_hz), "hold_action": [float(x) for x in self.hold_action],
-                "gym_env_id": self.gym_env_id, "episodic": bool(self.episodic), "extra": dict(self.extra)}
+        out = {"name": self.name, "observation": self.observation.to_dict(), "action": self.action.to_dict(),
+               "control_rate_hz": float(self.control_rate_hz), "hold_action": [float(x) for x in self.hold_action],
+               "gym_env_id": self.gym_env_id, "episodic": bool(self.episodic), "extra": dict(self.extra)}
+        if self.cameras:
+            out["cameras"] = [c.to_dict() for c in self.cameras]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> RobotSpec:
         return cls(str(d["name"]), ArraySpec.from_dict(d["observation"]), ArraySpec.from_dict(d["action"]),
                    float(d["control_rate_hz"]), tuple(float(x) for x in d["hold_action"]), d.get("gym_env_id"),
-                   bool(d.get("episodic", False)), dict(d.get("extra") or {}))
+                   bool(d.get("episodic", False)), dict(d.get("extra") or {}),
+                   tuple(CameraSpec.from_dict(c) for c in d.get("cameras") or ()))
 
 
 @dataclass
@@ -138,6 +167,8 @@ class Observation:
         terminated, truncated: episode end flags (the twin's task; ``False`` on hardware
             unless an operator or a success detector ends the episode).
         success: task success flag (the twin's ``info["success"]``), ``False`` if unknown.
+        images: camera frames ``{name: uint8 (H, W, C)}`` of :attr:`RobotSpec.cameras`
+            taken with this state (``None`` for a robot without cameras).
     """
 
     state: np.ndarray
@@ -146,6 +177,7 @@ class Observation:
     terminated: bool = False
     truncated: bool = False
     success: bool = False
+    images: dict[str, np.ndarray] | None = None
 
 
 @runtime_checkable

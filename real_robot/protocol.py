@@ -40,6 +40,7 @@ the reason this bridge authenticates every command).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -94,6 +95,32 @@ class Limits:
                               f"max_request_bytes={self.max_request_bytes}")
         if not self.max_skew_s > 0:
             raise ConfigError(f"max_skew_s must be > 0 s, got {self.max_skew_s}")
+
+
+def camera_limits(cameras, base: Limits | None = None, *, state_dim: int = 1024) -> Limits:
+    """Limits raised just enough for observations with camera frames (the deliberate raise).
+
+    The defaults (64 KiB replies, 16 384-element arrays) fit state vectors; one 128x128 RGB
+    frame alone is 49 152 bytes and elements. Both sides of a camera robot's bridge use
+    these: ``max_bytes`` = all frames + the state (``state_dim`` float32) + 16 KiB of
+    envelope, ``max_elems`` = the largest frame (or the base's, if larger). Requests
+    (actions) keep their own small limit.
+
+    Args:
+        cameras: :class:`~robotrl.real_robot.interface.CameraSpec` items (or ``(H, W, C)`` shapes).
+        base: limits to raise (default :class:`Limits`()).
+        state_dim: the largest state vector to leave room for.
+
+    Returns:
+        a new :class:`Limits` (``base`` unchanged when there is no camera).
+    """
+    base = base or Limits()
+    shapes = [tuple(getattr(c, "shape", c)) for c in cameras]
+    if not shapes:
+        return base
+    frames = [int(math.prod(s)) for s in shapes]
+    need = sum(frames) + 4 * int(state_dim) + 16384
+    return dataclasses.replace(base, max_bytes=max(base.max_bytes, need), max_elems=max(base.max_elems, max(frames)))
 
 
 _SHAPE_HEADS = [struct.Struct(f"<B{n}I") for n in range(5)]  # ndim byte + ndim little-endian uint32 dims

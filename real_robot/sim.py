@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robotrl.real_robot.interface import ArraySpec, Observation, RobotConnectionError, RobotSpec
+from robotrl.real_robot.interface import ArraySpec, CameraSpec, Observation, RobotConnectionError, RobotSpec
 
 _UNITS = {  # per-task names and SI units of the flat observation and the action
     "pointmaze": (["achieved_x", "achieved_y", "goal_x", "goal_y", "x", "y", "vx", "vy"],
@@ -59,19 +59,26 @@ class MuJoCoTwin:
         faults: optional :class:`FaultInjection`.
         max_episode_steps: override the task's time limit (steps).
         env_kwargs: extra ``gymnasium.make`` kwargs.
+        cameras: camera names rendered every control step (a MuJoCo camera of the task's
+            model or ``"topdown"``/``"free"``, see :class:`robotrl.envs.pixels.PixelObservation`);
+            frames arrive in :attr:`Observation.images` and are listed in
+            :attr:`RobotSpec.cameras` (rate = the control rate). Needs headless GL (OSMesa).
+        image_size: frame size ``H = W`` in pixels.
 
     Raises:
-        ConfigError: unknown task (from :func:`robotrl.envs.make_env`).
+        ConfigError: unknown task (from :func:`robotrl.envs.make_env`) or unknown camera.
         RobotConnectionError: a call while disconnected, or after the simulated crash.
     """
 
     def __init__(self, task: str = "pointmaze-umaze", *, realtime: bool = True, faults: FaultInjection | dict | None = None,
-                 max_episode_steps: int | None = None, env_kwargs: dict | None = None):
+                 max_episode_steps: int | None = None, env_kwargs: dict | None = None,
+                 cameras: list[str] | tuple[str, ...] = (), image_size: int = 64):
         from robotrl.envs import env_info
 
         self.task, self.realtime = task, bool(realtime)
         self.faults = FaultInjection(**faults) if isinstance(faults, dict) else (faults or FaultInjection())
         self._max_steps, self._env_kwargs = max_episode_steps, dict(env_kwargs or {})
+        self.cameras, self.image_size = tuple(str(c) for c in ([cameras] if isinstance(cameras, str) else cameras)), int(image_size)
         info = env_info(task, env_kwargs=self._env_kwargs)
         self._info = info
         self._dt_s = self._probe_dt(task, self._env_kwargs)
@@ -102,7 +109,9 @@ class MuJoCoTwin:
         hold = np.clip(np.zeros(info.action_dim), info.action_low, info.action_high)
         self._spec = RobotSpec(f"sim:{self.task}", obs, act, 1.0 / self._dt_s, tuple(map(float, hold)), gym_env_id=info.gym_id,
                          episodic=True, extra={"max_episode_steps": self._max_steps or info.max_episode_steps,
-                                               "gym_env_kwargs": self._task_kwargs()})
+                                               "gym_env_kwargs": self._task_kwargs()},
+                         cameras=tuple(CameraSpec(c, (self.image_size, self.image_size, 3), 1.0 / self._dt_s)
+                                       for c in self.cameras))
         return self._spec
 
     def _task_kwargs(self) -> dict:
@@ -134,7 +143,12 @@ class MuJoCoTwin:
         from robotrl.envs import make_env
 
         if self._env is None:
-            self._env = make_env(self.task, max_episode_steps=self._max_steps, env_kwargs=self._env_kwargs)
+            env = make_env(self.task, max_episode_steps=self._max_steps, env_kwargs=self._env_kwargs)
+            if self.cameras:  # the flat state stays as is; frames come beside it
+                from robotrl.envs.pixels import PixelObservation
+
+                env = PixelObservation(env, list(self.cameras), self.image_size)
+            self._env = env
             self._closing.clear()
             self.reset(seed=0)
 
@@ -181,7 +195,8 @@ class MuJoCoTwin:
         self._held.clear()
         with self._lock:
             obs, info = self._env.reset(seed=seed)
-            self._obs = Observation(np.asarray(obs, np.float32), time.time(), 0.0, False, False, bool(info.get("success", False)))
+            state, images = self._split(obs)
+            self._obs = Observation(state, time.time(), 0.0, False, False, bool(info.get("success", False)), images)
             self._origin, self._sim_t = time.monotonic(), 0.0
             return self._obs
 
@@ -207,7 +222,14 @@ class MuJoCoTwin:
         obs, r, term, trunc, info = self._env.step(action)
         self._sim_t += self._dt_s
         succ = bool(info.get("success", info.get("is_success", False)))
-        self._obs = Observation(np.asarray(obs, np.float32), time.time(), float(r), bool(term), bool(trunc), succ)
+        state, images = self._split(obs)
+        self._obs = Observation(state, time.time(), float(r), bool(term), bool(trunc), succ, images)
+
+    def _split(self, obs) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+        """Flat float32 state ``(Do,)`` and the camera frames (``None`` without cameras)."""
+        if not self.cameras:
+            return np.asarray(obs, np.float32), None
+        return np.asarray(obs["state"], np.float32), dict(obs["pixels"])
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         """Apply ``action (Da,)`` for one step (``dt`` s); returns the action applied.

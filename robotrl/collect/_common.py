@@ -33,6 +33,36 @@ def make_env(spec: str | gym.envs.registration.EnvSpec, **kwargs) -> gym.Env:
     return gym.make(spec, **kwargs)
 
 
+def with_cameras(env: gym.Env, cameras, image_size) -> gym.Env:
+    """``env`` with camera frames in its observation (``cameras`` None or empty: ``env`` itself).
+
+    Frames are ``uint8 (H, W, 3)`` under ``obs["pixels"][camera]``; see
+    :class:`robotrl.envs.pixels.PixelObservation` (raises ``ConfigError`` on an unknown camera).
+    """
+    if not cameras:
+        return env
+    from robotrl.envs.pixels import PixelObservation
+
+    return PixelObservation(env, [cameras] if isinstance(cameras, str) else list(cameras), int(image_size or 64))
+
+
+def task_spec(env: gym.Env) -> gym.envs.registration.EnvSpec | None:
+    """The env spec without the camera wrapper (what reference scores and ``env_spec`` record).
+
+    Cameras are recorded in the dataset's observation space and provenance instead, so
+    reference-score episodes run without rendering.
+    """
+    from robotrl.envs.pixels import PixelObservation
+
+    return env.env.spec if isinstance(env, PixelObservation) else env.spec
+
+
+def camera_facts(env: gym.Env) -> dict[str, Any]:
+    """Provenance of the cameras recorded (empty without cameras)."""
+    cams = getattr(env, "cameras", None)
+    return {"cameras": list(cams), "image_size": list(env.size)} if cams else {}
+
+
 def stack_obs(obs_list: list) -> Any:
     """Stack a list of observations (arrays or nested dicts of arrays) along a new axis 0."""
     first = obs_list[0]

@@ -44,10 +44,13 @@ import numpy as np
 from robotrl.collect._common import (
     EpisodeRecorder,
     base_provenance,
+    camera_facts,
     make_env,
     mean_return,
     progress_bar,
     random_policy,
+    task_spec,
+    with_cameras,
 )
 from robotrl.data.writer import write_dataset
 from robotrl.errors import ConfigError
@@ -196,6 +199,8 @@ def collect_fetch(
     sigma: float = 0.3,
     epsilon: float = 0.3,
     ref_episodes: int = 100,
+    cameras: list[str] | None = None,
+    image_size: int | None = None,
 ) -> Path:
     """Generate a Fetch dataset with the scripted expert (optionally noisy) and write it.
 
@@ -210,6 +215,10 @@ def collect_fetch(
         sigma: Gaussian action-noise std of the noisy policy (action units; 1 = 5 cm).
         epsilon: per-step probability of a uniform random action in the noisy policy.
         ref_episodes: episodes for each reference score (random, expert).
+        cameras: record camera frames too (e.g. ``["external_camera_0"]``; see
+            :class:`robotrl.envs.pixels.PixelObservation`): observations gain
+            ``"pixels": {camera: uint8 (H, W, 3)}``, stored uint8 in the Minari dataset.
+        image_size: frame size ``H = W`` in pixels (default 64).
 
     Returns:
         The dataset directory.
@@ -225,7 +234,7 @@ def collect_fetch(
         raise ConfigError(f"num_episodes must be >= 1, got {num_episodes}")
     dataset_id = dataset_id or f"robotrl/fetch-{task}/{quality}-v0"
     env_id = FETCH_TASKS[task]
-    env = make_env(env_id)
+    env = with_cameras(make_env(env_id), cameras, image_size)
     rng = np.random.default_rng(seed)
     expert = FetchExpert(task)
     noisy = NoisyPolicy(FetchExpert(task), sigma, epsilon, rng)
@@ -239,7 +248,7 @@ def collect_fetch(
         bar.update(1)
     bar.close()
     collect_s = time.time() - t0
-    spec = env.spec
+    spec, obs_space, cams = task_spec(env), env.observation_space, camera_facts(env)
     env.close()
 
     t1 = time.time()
@@ -263,12 +272,14 @@ def collect_fetch(
         ref_expert=exp,
         collect_seconds=round(collect_s, 2),
         ref_seconds=round(time.time() - t1, 2),
+        **cams,
     )
     return write_dataset(
         dataset_id,
         episodes,
         env=spec,
         eval_env=spec,
+        observation_space=obs_space,
         ref_min_score=rnd["mean"],
         ref_max_score=exp["mean"],
         algorithm_name=f"scripted-{quality}",

@@ -44,11 +44,14 @@ import numpy as np
 
 from robotrl.collect._common import (
     base_provenance,
+    camera_facts,
     collect_steps,
     make_env,
     mean_return,
     progress_bar,
     random_policy,
+    task_spec,
+    with_cameras,
 )
 from robotrl.data.writer import write_dataset
 from robotrl.errors import ConfigError
@@ -187,6 +190,8 @@ def collect_pointmaze(
     max_episode_steps: int | None = None,
     env_kwargs: dict | None = None,
     ref_episodes: int = 100,
+    cameras: list[str] | None = None,
+    image_size: int | None = None,
 ) -> Path:
     """Generate a PointMaze goal-reaching dataset with the waypoint planner and write it with Minari.
 
@@ -209,6 +214,10 @@ def collect_pointmaze(
             (:data:`TASK_KWARGS`), e.g. ``{"continuing_task": True, "reset_target": True}`` for
             D4RL maze2d's moving-goal collection; recorded in the env spec like every kwarg.
         ref_episodes: task-env episodes for each reference score (Minari default 100).
+        cameras: record camera frames too (e.g. ``["topdown"]``, see
+            :class:`robotrl.envs.pixels.PixelObservation`): observations gain
+            ``"pixels": {camera: uint8 (H, W, 3)}``, stored uint8 in the Minari dataset.
+        image_size: frame size ``H = W`` in pixels (default 64).
 
     Returns:
         The dataset directory.
@@ -226,6 +235,7 @@ def collect_pointmaze(
     env_id = MAZES[maze]
     task_kwargs = {**TASK_KWARGS, **(env_kwargs or {})}
     env = make_env(env_id, **task_kwargs, **({"max_episode_steps": int(max_episode_steps)} if max_episode_steps else {}))
+    env = with_cameras(env, cameras, image_size)
     rng = np.random.default_rng(seed)
     planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, action_scale=action_scale,
                           waypoint_jitter=0.1, rng=rng)
@@ -234,7 +244,7 @@ def collect_pointmaze(
     episodes = collect_steps(env, planner, num_steps, seed, bar, success_key="success")
     bar.close()
     collect_s = time.time() - t0
-    spec = env.spec
+    spec, obs_space, cams = task_spec(env), env.observation_space, camera_facts(env)
     env.close()
 
     t1 = time.time()
@@ -260,12 +270,14 @@ def collect_pointmaze(
         collect_seconds=round(collect_s, 2),
         ref_seconds=round(time.time() - t1, 2),
         follows="Farama minari-dataset-generation-scripts scripts/pointmaze (planner); task env terminates at the goal",
+        **cams,
     )
     return write_dataset(
         dataset_id,
         episodes,
         env=spec,
         eval_env=spec,
+        observation_space=obs_space,
         ref_min_score=rnd["mean"],
         ref_max_score=exp["mean"],
         algorithm_name="QIteration+PD",

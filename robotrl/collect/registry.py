@@ -154,7 +154,8 @@ def collect(name: str, **overrides) -> Path:
         name: a key of :data:`RECIPES`.
         overrides: keyword arguments for the collection function (``num_steps``,
             ``num_episodes``, ``train_steps``, ``seed``, ``root``, ``dataset_id``,
-            ``data_format``, ``overwrite``, ``progress``, ...).
+            ``data_format``, ``overwrite``, ``progress``, ``cameras``/``image_size``
+            for the PointMaze and Fetch recipes, ...).
 
     Returns:
         The dataset directory.
@@ -163,7 +164,11 @@ def collect(name: str, **overrides) -> Path:
         ConfigError: unknown recipe name (the message lists the known ones).
         DatasetExistsError: the dataset exists and ``overwrite`` is not set.
     """
-    return _recipe(name)(**overrides)
+    recipe = _recipe(name)
+    if overrides.get("cameras") and not (name.startswith("pointmaze") or name.startswith("fetch")):
+        raise ConfigError(f"recipe {name!r} records no cameras; the PointMaze and Fetch recipes do "
+                          "(e.g. `robotrl collect recipe=pointmaze-umaze cameras=[topdown] image_size=64`)")
+    return recipe(**overrides)
 
 
 def ensure_dataset(name: str, **overrides) -> str:

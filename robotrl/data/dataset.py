@@ -157,9 +157,16 @@ def _read_storage(path: Path):
     return storage
 
 
+def _leading_len(obs) -> int:
+    """Rows of an observation array or of the first leaf of a (nested) dict of arrays."""
+    while isinstance(obs, dict):
+        obs = next(iter(obs.values()))
+    return len(obs)
+
+
 def _stack_obs(obs_list: list, layout: FlatLayout | None) -> np.ndarray:
     if layout is not None and not layout.keys:  # cameras only: no flat part
-        return np.zeros((sum(len(next(iter(o.values()))) for o in obs_list), 0), np.float32)
+        return np.zeros((sum(_leading_len(o) for o in obs_list), 0), np.float32)
     if layout is None:
         return np.concatenate([np.asarray(o, dtype=np.float32).reshape(len(o), -1) for o in obs_list])
     return np.concatenate([layout.flatten(o) for o in obs_list])
@@ -203,7 +210,7 @@ def load_dataset(
     for i, ep in enumerate(episodes):
         T = int(np.asarray(ep["rewards"]).shape[0])
         o = ep["observations"]
-        n_obs = len(next(iter(o.values()))) if isinstance(o, dict) else len(o)
+        n_obs = _leading_len(o)
         if T == 0 or n_obs != T + 1:
             raise DatasetFormatError(
                 f"episode {i} of {path} has {T} steps and {n_obs} observations (expected T+1); the file is damaged"
