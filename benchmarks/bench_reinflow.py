@@ -82,6 +82,20 @@ def latency(args) -> dict:
         exported["ddim_5_traced"] = torch.jit.trace(diff.export_module(), obs[:, 0])
     for name, mod in exported.items():
         cases.append(Case(name, (lambda mod=mod: (mod(obs[:, 0]), 1)[1])))
+    import onnxruntime as ort  # the ONNX backend real_robot deploys (a core dependency)
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    onnx_dir = Path(tempfile.mkdtemp(prefix="bench_reinflow_onnx_"))
+    o = obs[:, 0].numpy()
+    for name, mod in (("flow_1_onnx", flow.export_module()), ("ddim_5_onnx", diff.export_module())):
+        path = str(onnx_dir / f"{name}.onnx")
+        with torch.no_grad():
+            torch.onnx.export(mod, (obs[:, 0],), path, input_names=["obs"], output_names=["actions"],
+                              opset_version=17, dynamo=False)
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(sess.run(None, {"obs": o})[0], mod(obs[:, 0]).detach().numpy(), atol=1e-5)  # same outputs
+        cases.append(Case(name, (lambda sess=sess: (sess.run(None, {"obs": o}), 1)[1])))
     with torch.no_grad():
         run_interleaved(cases, repeats=args.repeats, warmup=args.warmup, block_s=args.block_s)
     by = {c.name: c for c in cases}
@@ -102,7 +116,8 @@ def latency(args) -> dict:
                                                         "ddim_steps": 5, "flow_steps": list(FLOW_STEPS)},
             "latency": rows, "ratios": ratios,
             "one_step_under_0_5_ms": {"predict_chunk": rows["flow_1"]["ms_median"] < 0.5,
-                                      "traced": rows["flow_1_traced"]["ms_median"] < 0.5},
+                                      "traced": rows["flow_1_traced"]["ms_median"] < 0.5,
+                                      "onnx": rows["flow_1_onnx"]["ms_median"] < 0.5},
             "command": command_line(), "argv": list(sys.argv), "environment": environment()}
 
 
