@@ -36,6 +36,7 @@ shards' envs (``N`` shrinks for the rest of the run: the rollout is smaller, nev
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,8 @@ from robotrl.distributed import WorkerFailedError, arrays_to_state, init_ray, sp
 from robotrl.errors import ConfigError
 from robotrl.onpolicy import Rollout, RolloutCollector, RunningRewardScaler
 
+#: Seconds a new collector waits for the CPUs its workers reserve (ended actors free theirs asynchronously).
+RESOURCE_WAIT_S = 30.0
 _ROLLOUT_ARRAYS = ("observations", "next_observations", "rewards", "terminated", "truncated", "valid")
 
 
@@ -195,6 +198,17 @@ class RolloutWorker:
         self.envs.close()
 
 
+def _free_cpus(ray, need: float, wait_s: float = RESOURCE_WAIT_S) -> float:
+    """Free CPUs of the cluster, waiting up to ``wait_s`` seconds for ``need`` of them: actors that were
+    just ended (a previous collector's, a restarted run's) give their CPUs back asynchronously."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        have = float(ray.available_resources().get("CPU", 0.0))
+        if have >= need or time.monotonic() >= deadline:
+            return have
+        time.sleep(0.2)
+
+
 def worker_gen_seed(index: int, reset_seed: int, restarts: int = 0) -> int:
     """Seed of worker ``index``'s own sampling generator (workers ``k ≥ 1``, and worker 0 when the
     learner's generator is not a CPU one) after ``restarts`` restarts; ``reset_seed`` = ``seed + iteration``."""
@@ -233,7 +247,7 @@ class RayRolloutCollector:
         self.cfg, self.agent_spec, self.env_args = cfg, agent_spec, env_args
         self.seed, self.reset_seed = int(seed), int(reset_seed)
         self.To = int(agent.policy.To)
-        need, have = cfg.workers * cfg.cpus_per_worker, float(self.ray.available_resources().get("CPU", 0.0))
+        need, have = cfg.workers * cfg.cpus_per_worker, _free_cpus(self.ray, cfg.workers * cfg.cpus_per_worker)
         if need > have:  # Ray would keep the actors pending forever
             raise WorkerFailedError(
                 f"collector=ray needs {need:g} free CPUs ({cfg.workers} workers x collector.cpus_per_worker="
