@@ -182,6 +182,8 @@ class ActorLink:
         self._last_ping = 0.0
         self._last_sync = 0.0
         self._sync_wanted = threading.Event()
+        self._spill_wanted = threading.Event()
+        self._submitted = self._spilled = 0  # rows queued by the control loop / written to the spill queue
         self._sync_done_through = -1
         self.sent_batches = self.resent_batches = self.reconnects = self.welcomes = 0
         self.weights_latency_s: list[float] = []
@@ -196,7 +198,27 @@ class ActorLink:
     # ---- control-loop side ---------------------------------------------------------------
     def submit(self, row: dict) -> None:
         """Queue one transition (keys :data:`TRANSITION_FIELDS`) for sending (never blocks)."""
+        self._submitted += 1
         self._in.put(row)
+
+    def spill_now(self, timeout_s: float = 5.0) -> bool:
+        """Block until every submitted transition is in the on-disk spill queue (the link thread
+        writes it), up to ``timeout_s`` seconds; returns whether it got there.
+
+        The actor calls it before it records an episode as finished and drops its journal: a
+        transition in a finished episode is then never only in memory, so a kill -9 right after
+        the episode ends cannot leave it recorded but never sent to the learner.
+        """
+        self._spill_wanted.set()
+        end = time.monotonic() + timeout_s
+        try:
+            while self._spilled < self._submitted:
+                if time.monotonic() >= end or not self._thread.is_alive():
+                    return False
+                time.sleep(0.001)
+            return True
+        finally:
+            self._spill_wanted.clear()
 
     def latest_weights(self) -> Weights | None:
         """The newest weights received (``None`` before the first push)."""
@@ -287,13 +309,15 @@ class ActorLink:
             self._pending_rows.append(row)
             if len(self._pending_rows) >= self.batch_size:
                 self._spill_pending()
-        if self._pending_rows and (now - (self._first_pending_at or now) >= self.flush_s or self._sync_wanted.is_set()):
+        if self._pending_rows and (now - (self._first_pending_at or now) >= self.flush_s or self._sync_wanted.is_set()
+                                   or self._spill_wanted.is_set()):
             self._spill_pending()
 
     def _spill_pending(self) -> None:
         cols: dict = stack_transitions(self._pending_rows)
         cols["count"] = len(self._pending_rows)
         self.spill.put(cols)
+        self._spilled += len(self._pending_rows)
         self._pending_rows = []
         self._first_pending_at = None
 

@@ -287,6 +287,8 @@ class OnlineActor:
             return
         if not (rows[-1]["terminated"] or rows[-1]["truncated"]):
             rows[-1]["truncated"] = True
+        if self.link is not None:  # every row on disk for the learner before the journal goes (kill -9 safe)
+            self.link.spill_now()
         self.recorder.write(ep, rows, obs.state, self.seed + ep)
 
     def run(self, episodes: int, drain_timeout_s: float = 60.0, on_episode: Callable[[dict], None] | None = None) -> ActorSummary:
