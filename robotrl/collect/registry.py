@@ -63,6 +63,13 @@ def _lazy(module: str, name: str) -> Callable[..., Path]:
 #: so the full-speed planner still succeeds (UMaze ~0.95) where the slow demonstrator often does not (~0.45).
 SLOW_LIMITS = {"umaze": 150, "medium": 300, "large": 400}
 
+#: The sub-optimal PointMaze demonstrators: recipe suffix -> (action_scale, action_noise, description).
+#: ``slow``: narrow, slow actions; ``noisy``: as slow on average, but its actions cover the whole box.
+SUBOPTIMAL_DEMONSTRATORS = {
+    "slow": (0.1, 0.1, "a slow demonstrator"),
+    "noisy": (0.15, 1.0, "a slow, very noisy demonstrator whose actions cover the whole range"),
+}
+
 
 def _build() -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
@@ -72,20 +79,14 @@ def _build() -> dict[str, Recipe]:
             f"pointmaze-{maze}", pm, {"maze": maze}, f"robotrl/pointmaze/{maze}-v1",
             f"PointMaze {maze} goal reaching: noisy Q-iteration waypoint planner, 1M steps (Minari's planner)",
         )
-        recipes[f"pointmaze-{maze}-slow"] = Recipe(
-            f"pointmaze-{maze}-slow", pm,
-            {"maze": maze, "action_scale": 0.1, "action_noise": 0.1, "max_episode_steps": SLOW_LIMITS[maze]},
-            f"robotrl/pointmaze/{maze}-slow-v1",
-            f"PointMaze {maze} goal reaching in {SLOW_LIMITS[maze]} steps: a slow demonstrator (planner actions x0.1, "
-            "noise 0.1), sub-optimal",
-        )
-        recipes[f"pointmaze-{maze}-noisy"] = Recipe(
-            f"pointmaze-{maze}-noisy", pm,
-            {"maze": maze, "action_scale": 0.15, "action_noise": 1.0, "max_episode_steps": SLOW_LIMITS[maze]},
-            f"robotrl/pointmaze/{maze}-noisy-v1",
-            f"PointMaze {maze} goal reaching in {SLOW_LIMITS[maze]} steps: a slow, very noisy demonstrator (planner "
-            "actions x0.15, noise 1.0: actions cover the whole range), sub-optimal",
-        )
+        for variant, (scale, noise, who) in SUBOPTIMAL_DEMONSTRATORS.items():
+            recipes[f"pointmaze-{maze}-{variant}"] = Recipe(
+                f"pointmaze-{maze}-{variant}", pm,
+                {"maze": maze, "action_scale": scale, "action_noise": noise, "max_episode_steps": SLOW_LIMITS[maze]},
+                f"robotrl/pointmaze/{maze}-{variant}-v1",
+                f"PointMaze {maze} goal reaching in {SLOW_LIMITS[maze]} steps: {who} (planner actions x{scale:g}, "
+                f"noise {noise:g}), sub-optimal",
+            )
     fe = _lazy("robotrl.collect.fetch", "collect_fetch")
     for task in ("push", "pickandplace"):
         for q in ("expert", "noisy", "mixed"):
