@@ -10,7 +10,10 @@
    cut by ZeroMQ's frame limit, the connection is dropped), ``flood_1k`` (1 KiB frames on
    one connection: 16 are hashed, then the connection is ignored), ``flood_1k_churn``
    (1 KiB frames, a new connection every 20 messages: the attacker's best case against
-   the per-connection quarantine). Reported with the server's rejection counters.
+   the per-connection quarantine). Reported with the server's rejection counters. Each
+   mode runs with the flooder at nice 0 and 19 on all CPUs, then ``_pinned``: the flooder
+   on the last CPU, the server and the client pinned to the others (an attacker whose
+   junk reaches the socket but who cannot take the bridge's CPU time).
 4. Control-loop jitter (lateness of each tick's start, s) at 50 Hz and 100 Hz over the
    bridge with an MLP-sized policy.
 5. Split of one step round trip (``split``, µs, medians, timed in this process with the
@@ -26,7 +29,8 @@ Before/after on a shared machine: ``--baseline DIR --rounds 3`` runs the whole b
 ``git archive``) and this checkout, each in a child process started in a neutral
 directory, and reports both side by side with the per-round and median ratios.
 Targets (issues 6, 13): bridge p99 < 2 ms for state observations, also under flood;
-jitter p99 < 1 ms. The flooder competes for the same CPU cores as server and client.
+jitter p99 < 1 ms. Except in the pinned rows, the flooder competes for the same CPU cores
+as server and client.
 """
 
 from __future__ import annotations
@@ -86,8 +90,10 @@ def bare_zmq(n: int, size: int) -> dict:
 FLOOD = """
 import os, sys, time, zmq
 ctx = zmq.Context()
-endpoint, mode, nice = sys.argv[1], sys.argv[2], int(sys.argv[3])
+endpoint, mode, nice, cpus = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 os.nice(nice)
+if cpus:
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
 junk = [b"\\x00" * (65536 if mode == "64k" else 1024), b"m" * 32]
 def sock():
     while True:
@@ -109,16 +115,21 @@ while True:
 """
 
 
-def under_flood(client: RobotClient, n: int, mode: str, nice: int) -> dict:
+def under_flood(client: RobotClient, n: int, mode: str, nice: int, pin: tuple[set[int], set[int]] | None = None) -> dict:
     """Step round trips while a separate process floods the server with unauthenticated junk.
 
     ``nice``: the flooder's niceness. 0: it competes for this machine's cores like any
     process (worst case: the attacker runs on the robot's computer); 19: it yields the CPU
     to the bridge, approximating a remote attacker whose packets arrive but whose CPU is
-    elsewhere.
+    elsewhere. ``pin``: ``(flooder CPUs, bridge CPUs)``: the flooder runs only on the first
+    set while the caller has pinned the server and the client to the second, so the attacker
+    cannot take the bridge's CPU time (its junk still reaches the server's socket): what a
+    remote attacker can do on a machine with a core to spare.
     """
     before = client.status()
-    proc = subprocess.Popen([sys.executable, "-c", FLOOD, client.endpoint, mode, str(nice)], stdout=subprocess.PIPE, text=True)
+    cpus = ",".join(str(c) for c in sorted(pin[0])) if pin else ""
+    proc = subprocess.Popen([sys.executable, "-c", FLOOD, client.endpoint, mode, str(nice), cpus], stdout=subprocess.PIPE,
+                            text=True)
     try:
         assert proc.stdout.readline().strip() == "go"
         time.sleep(0.5)  # the flood is under way
@@ -131,9 +142,15 @@ def under_flood(client: RobotClient, n: int, mode: str, nice: int) -> dict:
     after = client.status()
     seen = {k: after["rejected"][k] - before["rejected"][k] for k in after["rejected"]}
     junk = sum(seen.values()) + after["quarantined"] - before["quarantined"]
-    return {"mode": mode, "flooder_nice": nice, "step": stats, "rejected": seen,
+    return {"mode": mode, "flooder_nice": nice, "pinned": bool(pin), "step": stats, "rejected": seen,
             "quarantined": after["quarantined"] - before["quarantined"], "junk_reaching_python_per_s": junk / wall,
             "answered_steps": after["steps"] - before["steps"]}
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Restrict every thread of process ``pid`` (libzmq's I/O threads included) to ``cpus`` (Linux)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
 
 
 def bridge(client: RobotClient, n: int) -> tuple[dict, int]:
@@ -304,6 +321,19 @@ def main() -> None:
             for nice in (0, 19):
                 for mode in ("64k", "1k", "1k_churn"):
                     res[f"flood_{mode}_nice{nice}"] = under_flood(c, args.n, mode, nice)
+            ncpu = len(os.sched_getaffinity(0))
+            if ncpu >= 2:  # the flooder on the last CPU, the server and this client on the others
+                cpus = sorted(os.sched_getaffinity(0))
+                pin = ({cpus[-1]}, set(cpus[:-1]))
+                old = os.sched_getaffinity(0)
+                _pin(srv.proc.pid, pin[1])
+                _pin(os.getpid(), pin[1])
+                try:
+                    for mode in ("64k", "1k", "1k_churn"):
+                        res[f"flood_{mode}_pinned"] = under_flood(c, args.n, mode, 0, pin)
+                finally:
+                    _pin(os.getpid(), old)
+                    _pin(srv.proc.pid, old)
             res["flood_summary"] = {k: {"p50_ms": v["step"]["p50_ms"], "p99_ms": v["step"]["p99_ms"],
                                         "p99_target_2ms_met": v["step"]["p99_ms"] < 2.0}
                                     for k, v in res.items() if k.startswith("flood_") and isinstance(v, dict) and "step" in v}

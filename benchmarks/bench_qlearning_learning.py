@@ -57,10 +57,8 @@ def _curve(history: list[dict], offset: int) -> list[list[float]]:
 def robotrl_runs(args, seed: int, work: Path) -> dict:
     from robotrl.experiment import build_trainer
 
-    common = [f"seed={seed}", f"dataset.id={args.dataset_id}", "trainer.progress=false",
+    common = [*_dataset_overrides(args), f"seed={seed}", "trainer.progress=false",
               f"trainer.eval_episodes={args.eval_episodes}", f"torch_threads={args.threads}"]
-    if args.dataset_steps:
-        common.append(f"dataset.recipe_args.num_steps={args.dataset_steps}")
     pre_dir = work / f"calql-s{seed}"
     if set(args.modes) <= {"rlpd"}:  # nothing warm-starts: no pretraining
         out: dict = {}
@@ -199,14 +197,20 @@ PEERS = {"d3rlpy-calql", "sb3-sac"}
 FROM_SCRATCH = {"sb3-sac", "robotrl-rlpd"}  # no pretrained policy: no offline score, no onset dip
 
 
+def _dataset_overrides(args) -> list[str]:
+    """Hydra overrides selecting the data: the dataset config (``--dataset``: its recipe generates the data on
+    first use), the dataset id and, if given, the generated size."""
+    return ([f"dataset={args.dataset}"] if args.dataset else []) + [f"dataset.id={args.dataset_id}"] + (
+        [f"dataset.recipe_args.num_steps={args.dataset_steps}"] if args.dataset_steps else [])
+
+
 def _setup(args):
     """The dataset (generated on first use), and the train / eval env builders of every contender."""
     from robotrl.data import load_dataset
     from robotrl.envs import make_env
     from robotrl.experiment import ensure_dataset, eval_env_args
 
-    cfg = _compose([f"dataset.id={args.dataset_id}"] +
-                   ([f"dataset.recipe_args.num_steps={args.dataset_steps}"] if args.dataset_steps else []))
+    cfg = _compose(_dataset_overrides(args))
     data = load_dataset(ensure_dataset(cfg.dataset))
     env_name = cfg.env.name
     ev = eval_env_args(cfg.env, data)  # the env robotrl's trainer evaluates in (the data's MDP)
@@ -277,6 +281,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5_000,
                     help="WSRL's no-update warmup and SB3's learning_starts (Cal-QL online and d3rlpy update from step 0)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dataset", default="", help="dataset config (configs/dataset/<name>, e.g. pointmaze-umaze-noisy): "
+                    "its recipe generates the data; empty: the env's default (the slow demonstrator)")
     ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-slow-v1")
     ap.add_argument("--dataset-steps", type=int, default=0, help="regenerate size (0: the config's)")
     ap.add_argument("--d3rlpy-hidden", type=int, nargs="*", default=[],
