@@ -33,6 +33,15 @@ Usage (one torch thread, as on the shared 2-core machine)::
     python benchmarks/bench_residual.py --task push --seeds 0 1 2 --budget 20000
     python benchmarks/bench_residual.py --quick          # smoke run: 1 seed, tiny budgets (~3 min)
 
+``--task room``: the open PointMaze room of :mod:`robotrl.bench.room` instead of Fetch, on the
+hand-set biased PD base (success 0), residual PPO and the off-policy residual (SAC actor) with the
+settings of ``tests/test_residual_learning.py`` (``ROOM_PPO_*``, ``ROOM_OFFPOLICY_*``); success
+at any step, 100-step episodes. Minutes per seed: the quick tier's residual row (it learns there
+within the budget, so its regression limit is far above 0)::
+
+    python benchmarks/bench_residual.py --task room --seeds 0 1 2 --budget 51200 --offpolicy-budget 1500 \
+        --eval-episodes 20 --methods residual_ppo residual_offpolicy --out quick/residual.json
+
 ``--budget`` is the env-step budget of every method; ``--offpolicy-budget`` overrides it for the
 off-policy residual (its UTD-4 updates cost far more CPU per env step than PPO's).
 """
@@ -191,9 +200,45 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
             "updates": summary["gradient_updates"], "wall_s": wall}
 
 
+def run_room(kind: str, seed: int, budget: int, run_dir: Path, eval_episodes: int) -> dict:
+    """Residual PPO or off-policy residual (SAC actor) on the room task of :mod:`robotrl.bench.room` (its settings,
+    those of ``tests/test_residual_learning.py``) for ``budget`` env steps, on the biased PD base."""
+    from robotrl.agents.residual import ResidualOffPolicyAgent, ResidualPPOAgent
+    from robotrl.bench import room
+    from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
+    from robotrl.trainer import Trainer, TrainerConfig
+
+    common = dict(obs_normalizer=room.room_obs_normalizer(), action_scaler=room.room_action_scaler(),
+                  base=room.biased_pd_base(), seed=seed)
+    t = time.time()
+    if kind == "residual_ppo":
+        agent = ResidualPPOAgent(room.OBS_DIM, room.ACTION_DIM, **common, **room.ROOM_PPO_AGENT)
+        sched = {**room.ROOM_PPO_SCHEDULE, "iterations": 10**6}
+        cfg = OnPolicyConfig(**sched, eval_every=10**6, eval_episodes=eval_episodes, eval_envs=10,
+                             checkpoint_every=10**6, max_env_steps=budget, progress=False)
+        summary = OnPolicyTrainer(agent, run_dir, cfg, seed=seed, make_eval_env=room.room_eval_env,
+                                  make_train_envs=room.room_train_envs(sched["num_envs"], seed)).fit()
+        policy, steps = agent.policy, summary["online_steps"]
+    elif kind == "residual_offpolicy":
+        agent = ResidualOffPolicyAgent(room.OBS_DIM, room.ACTION_DIM, actor="sac", **common, **room.ROOM_OFFPOLICY_AGENT)
+        sched = {**room.ROOM_OFFPOLICY_SCHEDULE, "online_steps": budget}
+        tcfg = TrainerConfig(offline_steps=0, **sched, eval_every=budget, eval_episodes=eval_episodes, eval_envs=10,
+                             checkpoint_every=budget, progress=False)
+        Trainer(agent, run_dir, tcfg, offline_buffer=None, make_eval_env=room.room_eval_env, seed=seed, gamma=0.95,
+                make_train_envs=room.room_train_envs(sched["num_envs"], seed)).fit()
+        policy, steps = agent.policy, budget
+    else:
+        raise ValueError(f"--task room runs residual_ppo and residual_offpolicy, not {kind!r} (its base is a hand-set "
+                         "controller, not a BC run that full fine-tuning could start from)")
+    wall = time.time() - t
+    success = room.room_success(policy, eval_episodes)
+    return {"success": success, "success_any_step": success, "env_steps": steps, "wall_s": wall}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="push", choices=["push", "pickandplace"])
+    p.add_argument("--task", default="push", choices=["push", "pickandplace", "room"],
+                   help="room: the open PointMaze room with a biased PD base (robotrl.bench.room; success at any step)")
     p.add_argument("--demos", type=int, default=20, help="noisy demonstrations for the BC base")
     p.add_argument("--bc-steps", type=int, default=5000)
     p.add_argument("--budget", type=int, default=20000, help="env steps per fine-tuning method")
@@ -224,13 +269,22 @@ def main() -> None:
     try:
         for seed in args.seeds:
             base_dir = work / f"base_s{seed}"
-            results["base"].append({"seed": seed, **train_base(args.task, args.demos, args.bc_steps, seed, base_dir,
-                                                               args.eval_episodes)})
+            if args.task == "room":
+                from robotrl.bench.room import biased_pd_base, room_success
+
+                ok = room_success(biased_pd_base(), args.eval_episodes)
+                results["base"].append({"seed": seed, "success": ok, "success_any_step": ok, "wall_s": 0.0})
+            else:
+                results["base"].append({"seed": seed, **train_base(args.task, args.demos, args.bc_steps, seed, base_dir,
+                                                                   args.eval_episodes)})
             print(f"[seed {seed}] base final-step success {results['base'][-1]['success']:.2f} "
                   f"(any step {results['base'][-1]['success_any_step']:.2f})", flush=True)
             for m in args.methods:
                 rd = work / f"{m}_s{seed}"
-                if m == "residual_offpolicy":
+                if args.task == "room":
+                    r = run_room(m, seed, args.offpolicy_budget or args.budget if m == "residual_offpolicy" else args.budget,
+                                 rd, args.eval_episodes)
+                elif m == "residual_offpolicy":
                     r = run_offpolicy(args.task, args.demos, base_dir, seed, args.offpolicy_budget or args.budget, rd,
                                       args.eval_episodes, args.warmup, args.utd, args.critic_n, args.hidden,
                                       args.success_termination)
@@ -246,14 +300,14 @@ def main() -> None:
     _write(args, results, partial=False)
 
 
-def normalised_runs(results: dict[str, list[dict]], budget: int) -> list[dict]:
+def normalised_runs(results: dict[str, list[dict]], budget: int, base_label: str = LABELS["base"]) -> list[dict]:
     """Per method and seed, the suite's learning form: success before fine-tuning (the base's) and after ``budget``."""
     base = {r["seed"]: r["success"] for r in results.get("base", [])}
     runs = []
     for m, rs in results.items():
         for r in rs:
             if m == "base":
-                runs.append({"method": LABELS[m], "family": "bc", "peer": False, "seed": r["seed"],
+                runs.append({"method": base_label, "family": "bc", "peer": False, "seed": r["seed"],
                              "offline_score": r["success"], "curve": [], "wall_s": r["wall_s"]})
                 continue
             start = base.get(r["seed"])  # residuals start exactly at the base; full PPO from the BC run's mean
@@ -286,8 +340,11 @@ def _write(args, results: dict, partial: bool) -> None:
     out = RESULTS_DIR / (args.out or f"residual_fetch_{args.task}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_method": the raw figures
-    doc = learning_result(out.stem, f"fetch-{args.task} ({args.demos} noisy demos, BC base)",
-                          "success", [args.budget], normalised_runs(results, args.budget), args=vars(args),
+    task = ("PointMaze open room, biased PD base (robotrl.bench.room)" if args.task == "room"
+            else f"fetch-{args.task} ({args.demos} noisy demos, BC base)")
+    doc = learning_result(out.stem, task,
+                          "success", [args.budget], normalised_runs(results, args.budget, "base (frozen biased PD controller)" if args.task == "room"
+                                          else LABELS["base"]), args=vars(args),
                           partial=partial, summary=summary, per_method=results, table=table)
     write_json(out, doc)
     if not partial:

@@ -169,7 +169,9 @@ def test_fetch_residual_ppo_experiment_composes_resip_defaults_scaled_to_the_cpu
 
 
 def test_success_termination_ends_training_episodes_at_success_only():
-    from test_residual_learning import ENV, KW, biased_pd_base
+    from robotrl.bench.room import ROOM_ENV as ENV
+    from robotrl.bench.room import ROOM_KW as KW
+    from robotrl.bench.room import biased_pd_base
 
     from robotrl.agents.residual import make_success_terminating_envs
     from robotrl.envs import make_env

@@ -1,12 +1,13 @@
 """Residual RL learns what the base gets wrong: ResiP (on-policy) and ResFiT (off-policy) on real
 MuJoCo PointMaze runs, the off-policy critic scoring the combined action, and the exploration phases.
 
-The easy task: an open PointMaze room with a fixed start cell two cells left of the goal cell
-(`maze_map`), dense reward, 100-step episodes. The base is a BC-architecture policy
-(:class:`BCPolicy`, one hidden layer) whose weights implement a PD controller towards the goal
-with a constant bias on the y force: it stops ~0.5 m beside the goal, so its success is 0 while
-the unbiased controller's is 1 (measured over 50 episodes: 0.00 vs 1.00, eval return 39.8 vs 44.6).
-The residual must learn to cancel the bias. Budgets were chosen from runs over three seeds where
+The easy task (:mod:`robotrl.bench.room`, shared with the quick benchmark tier's residual row):
+an open PointMaze room with a fixed start cell two cells left of the goal cell (`maze_map`), dense
+reward, 100-step episodes. The base is a BC-architecture policy (:class:`BCPolicy`, one hidden
+layer) whose weights implement a PD controller towards the goal with a constant bias on the y
+force: it stops ~0.5 m beside the goal, so its success is 0 while the unbiased controller's is 1
+(measured over 50 episodes: 0.00 vs 1.00, eval return 39.8 vs 44.6). The residual must learn to
+cancel the bias. Budgets were chosen from runs over three seeds where
 every run reached success >= 0.9 (PPO 44k-63k env steps; SAC 3000 updates).
 """
 
@@ -16,68 +17,30 @@ import numpy as np
 import pytest
 import torch
 
-from robotrl.agents.bc import BCPolicy
 from robotrl.agents.residual import ResidualOffPolicyAgent, ResidualPPOAgent
+from robotrl.bench.room import (ROOM_ENV, ROOM_KW, ROOM_OFFPOLICY_AGENT, ROOM_OFFPOLICY_SCHEDULE, ROOM_PPO_AGENT,
+                                ROOM_PPO_SCHEDULE, biased_pd_base, room_action_scaler, room_eval_env, room_obs_normalizer,
+                                room_success, room_train_envs)
 from robotrl.data import ReplayBuffer
-from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.envs import make_env
-from robotrl.evaluation import evaluate
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.policy import act
 from robotrl.trainer import Trainer, TrainerConfig
 
 pytestmark = pytest.mark.slow  # learning / end-to-end: `pytest -m "not slow"` skips them, CI runs them
 
-ENV = "PointMaze_Open-v3"
-ROOM = [[1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0, 1], [1, 0, "r", 0, "g", 0, 1], [1, 0, 0, 0, 0, 0, 1], [1, 1, 1, 1, 1, 1, 1]]
-KW = {"reward_type": "dense", "maze_map": ROOM}
-OBS_NORM = ObservationNormalizer(np.zeros(8), np.array([1.5, 1, 1.5, 1, 1.5, 1, 1, 1]))
-SCALER = ActionScaler(-np.ones(2), np.ones(2))
-
-
-def biased_pd_base(bias: float = 1.0, kp: float = 2.0, kd: float = 1.0) -> BCPolicy:
-    """BCPolicy computing ``tanh(kp (goal - pos) - kd vel + [0, bias])`` on flat PointMaze obs.
-
-    Flat layout: achieved_goal (0:2) | desired_goal (2:4) | observation (x, y, vx, vy: 4:8).
-    The hidden ReLU pairs ``relu(z) - relu(-z)`` reproduce the linear map exactly.
-    """
-    pol = BCPolicy(8, 2, hidden=[4])
-    w = torch.zeros(4, 8)
-    for d in range(2):
-        z = torch.zeros(8)
-        z[2 + d], z[4 + d], z[6 + d] = kp, -kp, -kd
-        w[2 * d], w[2 * d + 1] = z, -z
-    with torch.no_grad():
-        first, last = pol.actor.net.net[0], pol.actor.net.net[-1]
-        first.weight.copy_(w)
-        first.bias.zero_()
-        last.weight.copy_(torch.tensor([[1.0, -1, 0, 0], [0, 0, 1, -1]]))
-        last.bias.copy_(torch.tensor([0.0, bias]))
-    return pol.eval()
-
-
-def _eval_env():
-    return make_env(ENV, max_episode_steps=100, env_kwargs=KW)
-
-
-def _train_envs(n, seed):
-    return lambda: make_env(ENV, num_envs=n, seed=seed, vectorization="sync", max_episode_steps=100, env_kwargs=KW)
-
-
-def _success(policy) -> float:
-    return evaluate(lambda o: act(policy, o), _eval_env, 20, seed=10_000, num_envs=10, reset_policy=policy.reset)["success_rate"]
+ENV, KW = ROOM_ENV, ROOM_KW
+OBS_NORM, SCALER = room_obs_normalizer(), room_action_scaler()
+_eval_env, _train_envs, _success = room_eval_env, room_train_envs, room_success
 
 
 def test_residual_ppo_corrects_a_biased_base(tmp_path):
     torch.set_num_threads(1)
     base = biased_pd_base()
     base_success = _success(base)
-    agent = ResidualPPOAgent(8, 2, obs_normalizer=OBS_NORM, action_scaler=SCALER, base=base, hidden=[64, 64],
-                             critic_hidden=[64, 64], residual_scale=1.0, actor_lr=1e-3, gamma=0.95, gae_lambda=0.9,
-                             n_epochs=10, batch_size=1600, seed=0)
+    agent = ResidualPPOAgent(8, 2, obs_normalizer=OBS_NORM, action_scaler=SCALER, base=base, seed=0, **ROOM_PPO_AGENT)
     assert _success(agent.policy) == base_success  # zero-initialised residual: exactly the base
-    cfg = OnPolicyConfig(iterations=16, steps_per_iter=100, num_envs=32, eval_every=16, eval_episodes=20, eval_envs=10,
-                         checkpoint_every=16, progress=False)
+    cfg = OnPolicyConfig(**ROOM_PPO_SCHEDULE, eval_every=16, eval_episodes=20, eval_envs=10, checkpoint_every=16,
+                         progress=False)
     summary = OnPolicyTrainer(agent, tmp_path / "ppo", cfg, make_train_envs=_train_envs(32, 0),
                               make_eval_env=_eval_env, seed=0).fit()
     assert base_success <= 0.1
@@ -88,9 +51,7 @@ def test_residual_ppo_corrects_a_biased_base(tmp_path):
 
 
 def _offpolicy_agent(**kw) -> ResidualOffPolicyAgent:
-    args = dict(obs_normalizer=OBS_NORM, action_scaler=SCALER, base=biased_pd_base(), hidden=[64, 64],
-                critic_hidden=[128, 128], num_critics=4, residual_scale=1.0, actor_lr=1e-3, critic_lr=1e-3, gamma=0.95,
-                explore_std=0.3, base_noise_steps=100, base_noise_std=0.3, critic_warmup_updates=200, seed=0)
+    args = dict(obs_normalizer=OBS_NORM, action_scaler=SCALER, base=biased_pd_base(), seed=0, **ROOM_OFFPOLICY_AGENT)
     return ResidualOffPolicyAgent(8, 2, **{**args, **kw})
 
 
@@ -149,9 +110,8 @@ def test_offpolicy_exploration_phases_base_noise_then_progressive():
 def test_offpolicy_residual_sac_corrects_a_biased_base(tmp_path):
     torch.set_num_threads(1)
     agent = _offpolicy_agent(actor="sac")
-    cfg = TrainerConfig(offline_steps=0, online_steps=1500, batch_size=128, n_step=3, eval_every=1500,
-                        eval_episodes=20, eval_envs=10, checkpoint_every=1500, num_envs=4, online_warmup_steps=100,
-                        utd=2, offline_ratio=0.0, progress=False)
+    cfg = TrainerConfig(offline_steps=0, **ROOM_OFFPOLICY_SCHEDULE, eval_every=1500, eval_episodes=20, eval_envs=10,
+                        checkpoint_every=1500, progress=False)
     trainer = Trainer(agent, tmp_path / "sac", cfg, offline_buffer=None, make_eval_env=_eval_env,
                       make_train_envs=_train_envs(4, 0), seed=0, gamma=0.95)
     base_success = _success(agent.policy)
