@@ -13,7 +13,11 @@
    the per-connection quarantine). Reported with the server's rejection counters. Each
    mode runs with the flooder at nice 0 and 19 on all CPUs, then ``_pinned``: the flooder
    on the last CPU, the server and the client pinned to the others (an attacker whose
-   junk reaches the socket but who cannot take the bridge's CPU time).
+   junk reaches the socket but who cannot take the bridge's CPU time); then ``_rt``: the
+   flooder at nice 0 on all CPUs while the server runs with ``rt_priority=50`` (SCHED_FIFO,
+   :mod:`robotrl.real_robot.rt`) and this client's threads at SCHED_FIFO 40, as a robot
+   computer runs its control path (only where the process may use SCHED_FIFO: root or
+   CAP_SYS_NICE).
 4. Control-loop jitter (lateness of each tick's start, s) at 50 Hz and 100 Hz over the
    bridge with an MLP-sized policy.
 5. Split of one step round trip (``split``, µs, medians, timed in this process with the
@@ -91,6 +95,8 @@ FLOOD = """
 import os, sys, time, zmq
 ctx = zmq.Context()
 endpoint, mode, nice, cpus = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if hasattr(os, "sched_setscheduler"):  # never inherit the measuring client's SCHED_FIFO: the attacker is ordinary
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 os.nice(nice)
 if cpus:
     os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
@@ -151,6 +157,20 @@ def _pin(pid: int, cpus: set[int]) -> None:
     """Restrict every thread of process ``pid`` (libzmq's I/O threads included) to ``cpus`` (Linux)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(tid), cpus)
+
+
+def _fifo_allowed() -> bool:
+    probe = "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))"
+    return hasattr(os, "sched_setscheduler") and subprocess.run([sys.executable, "-c", probe]).returncode == 0
+
+
+def _fifo(pid: int, priority: int | None) -> None:
+    """Every thread of process ``pid`` under SCHED_FIFO at ``priority`` (None: back to SCHED_OTHER)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        if priority is None:
+            os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+        else:
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
 
 
 def bridge(client: RobotClient, n: int) -> tuple[dict, int]:
@@ -334,11 +354,22 @@ def main() -> None:
                 finally:
                     _pin(os.getpid(), old)
                     _pin(srv.proc.pid, old)
-            res["flood_summary"] = {k: {"p50_ms": v["step"]["p50_ms"], "p99_ms": v["step"]["p99_ms"],
-                                        "p99_target_2ms_met": v["step"]["p99_ms"] < 2.0}
-                                    for k, v in res.items() if k.startswith("flood_") and isinstance(v, dict) and "step" in v}
             for rate in (50.0, 100.0):
                 res[f"loop_{int(rate)}hz"] = jitter(c, rate, args.seconds)
+    if _fifo_allowed():  # as deployed on a robot computer: server SCHED_FIFO 50, the client 40 (rt_priority)
+        with ServerProcess(key, ["robot.realtime=false", "robot.safety.watchdog_s=1.0", "rt_priority=50"]) as srv:
+            _fifo(os.getpid(), 40)
+            try:
+                with RobotClient(srv.endpoint, load_key(key), link_timeout_s=5.0) as c:
+                    c.hello()
+                    res["bridge_step_rt"], _ = bridge(c, args.n)
+                    for mode in ("64k", "1k", "1k_churn"):
+                        res[f"flood_{mode}_rt"] = under_flood(c, args.n, mode, 0)
+            finally:
+                _fifo(os.getpid(), None)
+    res["flood_summary"] = {k: {"p50_ms": v["step"]["p50_ms"], "p99_ms": v["step"]["p99_ms"],
+                                "p99_target_2ms_met": v["step"]["p99_ms"] < 2.0}
+                            for k, v in res.items() if k.startswith("flood_") and isinstance(v, dict) and "step" in v}
     res["split"] = split()
     res["bridge_only_p50_ms"] = res["bridge_step"]["p50_ms"] - res["split"]["robot_step_us"] / 1000
     res["ratio_bridge_only_p50"] = res["bridge_only_p50_ms"] / res["bare_zmq_req_rep"]["p50_ms"]

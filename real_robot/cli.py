@@ -10,7 +10,8 @@ recorded episodes are kept).
 ``robot-server`` settings of the bridge's hardening (``configs/robot_server.yaml``): ``robot_id`` (default ``<robot name>@<endpoint>``),
 ``latch_file`` (default ``<key_file>.estop``), ``deadline_periods`` (default 2),
 ``lease_timeout_s`` (default max(1 s, 10 watchdog periods)), ``max_request_bytes``
-(default 4096).
+(default 4096), ``rt_priority`` (default null: ordinary scheduling; 1–99: ``SCHED_FIFO``,
+:mod:`robotrl.real_robot.rt`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def run_server(cfg: DictConfig) -> int:
     from robotrl.real_robot.protocol import Limits, key_fingerprint
     from robotrl.real_robot.server import RobotServer, check_endpoint
 
+    from robotrl.real_robot.rt import set_rt_priority
+
+    sched = set_rt_priority(cfg.get("rt_priority"))  # before any ZeroMQ context: its I/O threads inherit it
     robot_cfg = OmegaConf.to_container(cfg.robot, resolve=True)
     check_endpoint(cfg.endpoint, bool(cfg.allow_remote))
     key = _key(cfg)
@@ -91,7 +95,7 @@ def run_server(cfg: DictConfig) -> int:
         print(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
               f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms, step deadline {server.horizon_s * 1000:.0f} ms); "
               f"robot_id {server.robot_id!r}, epoch {server.epoch}, key fingerprint {key_fingerprint(key)}, "
-              f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''}", flush=True)
+              f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''}, scheduling {sched}", flush=True)
         try:
             server.serve(lambda: stop["flag"])
         except RobotConnectionError as exc:
@@ -120,7 +124,9 @@ def run_deploy(cfg: DictConfig) -> dict:
     from robotrl.real_robot.export import load_deploy_policy
     from robotrl.real_robot.protocol import Limits
     from robotrl.real_robot.recording import record_dataset
+    from robotrl.real_robot.rt import set_rt_priority
 
+    set_rt_priority(cfg.get("rt_priority"))  # before the client's ZeroMQ context and the inference thread
     key = _key(cfg)
     policy = load_deploy_policy(cfg.checkpoint, cfg.backend)
     client = RobotClient(cfg.endpoint, key, timeout_s=1.0, link_timeout_s=float(cfg.link_timeout_s),

@@ -142,6 +142,10 @@ def _bridge(doc: dict, name: str) -> list[dict]:
     for key in sorted(k for k in doc if k.startswith("flood_") and isinstance(doc[k], dict) and "step" in doc[k]):
         f = doc[key]
         what = f"{f['mode']} junk{', flooder at nice ' + str(f['flooder_nice']) if f.get('flooder_nice') else ''}"
+        if f.get("pinned"):
+            what += ", flooder pinned to its own CPU"
+        elif key.endswith("_rt"):
+            what += ", server and client at SCHED_FIFO (rt_priority)"
         rows.append(_row(f"bridge round trip p99 under an unauthenticated flood ({what})", f["step"]["p99_ms"],
                          "pyzmq (no flood)", z["p99_ms"], "ms", f["step"]["p99_ms"] / z["p99_ms"],
                          target=2.0, higher=False, target_on="ours", check=False))
