@@ -15,7 +15,12 @@ Modes: ``human``: a scripted "human" (P-D controller to the goal) takes over eve
 ``--every``-th episode; its steps enter the demonstration buffer and the learner samples
 half of each batch from it (RLPD/HIL-SERL 50/50). ``demos``: no human; the learner starts
 with 20 episodes of the same controller's demonstrations (RLPD 50/50). ``none``: no human,
-no demonstrations (``offline_ratio=0``).
+no demonstrations (``offline_ratio=0``). ``pretrained``: offline-pretrained then online: the
+same 20 demonstrations, ``--pretrain-steps`` Cal-QL updates on them in the learner before the
+actor starts, then SAC online (WSRL's switch) with the demonstrations kept at 50/50; its
+"before" is the pretrained policy, and the pretraining time is reported apart
+(``learner_start_s``). ``--paced``: the actor's twin keeps to wall-clock time (real-time
+pacing, as a physical robot); unpaced, only the actor's loop sets the rate.
 
 Task: PointMaze twin; ``--maze open`` is a 2×2 room without inner walls (``maze_map``
 override), ``--reward dense`` gymnasium-robotics' ``exp(-distance)`` reward; success = the
@@ -40,7 +45,10 @@ from robotrl.real_robot.online_eval import LEARNER, MAZES, evaluate_trial, run_t
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--modes", nargs="+", default=["human", "demos", "none"], choices=["human", "demos", "none"])
+    p.add_argument("--modes", nargs="+", default=["human", "demos", "none", "pretrained"],
+                   choices=["human", "demos", "none", "pretrained"])
+    p.add_argument("--pretrain-steps", type=int, default=1000, help="offline Cal-QL updates of mode pretrained")
+    p.add_argument("--paced", action="store_true", help="the actor's twin keeps to wall-clock time")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--episodes", type=int, default=40)
     p.add_argument("--max-steps", type=int, default=150)
@@ -61,9 +69,9 @@ def main(argv: list[str] | None = None) -> dict:
     a = p.parse_args(argv)
     seeds = list(range(10_000, 10_000 + a.eval_seeds))
     path = Path(a.out) if Path(a.out).is_absolute() else RESULTS_DIR / a.out
-    planned = {(m, s) for m in a.modes for s in a.seeds}
+    planned = {(m, s, a.paced) for m in a.modes for s in a.seeds}
     prev = json.loads(path.read_text()) if a.merge and path.exists() else {}
-    runs = [r for r in prev.get("runs", []) if (r["mode"], r["seed"]) not in planned]
+    runs = [r for r in prev.get("runs", []) if (r["mode"], r["seed"], r.get("paced", False)) not in planned]
     commands = [*prev.get("commands", []), command_line()]
     out: dict = {}
     for mode in a.modes:
@@ -71,11 +79,13 @@ def main(argv: list[str] | None = None) -> dict:
             with tempfile.TemporaryDirectory(prefix="bench-online-") as d:
                 r = run_twin_trial(Path(d), mode=mode, seed=seed, episodes=a.episodes, max_steps=a.max_steps,
                                    rate=a.rate, upt=a.upt, push_s=a.push, every=a.every, maze=a.maze, reward=a.reward,
-                                   hidden=a.hidden, batch=a.batch, warmup=a.warmup, learner_overrides=a.learner)
+                                   hidden=a.hidden, batch=a.batch, warmup=a.warmup, learner_overrides=a.learner,
+                                   pretrain_steps=a.pretrain_steps, paced=a.paced)
                 ev = evaluate_trial(r, maze=a.maze, reward=a.reward, max_steps=a.max_steps, seeds=seeds,
                                     every_s=a.eval_every)
             s, st = r["summary"], r["status"]
-            runs.append({"mode": mode, "seed": seed, "wall_s": round(r["wall_s"], 1), "actor_s": round(r["actor_s"], 1),
+            runs.append({"mode": mode, "seed": seed, "paced": a.paced, "wall_s": round(r["wall_s"], 1),
+                         "actor_s": round(r["actor_s"], 1), "learner_start_s": round(r["learner_start_s"], 1),
                          "episodes": s["episodes"], "steps": s["steps"],
                          "interventions": int(sum(s["interventions_per_episode"])), "updates": st["updates"],
                          "versions": st["version"], "success_before": ev["before"]["success"],
@@ -97,14 +107,14 @@ def table(runs: list[dict], level: float = 0.8) -> str:
 
     rows = [f"| mode | seeds | success before | success after | minutes to ≥ {level:.0%} | wall min | updates |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for mode in ("human", "demos", "none"):
-        rs = [r for r in runs if r["mode"] == mode]
+    for mode, paced in [(m, p) for p in (False, True) for m in ("human", "demos", "none", "pretrained")]:
+        rs = [r for r in runs if r["mode"] == mode and r.get("paced", False) == paced]
         if not rs:
             continue
         hit = [next((c["minutes"] for c in r["curve"] if c["success"] >= level), None) for r in rs]
         reached = [h for h in hit if h is not None]
         t = f"{statistics.median(reached):.1f} ({len(reached)}/{len(rs)})" if reached else "-"
-        rows.append(f"| {mode} | {len(rs)} | {statistics.mean(r['success_before'] for r in rs):.2f} | "
+        rows.append(f"| {mode}{' (paced)' if paced else ''} | {len(rs)} | {statistics.mean(r['success_before'] for r in rs):.2f} | "
                     f"{statistics.mean(r['success_after'] for r in rs):.2f} | {t} | "
                     f"{statistics.mean(r['wall_s'] for r in rs) / 60:.1f} | "
                     f"{statistics.mean(r['updates'] for r in rs):.0f} |")

@@ -126,6 +126,11 @@ def build_learner(cfg: DictConfig):
         from robotrl.warmstart import warm_start
 
         warm_start(agent, cfg.init_from, list(cfg.init_parts) if cfg.init_parts else None)
+    offline_steps = int(t.get("offline_steps") or 0)
+    if not resumed and offline_steps > 0:
+        learner.pretrain(offline_steps)
+    elif resumed and learner.pretrain_updates > 0 and hasattr(agent, "start_online"):
+        agent.start_online()  # the update rule of the online phase (e.g. SAC after Cal-QL)
     return learner, resumed, key
 
 

@@ -154,9 +154,10 @@ def _status(run_dir: Path) -> dict:
         return {}
 
 
-def robot_overrides(maze: str, reward: str, max_steps: int) -> list[str]:
-    """Hydra overrides of the twin (learner and actor): PointMaze, unpaced, ``maze`` map, ``reward`` type."""
-    out = ["robot.task=pointmaze-umaze", "robot.realtime=false", f"robot.max_episode_steps={max_steps}"]
+def robot_overrides(maze: str, reward: str, max_steps: int, paced: bool = False) -> list[str]:
+    """Hydra overrides of the twin (learner and actor): PointMaze, ``maze`` map, ``reward`` type; ``paced``: the
+    twin keeps to wall-clock time (real-time pacing, as a physical robot), else it steps as fast as asked."""
+    out = ["robot.task=pointmaze-umaze", f"robot.realtime={str(bool(paced)).lower()}", f"robot.max_episode_steps={max_steps}"]
     if MAZES[maze] is not None:
         out.append(f"+robot.env_kwargs.maze_map={json.dumps(MAZES[maze]).replace(' ', '')}")
     if reward == "dense":
@@ -178,7 +179,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
                    rate: float = 100.0, upt: float = 1.0, push_s: float = 1.0, every: int = 2, maze: str = "open",
                    reward: str = "dense", hidden: int = 64, batch: int = 128, warmup: int = 500,
                    learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0,
-                   demo_episodes: int = 20) -> dict:
+                   demo_episodes: int = 20, pretrain_steps: int = 1000, paced: bool = False) -> dict:
     """One short online run on the PointMaze twin: a ``robotrl learner`` and a ``robotrl actor`` process.
 
     Args:
@@ -188,10 +189,15 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
             ``every``-th episode, its steps also enter the demonstration buffer, batches are
             half demonstrations (``offline_ratio`` 0.5); ``"demos"``: no human, the learner starts
             with ``demo_episodes`` controller demonstrations (:func:`record_controller_demos`),
-            ``offline_ratio`` 0.5; ``"none"``: no human, no demonstrations, ``offline_ratio`` 0.
+            ``offline_ratio`` 0.5; ``"none"``: no human, no demonstrations, ``offline_ratio`` 0;
+            ``"pretrained"``: offline-pretrained then online: the same demonstrations, ``pretrain_steps``
+            Cal-QL updates on them in the learner before the actor starts (``trainer.offline_steps``), then
+            SAC online (``online_algo=sac``) with the demonstrations kept at ``offline_ratio`` 0.5.
         seed: learner seed; the actor's reset seeds start at ``1000 · seed``.
         episodes, max_steps: actor episodes and their step limit (also the twin's time limit).
-        rate: actor control rate (Hz; the twin itself unpaced).
+        rate: actor control rate (Hz).
+        paced: the actor's twin keeps to wall-clock time (``robot.realtime=true``); else it is unpaced and
+            only the actor's loop sets the rate.
         upt: learner updates per transition received.
         push_s: weights push period (s).
         maze, reward: :data:`MAZES` key and ``"dense"``/``"sparse"`` (the twin's reward).
@@ -201,6 +207,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
 
     Returns:
         ``{"run_dir", "weights_dir", "t0" (wall clock at the actor's start, s), "actor_s", "wall_s",
+        "learner_start_s" (learner launch to ready: start-up plus any offline pretraining, s),
         "summary" (the actor's), "status" (the learner's last)}``.
 
     Raises:
@@ -210,27 +217,33 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     key = write_key_file(work / "online.key")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MINARI_DATASETS_PATH": str(work / "minari")}
     robot = robot_overrides(maze, reward, max_steps)
+    actor_robot = robot_overrides(maze, reward, max_steps, paced)
     run_dir, actor_dir, wdir = work / "learner", work / "actor", work / "pushed"
     h = f"[{hidden},{hidden}]"
     demos = []
-    if mode == "demos":
+    if mode in ("demos", "pretrained"):
         path = record_controller_demos(work / "minari" / "demos", episodes=demo_episodes, max_steps=max_steps,
                                        maze=maze, reward=reward, seed=10 ** 6 + seed * 1000)
         demos = [f"demos={path}"]
     learner_args = ["learner", f"key_file={key}", *robot, "endpoint=tcp://127.0.0.1:0", f"run_dir={run_dir}",
-                    f"ready_file={work / 'learner.ready'}", "agent=sac", "agent.model.num_critics=2",
+                    f"ready_file={work / 'learner.ready'}", f"agent={'calql' if mode == 'pretrained' else 'sac'}",
+                    "agent.model.num_critics=2",
                     f"agent.model.hidden={h}", f"agent.model.critic_hidden={h}", f"trainer.batch_size={batch}",
                     f"trainer.online_warmup_steps={warmup}", f"trainer.updates_per_transition={upt}",
                     f"trainer.offline_ratio={0.0 if mode == 'none' else 0.5}", *demos, f"push_period_s={push_s}",
                     "checkpoint_every_s=10", f"pushed_weights_dir={wdir}", f"seed={seed}", *learner_overrides]
+    if mode == "pretrained":
+        learner_args += ["agent.model.online_algo=sac", f"trainer.offline_steps={pretrain_steps}"]
+    t_launch = time.time()
     learner = _cli(learner_args, work / "learner.log", env)
-    end = time.monotonic() + 120
+    end = time.monotonic() + 120 + (pretrain_steps / 20 if mode == "pretrained" else 0)
     while not (work / "learner.ready").exists():
         if learner.poll() is not None or time.monotonic() > end:
             raise RuntimeError(f"learner did not start: {(work / 'learner.log').read_text()[-2000:]}")
         time.sleep(0.1)
     endpoint = json.loads((work / "learner.ready").read_text())["endpoint"]
-    actor_args = ["actor", f"key_file={key}", *robot, f"learner={endpoint}", f"episodes={episodes}",
+    learner_start_s = time.time() - t_launch  # start-up, and the offline pretraining of mode "pretrained"
+    actor_args = ["actor", f"key_file={key}", *actor_robot, f"learner={endpoint}", f"episodes={episodes}",
                   f"max_steps={max_steps}", f"rate_hz={rate}", f"work_dir={actor_dir}", f"seed={1000 * seed}",
                   f"teleop={'scripted' if mode == 'human' else 'none'}", f"scripted.every={every}", "scripted.start=0",
                   f"scripted.length={max_steps}", f"dataset_id=robot/bench/online-{mode}-{seed}-v0"]
@@ -255,7 +268,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     summary = json.loads((actor_dir / "summary.json").read_text())
     st = _status(run_dir)
     return {"run_dir": run_dir, "weights_dir": wdir, "t0": t0, "actor_s": t_actor, "wall_s": time.time() - t0,
-            "summary": summary, "status": st}
+            "learner_start_s": learner_start_s, "summary": summary, "status": st}
 
 
 def evaluate_trial(r: dict, *, maze: str, reward: str, max_steps: int, seeds: list[int], every_s: float) -> dict:

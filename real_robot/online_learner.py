@@ -94,6 +94,7 @@ class OnlineLearner:
         self.durable: dict[str, int] = {}
         self.version = 0
         self.updates = 0
+        self.pretrain_updates = 0
         self.ingested = 0
         self.interventions = 0
         self._in_takeover: dict[str, bool] = {}
@@ -120,6 +121,7 @@ class OnlineLearner:
                "online_rng": self.online.rng.bit_generator.state,
                "dedup": self.dedup.state(), "slots": dict(self.slots), "version": self.version,
                "updates": self.updates, "step": self.updates, "ingested": self.ingested,
+               "pretrain_updates": self.pretrain_updates,
                "interventions": self.interventions, "episode_log": list(self.episode_log),
                "open_episodes": {k: (-1 if v is None else v) for k, v in self._open_ep.items()}}
         if self.demos is not None:
@@ -169,6 +171,7 @@ class OnlineLearner:
                 raise CheckpointError(f"{vfile} is damaged; delete it only if no actor ran with this learner's "
                                       "weights (versions could repeat)") from None
         self.ingested, self.interventions = int(s["ingested"]), int(s["interventions"])
+        self.pretrain_updates = int(s.get("pretrain_updates", 0))
         self.episode_log = list(s.get("episode_log", []))
         self._open_ep = {str(k): (None if int(v) < 0 else int(v)) for k, v in s.get("open_episodes", {}).items()}
         # the actors' episodes in progress continue where the checkpoint left them (resent rows link on)
@@ -284,6 +287,39 @@ class OnlineLearner:
             return True
         return self.updates < (self.ingested - self.warmup + 1) * self.updates_per_transition
 
+    def pretrain(self, steps: int) -> dict:
+        """Offline pretraining before any actor connects: ``steps`` agent updates on demonstration batches alone.
+
+        Offline-pretrained then online in one learner (as WSRL/ConRFT run it): e.g. ``agent=calql
+        agent.model.online_algo=sac``, then the agent's :meth:`start_online` switches the update rule. The
+        online counters (``updates``, the UTD schedule) start at 0 afterwards; the pretrained weights are pushed
+        as the first version and checkpointed, so a resumed learner does not pretrain again.
+
+        Args:
+            steps: offline updates, each on ``utd · B`` demonstration transitions.
+
+        Returns:
+            the last update's metrics.
+
+        Raises:
+            ConfigError: no demonstrations, or fewer than one batch of them.
+        """
+        n = self.utd * self.batch_size
+        if self.demos is None or self.demos.size < n:
+            have = 0 if self.demos is None else self.demos.size
+            raise ConfigError(f"offline pretraining (trainer.offline_steps={steps}) needs demonstrations: {have} held, "
+                              f"a batch takes {n}; pass demos=<Minari id or path> or set trainer.offline_steps=0")
+        m: dict = {}
+        for i in range(int(steps)):
+            m = self.agent.update(self.demos.sample(n), i)
+        self.pretrain_updates = int(steps)
+        if hasattr(self.agent, "start_online"):
+            self.agent.start_online()
+        self._policy_changed = True
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint()
+        return m
+
     def update(self) -> dict:
         """One agent update on a mixed batch of ``utd · B`` transitions."""
         batch = self.sampler.sample(self.utd * self.batch_size, step=self.updates)
@@ -338,6 +374,7 @@ class OnlineLearner:
         """Counters (JSON-able), also written to ``run_dir/status.json``."""
         return {"ingested": self.ingested, "online": self.online.size, "demos": self.demos.size if self.demos else 0,
                 "interventions": self.interventions, "updates": self.updates, "version": self.version,
+                "pretrain_updates": self.pretrain_updates,
                 "duplicates": self.dedup.duplicates, "durable": dict(self.durable),
                 "have": {a: self.dedup.have(a) for a in self.dedup.last}, "episodes": len(self.episode_log),
                 "actors": sorted(self.slots), "rejected": dict(self.ep.auth.rejected), "endpoint": self.ep.endpoint,
