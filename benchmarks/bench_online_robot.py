@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--modes", nargs="+", default=["human", "demos", "none", "pretrained"],
                    choices=["human", "demos", "none", "pretrained"])
     p.add_argument("--pretrain-steps", type=int, default=1000, help="offline Cal-QL updates of mode pretrained")
-    p.add_argument("--paced", action="store_true", help="the actor's twin keeps to wall-clock time")
+    p.add_argument("--paced", action="store_true", help="the actor's twin keeps to wall-clock time (every mode)")
+    p.add_argument("--paced-modes", nargs="*", default=[], choices=["human", "demos", "none", "pretrained"],
+                   help="modes run a second time with the paced twin (after the --modes runs)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--episodes", type=int, default=40)
     p.add_argument("--max-steps", type=int, default=150)
@@ -69,22 +71,23 @@ def main(argv: list[str] | None = None) -> dict:
     a = p.parse_args(argv)
     seeds = list(range(10_000, 10_000 + a.eval_seeds))
     path = Path(a.out) if Path(a.out).is_absolute() else RESULTS_DIR / a.out
-    planned = {(m, s, a.paced) for m in a.modes for s in a.seeds}
+    plan = [(m, a.paced) for m in a.modes] + [(m, True) for m in a.paced_modes if not a.paced]
+    planned = {(m, s, paced) for m, paced in plan for s in a.seeds}
     prev = json.loads(path.read_text()) if a.merge and path.exists() else {}
     runs = [r for r in prev.get("runs", []) if (r["mode"], r["seed"], r.get("paced", False)) not in planned]
     commands = [*prev.get("commands", []), command_line()]
     out: dict = {}
-    for mode in a.modes:
+    for mode, paced in plan:
         for seed in a.seeds:
             with tempfile.TemporaryDirectory(prefix="bench-online-") as d:
                 r = run_twin_trial(Path(d), mode=mode, seed=seed, episodes=a.episodes, max_steps=a.max_steps,
                                    rate=a.rate, upt=a.upt, push_s=a.push, every=a.every, maze=a.maze, reward=a.reward,
                                    hidden=a.hidden, batch=a.batch, warmup=a.warmup, learner_overrides=a.learner,
-                                   pretrain_steps=a.pretrain_steps, paced=a.paced)
+                                   pretrain_steps=a.pretrain_steps, paced=paced)
                 ev = evaluate_trial(r, maze=a.maze, reward=a.reward, max_steps=a.max_steps, seeds=seeds,
                                     every_s=a.eval_every)
             s, st = r["summary"], r["status"]
-            runs.append({"mode": mode, "seed": seed, "paced": a.paced, "wall_s": round(r["wall_s"], 1),
+            runs.append({"mode": mode, "seed": seed, "paced": paced, "wall_s": round(r["wall_s"], 1),
                          "actor_s": round(r["actor_s"], 1), "learner_start_s": round(r["learner_start_s"], 1),
                          "episodes": s["episodes"], "steps": s["steps"],
                          "interventions": int(sum(s["interventions_per_episode"])), "updates": st["updates"],

@@ -293,7 +293,22 @@ def _qlearning_learning(doc: dict, name: str) -> list[dict]:
     return [{**_meta(doc, name), "task": task, "metric": "return", "budgets": sorted(int(s) for s in steps), "runs": runs}]
 
 
+def _online_robot(doc: dict, name: str) -> list[dict]:
+    """``bench_online_robot.py``: success before / after a short online run on the twin, per mode (a method each;
+    ``(paced)``: the twin kept to wall-clock time). Curves: ``[0, before]`` and ``[robot env steps, after]``."""
+    runs = []
+    for r in doc["runs"]:
+        method = f"{r['mode']}{' (paced)' if r.get('paced') else ''}"
+        runs.append({"method": method, "family": r["mode"], "peer": False, "seed": r["seed"],
+                     "offline_score": r["success_before"],
+                     "curve": [[0, r["success_before"]], [int(r["steps"]), r["success_after"]]], "wall_s": r["wall_s"]})
+    return [{**_meta(doc, name), "task": "PointMaze twin, online RL through real actor and learner processes",
+             "metric": "success", "budgets": [], "runs": runs}]
+
+
 def _detect(doc: dict):
+    if doc.get("benchmark") == "online_robot" and isinstance(doc.get("runs"), list):
+        return _online_robot
     if is_learning(doc) and doc["runs"] and isinstance(doc["runs"][0], dict) and "curve" in doc["runs"][0]:
         return "learning"
     if is_learning(doc) and not doc["runs"]:

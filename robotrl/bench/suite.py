@@ -186,6 +186,10 @@ FULL = [
     Task("online_link", "throughput", ("benchmarks/bench_online_link.py", "--n", "20000", "--pushes", "50",
                                        "--out", "online_link_i16.json"),
          f"{R}/online_link_i16.json", note="actor -> learner transitions/s and weight-push latency vs bare pyzmq"),
+    Task("online_robot", "learning", ("benchmarks/bench_online_robot.py", "--seeds", "0", "1", "2", "--paced-modes",
+                                      "human", "pretrained", "--out", "online_robot.json"),
+         f"{R}/online_robot.json", note="online RL on the PointMaze twin through real actor and learner processes: "
+                                        "scripted human, demonstrations, neither, offline-pretrained; paced and unpaced"),
 ]
 
 _TIERS = {"quick": QUICK, "full": FULL}
