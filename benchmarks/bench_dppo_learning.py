@@ -173,16 +173,7 @@ def pretrain(data, seed: int, updates: int, out: Path) -> tuple[Path, Path, floa
     return dp, bp, time.time() - t
 
 
-def run_curve(run_dir: Path) -> list[list[float]]:
-    """``[[env steps, return, training wall s], ...]`` of a finished run's evaluations (its ``report.json``)."""
-    import json
-
-    hist = json.loads((Path(run_dir) / "report.json").read_text())["history"]
-    return [[h["step"], h["return_mean"], h.get("train_wall_s", float("nan"))] for h in hist]
-
-
-def fine_tune(kind: str, data, init: Path, seed: int, env_steps: int, run_dir: Path, dppo_args: dict | None = None,
-              eval_every: int = 10**6, eval_episodes: int = 10) -> dict:
+def fine_tune(kind: str, data, init: Path, seed: int, env_steps: int, run_dir: Path, dppo_args: dict | None = None) -> dict:
     on, sc = normalizers(data)
     torch.manual_seed(seed)
     if kind == "dppo":
@@ -197,16 +188,15 @@ def fine_tune(kind: str, data, init: Path, seed: int, env_steps: int, run_dir: P
         chunk, T = 1, 2 * (HORIZON + 1)
     agent.load_pretrained(str(init))
     before = score(agent.policy)
-    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=N_ENVS, eval_every=eval_every,
-                         eval_episodes=eval_episodes, eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps,
-                         progress=False)
+    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=N_ENVS, eval_every=10**6, eval_episodes=10,
+                         eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps, progress=False)
     t = time.time()
     summary = OnPolicyTrainer(agent, run_dir, cfg, make_train_envs=train_envs(chunk, seed), make_eval_env=eval_env,
                               seed=seed).fit()
     wall = time.time() - t
     after = score(agent.policy)
     return {"pretrained": before, "finetuned": after, "env_steps": summary["online_steps"],
-            "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1), "curve": run_curve(run_dir)}
+            "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1)}
 
 
 def sb3_ppo(seed: int, env_steps: int) -> dict:

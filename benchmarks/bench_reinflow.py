@@ -17,10 +17,7 @@ residual MLP, K=5) and a flow policy (same network, K=4 Euler steps) are behavio
 the same updates, batch and lr; DPPO fine-tunes with ``bench_dppo_learning.DPPO_ARGS`` and
 ReinFlow with ``REINFLOW_ARGS`` (ReinFlowAgent's defaults = the ReinFlow Gym reference, with the
 same task-size changes as DPPO's). Reported: pretrained and fine-tuned returns, fine-tuning
-wall time (training only, evaluation excluded), the ReinFlow / DPPO wall-time ratio, and the
-issue's figure: ReinFlow's training seconds until its return first reaches DPPO's final return,
-over DPPO's training seconds (both on the trainers' own evaluations every ``--eval-every``
-iterations, ``--eval-episodes`` episodes; ``None`` where never reached; target ≤ 0.3).
+wall time (training only, evaluation excluded), and ReinFlow / DPPO wall-time ratio.
 
 Usage (single torch thread; run niced and never beside another timing benchmark)::
 
@@ -157,8 +154,7 @@ def pretrain(B, data, seed: int, updates: int, out: Path) -> tuple[Path, Path, f
     return paths[0], paths[1], secs[0], secs[1]
 
 
-def fine_tune_reinflow(B, data, init: Path, seed: int, env_steps: int, run_dir: Path, overrides: dict,
-                       eval_every: int = 10**6, eval_episodes: int = 10) -> dict:
+def fine_tune_reinflow(B, data, init: Path, seed: int, env_steps: int, run_dir: Path, overrides: dict) -> dict:
     from robotrl.agents.reinflow import ReinFlowAgent
     from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 
@@ -171,23 +167,15 @@ def fine_tune_reinflow(B, data, init: Path, seed: int, env_steps: int, run_dir: 
     agent = ReinFlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, **net, **kw, seed=seed)
     agent.load_pretrained(str(init))
     before = B.score(agent.policy)
-    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=B.N_ENVS, eval_every=eval_every,
-                         eval_episodes=eval_episodes, eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps,
-                         progress=False)
+    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=B.N_ENVS, eval_every=10**6, eval_episodes=10,
+                         eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps, progress=False)
     t = time.time()
     summary = OnPolicyTrainer(agent, run_dir, cfg, make_train_envs=B.train_envs(4, seed), make_eval_env=B.eval_env,
                               seed=seed).fit()
     wall = time.time() - t
     after = B.score(agent.policy)
     return {"pretrained": before, "finetuned": after, "env_steps": summary["online_steps"],
-            "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1), "args": kw,
-            "curve": B.run_curve(run_dir)}
-
-
-def time_to_return(curve: list[list[float]], target: float) -> float | None:
-    """Training wall seconds at the first evaluation of ``curve`` (``[[steps, return, wall s], ...]``) whose return
-    reaches ``target``; ``None`` if none does."""
-    return next((c[2] for c in curve if c[1] >= target), None)
+            "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1), "args": kw}
 
 
 def _parse_overrides(items: list[str]) -> dict:
@@ -220,17 +208,8 @@ def learning(args) -> dict:
     for seed in args.seeds:
         dp, fp, dsec, fsec = pretrain(B, data, seed, args.bc_updates, work / f"pre{seed}")
         print(f"seed {seed}: pretrained diffusion {dsec:.0f} s, flow {fsec:.0f} s", flush=True)
-        ev = dict(eval_every=args.eval_every, eval_episodes=args.eval_episodes)
-        d = B.fine_tune("dppo", data, dp, seed, args.env_steps, work / f"dppo{seed}", dict(B.DPPO_ARGS), **ev)
-        r = fine_tune_reinflow(B, data, fp, seed, args.env_steps, work / f"rf{seed}", rf_over, **ev)
-        # time-to-DPPO's-final-return, on the trainers' own evaluation curves (same episodes for both)
-        target, dppo_wall = d["curve"][-1][1], d["curve"][-1][2]
-        t_rf = time_to_return(r["curve"], target)
-        r["time_to_dppo_final_s"], r["dppo_final_curve_return"] = t_rf, target
-        r["time_ratio_to_dppo_final"] = None if t_rf is None else t_rf / dppo_wall
-        if r["curve"][0][1] >= target:  # no race: DPPO ended below where ReinFlow started (unequal pretraining)
-            r["time_ratio_to_dppo_final"] = None
-            r["time_to_dppo_final_note"] = "ReinFlow's pretrained policy already at or above DPPO's final return"
+        d = B.fine_tune("dppo", data, dp, seed, args.env_steps, work / f"dppo{seed}", dict(B.DPPO_ARGS))
+        r = fine_tune_reinflow(B, data, fp, seed, args.env_steps, work / f"rf{seed}", rf_over)
         for method, res, sec in (("dppo", d, dsec), ("reinflow", r, fsec)):
             rows.append({"method": method, "seed": seed, "pretrain_s": round(sec, 1), **res})
             print(f"  {method:>8}: {res['pretrained']['return']:.2f} -> {res['finetuned']['return']:.2f} "
@@ -248,19 +227,12 @@ def learning(args) -> dict:
                                                                         for a, b in pairs)
     summary["reinflow_reaches_dppo_final_return_seeds"] = sum(a["finetuned"]["return"] >= b["finetuned"]["return"]
                                                               for a, b in pairs)
-    ratios = [a.get("time_ratio_to_dppo_final") for a, _ in pairs]
-    summary["time_to_dppo_final_ratio_per_seed"] = ratios  # None: never reached, or no race (see the run's note)
-    reached = [x for x in ratios if x is not None]
-    summary["time_to_dppo_final_ratio_iqm"] = B.iqm(reached) if reached else None
-    summary["time_to_dppo_final_seeds_measured"] = f"{len(reached)}/{len(ratios)}"
     print(summary)
     runs = [{"method": {"dppo": "DPPO", "reinflow": "ReinFlow"}[r["method"]], "family": r["method"], "peer": False,
              "seed": r["seed"], "offline_score": r["pretrained"]["return"],
              "curve": [[0, r["pretrained"]["return"]], [args.env_steps, r["finetuned"]["return"]]],
              "success_curve": [[0, r["pretrained"]["success_rate"]], [args.env_steps, r["finetuned"]["success_rate"]]],
              "wall_s": r["finetune_wall_s"]} for r in rows]
-    for run, r in zip(runs, rows):  # online wall time at each trainer evaluation (the plot's time axis)
-        run["wall_curve"] = [[c[0], c[2]] for c in r["curve"]]
     return learning_result("reinflow_learning", "PointMaze UMaze fixed goal, dense (DPPO benchmark task)", "return",
                            [args.env_steps], runs, setting={"bias": args.bias, "data_steps": args.data_steps,
                                                             "bc_updates": args.bc_updates, "dppo_args": B.DPPO_ARGS,
@@ -285,9 +257,6 @@ def main() -> None:
     lrn.add_argument("--bias", type=float, default=0.5)
     lrn.add_argument("--minari-root", default=None)
     lrn.add_argument("--reinflow", nargs="*", default=[], metavar="KEY=VALUE", help="ReinFlowAgent overrides")
-    lrn.add_argument("--eval-every", type=int, default=2, help="trainer evaluation every this many iterations "
-                     "(the curves of the time-to-DPPO's-final-return ratio)")
-    lrn.add_argument("--eval-episodes", type=int, default=30, help="episodes per trainer evaluation")
     lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
     for p in (lat, lrn):
         p.add_argument("--threads", type=int, default=1)
