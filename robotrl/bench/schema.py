@@ -170,20 +170,15 @@ def _bridge_compare(doc: dict, name: str) -> list[dict]:
 
 
 def _reinflow_latency(doc: dict, name: str) -> list[dict]:
-    """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager, traced and (where
-    measured) under ONNX Runtime."""
+    """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager and traced."""
     lat, rows = doc["latency"], []
-    names = {"": "", "_traced": " (traced)", "_onnx": " (ONNX Runtime)"}
-    for kind, label in names.items():
-        if f"ddim_5{kind}" not in lat:
-            continue  # results from before the ONNX Runtime rows
+    for kind in ("", "_traced"):
         ddim = lat[f"ddim_5{kind}"]["ms_median"]
         for k in (1, 2, 4):
-            if f"flow_{k}{kind}" not in lat:
-                continue
             v = lat[f"flow_{k}{kind}"]["ms_median"]
-            rows.append(_row(f"flow {k}-step chunk latency{label}, batch 1", v, f"DDIM-5{label}", ddim, "ms", v / ddim,
-                             higher=False, target=0.5 if k == 1 else None, target_on="ours"))
+            rows.append(_row(f"flow {k}-step chunk latency{' (traced)' if kind else ''}, batch 1", v,
+                             f"DDIM-5{' (traced)' if kind else ''}", ddim, "ms", v / ddim, higher=False,
+                             target=0.5 if k == 1 else None, target_on="ours"))
     return [{**_meta(doc, name), "rows": rows}]
 
 
