@@ -16,8 +16,11 @@ same eval: 3 seed sets x 50 episodes). Per seed a diffusion policy (DPPO's bench
 residual MLP, K=5) and a flow policy (same network, K=4 Euler steps) are behaviour-cloned with
 the same updates, batch and lr; DPPO fine-tunes with ``bench_dppo_learning.DPPO_ARGS`` and
 ReinFlow with ``REINFLOW_ARGS`` (ReinFlowAgent's defaults = the ReinFlow Gym reference, with the
-same task-size changes as DPPO's). Reported: pretrained and fine-tuned returns, fine-tuning
-wall time (training only, evaluation excluded), and ReinFlow / DPPO wall-time ratio.
+same task-size changes as DPPO's). ReinFlow starts from the flow BC snapshot whose return is closest to
+the diffusion BC policy's (equally good starting points; both scores recorded). Reported: pretrained and
+fine-tuned returns, per-iteration curves ``[env steps, train wall s, eval return]`` (evaluations excluded
+from the wall time), fine-tuning wall time, and per seed ReinFlow's time to DPPO's final return divided by
+DPPO's wall time (None: never reached), with its IQM over seeds.
 
 Usage (single torch thread; run niced and never beside another timing benchmark)::
 
