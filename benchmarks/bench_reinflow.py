@@ -16,8 +16,11 @@ same eval: 3 seed sets x 50 episodes). Per seed a diffusion policy (DPPO's bench
 residual MLP, K=5) and a flow policy (same network, K=4 Euler steps) are behaviour-cloned with
 the same updates, batch and lr; DPPO fine-tunes with ``bench_dppo_learning.DPPO_ARGS`` and
 ReinFlow with ``REINFLOW_ARGS`` (ReinFlowAgent's defaults = the ReinFlow Gym reference, with the
-same task-size changes as DPPO's). Reported: pretrained and fine-tuned returns, fine-tuning
-wall time (training only, evaluation excluded), and ReinFlow / DPPO wall-time ratio.
+same task-size changes as DPPO's). ReinFlow starts from the flow BC snapshot whose return is closest to
+the diffusion BC policy's (equally good starting points; both scores recorded). Reported: pretrained and
+fine-tuned returns, per-iteration curves ``[env steps, train wall s, eval return]`` (evaluations excluded
+from the wall time), fine-tuning wall time, and per seed ReinFlow's time to DPPO's final return divided by
+DPPO's wall time (None: never reached), with its IQM over seeds.
 
 Usage (single torch thread; run niced and never beside another timing benchmark)::
 
@@ -122,8 +125,9 @@ def latency(args) -> dict:
 
 
 # ---------------------------------------------------------------------- learning
-def pretrain(B, data, seed: int, updates: int, out: Path) -> tuple[Path, Path, float, float]:
-    """Diffusion-BC and flow-BC checkpoints on the (biased) data with the same updates/batch/lr; paths and seconds."""
+def pretrain(B, data, seed: int, updates: int, out: Path, snapshot_at: tuple[int, ...] = ()) -> tuple:
+    """Diffusion-BC and flow-BC checkpoints on the (biased) data with the same updates/batch/lr; returns the
+    diffusion path, the flow paths (snapshots after ``snapshot_at`` updates, then the final one) and seconds."""
     from robotrl.agents.diffusion import DiffusionAgent
     from robotrl.agents.flow import FlowAgent
     from robotrl.checkpoint import save_checkpoint
@@ -145,37 +149,72 @@ def pretrain(B, data, seed: int, updates: int, out: Path) -> tuple[Path, Path, f
             agent = FlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, lr=1e-3,
                               ema_start=updates // 2, seed=seed, flow_steps=REINFLOW_ARGS["flow_steps"], **net)
         buf = ReplayBuffer.from_offline(data, seed=seed)
+        snaps = []
         for u in range(updates):
             agent.update(agent.sample_batch(buf, 256), u)
+            if kind == "flow" and (u + 1) in snapshot_at:
+                snaps.append(out / f"flow_{u + 1}.pt")
+                save_checkpoint(snaps[-1], {"policy": policy_state(agent.policy)})
         p = out / f"{kind}.pt"
         save_checkpoint(p, {"policy": policy_state(agent.policy)})
-        paths.append(p)
+        paths.append(p if kind == "diffusion" else snaps + [p])
         secs.append(time.time() - t)
     return paths[0], paths[1], secs[0], secs[1]
 
 
-def fine_tune_reinflow(B, data, init: Path, seed: int, env_steps: int, run_dir: Path, overrides: dict) -> dict:
+def match_pretrained(B, diffusion_ckpt: Path, flow_ckpts: list[Path], tol: float) -> tuple[Path, dict, dict, list]:
+    """The flow BC snapshot whose return (``B.score``, 150 episodes) is closest to the diffusion BC policy's: equally
+    good starting points for ReinFlow and DPPO. Returns (path, diffusion score, flow score, all candidates); the
+    caller records whether ``|Δreturn| <= tol``."""
+    from robotrl.agents.diffusion import DiffusionAgent  # noqa: F401  (policy classes for load_policy)
+    from robotrl.policy import load_policy
+
+    d = B.score(load_policy(str(diffusion_ckpt)))
+    cands = [(p, B.score(load_policy(str(p)))) for p in flow_ckpts]
+    best = min(cands, key=lambda c: abs(c[1]["return"] - d["return"]))
+    return best[0], d, best[1], [(p.stem, round(s["return"], 3)) for p, s in cands]
+
+
+def fine_tune(kind: str, B, data, init: Path, seed: int, env_steps: int, run_dir: Path, overrides: dict,
+              eval_every: int, eval_episodes: int) -> dict:
+    """DPPO (``kind="dppo"``, ``B.DPPO_ARGS``) or ReinFlow (``REINFLOW_ARGS``) fine-tuning from ``init`` with the
+    trainer evaluating every ``eval_every`` iterations (``eval_episodes`` episodes, fixed eval seed): the curve rows
+    ``[env steps, train wall s (evaluations excluded), return]``; before/after scores with ``B.score``."""
+    from robotrl.agents.dppo import DPPOAgent
     from robotrl.agents.reinflow import ReinFlowAgent
     from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 
     on, sc = B.normalizers(data)
-    T = 2 * (-(-B.HORIZON // 4) + 1)  # 2 episodes of 13 chunks + 1 reset step each, as DPPO
+    T = 2 * (-(-B.HORIZON // 4) + 1)  # 2 episodes of 13 chunks + 1 reset step each (both: 4-step chunks)
     iters = -(-env_steps // (T * B.N_ENVS * 4))
-    net = {k: v for k, v in B.DIFFUSION.items() if k != "denoising_steps"}
-    kw = {**REINFLOW_ARGS, "noise_decay_iters": iters, **overrides}
     torch.manual_seed(seed)
-    agent = ReinFlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, **net, **kw, seed=seed)
+    if kind == "dppo":
+        kw = {**B.DPPO_ARGS, **overrides}
+        agent = DPPOAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, **B.DIFFUSION, **kw,
+                          seed=seed)
+    else:
+        net = {k: v for k, v in B.DIFFUSION.items() if k != "denoising_steps"}
+        kw = {**REINFLOW_ARGS, "noise_decay_iters": iters, **overrides}
+        agent = ReinFlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, **net, **kw,
+                              seed=seed)
     agent.load_pretrained(str(init))
     before = B.score(agent.policy)
-    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=B.N_ENVS, eval_every=10**6, eval_episodes=10,
-                         eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps, progress=False)
-    t = time.time()
-    summary = OnPolicyTrainer(agent, run_dir, cfg, make_train_envs=B.train_envs(4, seed), make_eval_env=B.eval_env,
-                              seed=seed).fit()
-    wall = time.time() - t
+    cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=T, num_envs=B.N_ENVS, eval_every=eval_every,
+                         eval_episodes=eval_episodes, eval_envs=10, checkpoint_every=10**6, max_env_steps=env_steps,
+                         progress=False)
+    trainer = OnPolicyTrainer(agent, run_dir, cfg, make_train_envs=B.train_envs(4, seed), make_eval_env=B.eval_env,
+                              seed=seed)
+    summary = trainer.fit()
+    curve = [[int(h["step"]), round(float(h["train_wall_s"]), 2), float(h["return_mean"])] for h in trainer.history]
     after = B.score(agent.policy)
     return {"pretrained": before, "finetuned": after, "env_steps": summary["online_steps"],
-            "iterations": summary["iterations"], "finetune_wall_s": round(wall, 1), "args": kw}
+            "iterations": summary["iterations"], "finetune_wall_s": round(curve[-1][1], 1), "curve": curve,
+            "args": kw}
+
+
+def time_to_reach(curve: list, target: float) -> float | None:
+    """Train wall seconds at the first curve point ``[step, wall_s, return]`` with return >= ``target``; None: never."""
+    return next((w for _, w, r in curve if r >= target), None)
 
 
 def _parse_overrides(items: list[str]) -> dict:
@@ -204,16 +243,30 @@ def learning(args) -> dict:
     data = load_dataset(str(path))
     data = dataclasses.replace(data, actions=np.clip(data.actions + np.float32(args.bias), -1, 1).astype(np.float32))
     rf_over = _parse_overrides(args.reinflow)
-    rows, work = [], Path(tempfile.mkdtemp(prefix="bench_reinflow_"))
+    snaps = tuple(int(u) for u in args.flow_snapshots)
+    rows, work, matches = [], Path(tempfile.mkdtemp(prefix="bench_reinflow_")), []
     for seed in args.seeds:
-        dp, fp, dsec, fsec = pretrain(B, data, seed, args.bc_updates, work / f"pre{seed}")
-        print(f"seed {seed}: pretrained diffusion {dsec:.0f} s, flow {fsec:.0f} s", flush=True)
-        d = B.fine_tune("dppo", data, dp, seed, args.env_steps, work / f"dppo{seed}", dict(B.DPPO_ARGS))
-        r = fine_tune_reinflow(B, data, fp, seed, args.env_steps, work / f"rf{seed}", rf_over)
+        dp, fps, dsec, fsec = pretrain(B, data, seed, args.bc_updates, work / f"pre{seed}", snaps)
+        fp, dscore, fscore, cands = match_pretrained(B, dp, fps, args.match_tol)
+        m = {"seed": seed, "diffusion_bc_return": dscore["return"], "flow_bc_return": fscore["return"],
+             "flow_snapshot": fp.stem, "candidates": cands,
+             "within_tol": abs(dscore["return"] - fscore["return"]) <= args.match_tol}
+        matches.append(m)
+        print(f"seed {seed}: pretrained diffusion {dsec:.0f} s, flow {fsec:.0f} s; matched {m}", flush=True)
+        d = fine_tune("dppo", B, data, dp, seed, args.env_steps, work / f"dppo{seed}", {}, args.eval_every,
+                      args.eval_episodes)
+        r = fine_tune("reinflow", B, data, fp, seed, args.env_steps, work / f"rf{seed}", rf_over, args.eval_every,
+                      args.eval_episodes)
+        target = d["curve"][-1][2]  # DPPO's final return on the trainer's eval (same eval for both curves)
+        t_rf = time_to_reach(r["curve"], target)
+        ratio = None if t_rf is None else t_rf / d["finetune_wall_s"]
         for method, res, sec in (("dppo", d, dsec), ("reinflow", r, fsec)):
-            rows.append({"method": method, "seed": seed, "pretrain_s": round(sec, 1), **res})
+            rows.append({"method": method, "seed": seed, "pretrain_s": round(sec, 1), **res,
+                         **({"dppo_final_eval_return": target, "time_to_dppo_final_s": t_rf,
+                             "time_to_dppo_final_over_dppo_wall": ratio} if method == "reinflow" else {})})
             print(f"  {method:>8}: {res['pretrained']['return']:.2f} -> {res['finetuned']['return']:.2f} "
                   f"in {res['finetune_wall_s']} s ({res['env_steps']} env steps)", flush=True)
+        print(f"  ReinFlow reaches DPPO's final {target:.2f} at {t_rf} s: ratio {ratio}", flush=True)
     summary = {}
     for m in ("dppo", "reinflow"):
         rs = [r for r in rows if r["method"] == m]
@@ -227,6 +280,12 @@ def learning(args) -> dict:
                                                                         for a, b in pairs)
     summary["reinflow_reaches_dppo_final_return_seeds"] = sum(a["finetuned"]["return"] >= b["finetuned"]["return"]
                                                               for a, b in pairs)
+    tr = [a["time_to_dppo_final_over_dppo_wall"] for a, _ in pairs]
+    summary["time_to_dppo_final_ratio_per_seed"] = tr
+    summary["time_to_dppo_final_ratio_iqm"] = (B.iqm([float("inf") if x is None else x for x in tr])
+                                               if all(x is not None for x in tr) else None)
+    summary["time_to_dppo_final_ratio_median"] = statistics.median(float("inf") if x is None else x for x in tr)
+    summary["pretrained_match"] = matches
     print(summary)
     runs = [{"method": {"dppo": "DPPO", "reinflow": "ReinFlow"}[r["method"]], "family": r["method"], "peer": False,
              "seed": r["seed"], "offline_score": r["pretrained"]["return"],
@@ -237,7 +296,9 @@ def learning(args) -> dict:
                            [args.env_steps], runs, setting={"bias": args.bias, "data_steps": args.data_steps,
                                                             "bc_updates": args.bc_updates, "dppo_args": B.DPPO_ARGS,
                                                             "reinflow_args": {**REINFLOW_ARGS, **rf_over},
-                                                            "network": B.DIFFUSION},
+                                                            "network": B.DIFFUSION, "eval_every": args.eval_every,
+                                                            "eval_episodes": args.eval_episodes,
+                                                            "flow_snapshots": list(snaps), "match_tol": args.match_tol},
                            per_run=rows, summary=summary)
 
 
@@ -256,6 +317,11 @@ def main() -> None:
     lrn.add_argument("--bc-updates", type=int, default=1500)
     lrn.add_argument("--bias", type=float, default=0.5)
     lrn.add_argument("--minari-root", default=None)
+    lrn.add_argument("--eval-every", type=int, default=2, help="iterations between curve evaluations")
+    lrn.add_argument("--eval-episodes", type=int, default=30)
+    lrn.add_argument("--flow-snapshots", nargs="*", default=[300, 600, 900, 1200],
+                     help="flow BC update counts saved as candidates for matching the diffusion BC return")
+    lrn.add_argument("--match-tol", type=float, default=0.5, help="|flow BC - diffusion BC| return tolerance")
     lrn.add_argument("--reinflow", nargs="*", default=[], metavar="KEY=VALUE", help="ReinFlowAgent overrides")
     lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
     for p in (lat, lrn):

@@ -170,7 +170,8 @@ def _bridge_compare(doc: dict, name: str) -> list[dict]:
 
 
 def _reinflow_latency(doc: dict, name: str) -> list[dict]:
-    """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager and traced."""
+    """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager and traced, and the
+    1-step flow vs DDIM-5 in ONNX Runtime (rows present when the result has ``flow_1_onnx``)."""
     lat, rows = doc["latency"], []
     for kind in ("", "_traced"):
         ddim = lat[f"ddim_5{kind}"]["ms_median"]
@@ -179,7 +180,33 @@ def _reinflow_latency(doc: dict, name: str) -> list[dict]:
             rows.append(_row(f"flow {k}-step chunk latency{' (traced)' if kind else ''}, batch 1", v,
                              f"DDIM-5{' (traced)' if kind else ''}", ddim, "ms", v / ddim, higher=False,
                              target=0.5 if k == 1 else None, target_on="ours"))
+    if "flow_1_onnx" in lat and "ddim_5_onnx" in lat:
+        v, ddim = lat["flow_1_onnx"]["ms_median"], lat["ddim_5_onnx"]["ms_median"]
+        rows.append(_row("flow 1-step chunk latency (ONNX Runtime), batch 1", v, "DDIM-5 (ONNX Runtime)", ddim, "ms",
+                         v / ddim, higher=False, target=0.5, target_on="ours"))
     return [{**_meta(doc, name), "rows": rows}]
+
+
+def _reinflow_learning_time(doc: dict) -> dict | None:
+    """``bench_reinflow.py learning`` with per-iteration curves: per seed, ReinFlow's training wall seconds until its
+    eval return first reaches DPPO's final one vs DPPO's whole fine-tuning wall time (target ratio <= 0.3; "never":
+    not reached within the budget), and the IQM of the ratios over seeds (None if a seed never reaches it)."""
+    per = [r for r in doc.get("per_run", []) if r.get("method") == "reinflow" and "time_to_dppo_final_s" in r]
+    if not per:
+        return None
+    dppo = {r["seed"]: r for r in doc["per_run"] if r.get("method") == "dppo"}
+    rows = []
+    for r in per:
+        t, wall = r["time_to_dppo_final_s"], dppo[r["seed"]]["finetune_wall_s"]
+        rows.append(_row(f"seed {r['seed']}: ReinFlow time to DPPO's final return {r['dppo_final_eval_return']:.2f}"
+                         f"{' (never)' if t is None else ''} vs DPPO wall", t, "DPPO", wall, "s",
+                         None if t is None else t / wall, target=0.3, higher=False, check=False))
+    iqm = doc.get("summary", {}).get("time_to_dppo_final_ratio_iqm")
+    rows.append(_row("ReinFlow / DPPO wall time to DPPO's final return, IQM over seeds"
+                     f"{' (never on some seed)' if iqm is None else ''}", iqm, None, None, "x", iqm, target=0.3,
+                     higher=False, target_on="ours", check=False))
+    return {"benchmark": f"{doc.get('benchmark', 'reinflow_learning')}_time", "command": command_of(doc),
+            "environment": doc.get("environment", {}), "rows": rows}
 
 
 def _online_link(doc: dict, name: str) -> list[dict]:
@@ -355,6 +382,9 @@ def normalize(doc: dict, name: str) -> list[dict]:
         if isinstance(tp, dict) and is_throughput(tp):  # a learning benchmark that also times its contenders
             docs.append(validate_throughput({"command": out["command"], "environment": doc.get("environment", {}),
                                              **tp}))
+        rt = _reinflow_learning_time(out)
+        if rt is not None:
+            docs.append(validate_throughput(rt))
         return docs
     if kind == "throughput":
         out = {**doc}

@@ -177,7 +177,7 @@ FULL = [
          f"{R}/bc.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
          note="robotrl BC vs d3rlpy BC, the main job's data and 20k updates; updates/s side by side"),
     Task("reinflow_latency", "throughput",
-         ("benchmarks/bench_reinflow.py", "latency", "--out", f"{R}/reinflow_latency.json"),
+         ("benchmarks/bench_reinflow.py", "latency", "--repeats", "30", "--out", f"{R}/reinflow_latency.json"),
          f"{R}/reinflow_latency.json", note="flow chunk latency at 1/2/4 Euler steps vs DDIM-5, batch 1, 1 thread"),
     Task("reinflow_learning", "learning",
          ("benchmarks/bench_reinflow.py", "learning", "--seeds", "0", "1", "2", "--env-steps", "20000",

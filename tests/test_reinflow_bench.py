@@ -1,0 +1,60 @@
+"""The ReinFlow benchmark's result adapters (robotrl.bench.schema): the ONNX Runtime latency row and the
+"time to DPPO's final return" rows computed from per-seed curves, including a seed that never reaches it."""
+
+from __future__ import annotations
+
+import pytest
+
+from robotrl.bench.schema import normalize
+
+
+def _learning_doc(rf_times: list[float | None]) -> dict:
+    runs, per_run = [], []
+    for seed, t in enumerate(rf_times):
+        for method, wall in (("dppo", 20.0), ("reinflow", 30.0)):
+            runs.append({"method": method, "family": method, "peer": False, "seed": seed, "offline_score": 9.5,
+                         "curve": [[0, 9.5], [1000, 11.0]], "wall_s": wall})
+            row = {"method": method, "seed": seed, "finetune_wall_s": wall}
+            if method == "reinflow":
+                row.update(dppo_final_eval_return=10.5, time_to_dppo_final_s=t,
+                           time_to_dppo_final_over_dppo_wall=None if t is None else t / 20.0)
+            per_run.append(row)
+    ratios = [None if t is None else t / 20.0 for t in rf_times]
+    return {"benchmark": "reinflow_learning", "task": "t", "metric": "return", "budgets": [1000], "runs": runs,
+            "per_run": per_run, "summary": {"time_to_dppo_final_ratio_iqm": None if None in ratios else
+                                            sorted(ratios)[len(ratios) // 2]}}
+
+
+def test_time_to_dppo_final_rows_per_seed_and_iqm():
+    docs = normalize(_learning_doc([4.0, 8.0, 6.0]), "reinflow_learning")
+    assert [d["benchmark"] for d in docs] == ["reinflow_learning", "reinflow_learning_time"]
+    rows = docs[1]["rows"]
+    assert len(rows) == 4
+    assert [r["ratio"] for r in rows[:3]] == pytest.approx([0.2, 0.4, 0.3])
+    assert all(r["peer"] == 20.0 and r["unit"] == "s" and r["target"] == 0.3 for r in rows[:3])
+    assert rows[3]["ours"] == pytest.approx(0.3) and "never" not in rows[3]["what"]
+
+
+def test_a_seed_that_never_reaches_dppo_final_return_has_no_ratio():
+    rows = normalize(_learning_doc([4.0, None, 6.0]), "reinflow_learning")[1]["rows"]
+    assert rows[1]["ours"] is None and rows[1]["ratio"] is None and "(never)" in rows[1]["what"]
+    assert rows[3]["ours"] is None and "never on some seed" in rows[3]["what"]
+
+
+def test_learning_results_without_curves_have_no_time_rows():
+    doc = _learning_doc([4.0])
+    for r in doc["per_run"]:
+        r.pop("time_to_dppo_final_s", None)
+    assert [d["benchmark"] for d in normalize(doc, "reinflow_learning")] == ["reinflow_learning"]
+
+
+def test_latency_table_has_the_onnx_runtime_row_when_measured():
+    lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
+                                            ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),
+                                            ("ddim_5_traced", 5.6))}
+    doc = {"benchmark": "reinflow_latency", "latency": dict(lat), "ratios": {}, "one_step_under_0_5_ms": {}}
+    assert not any("ONNX" in r["what"] for r in normalize(doc, "reinflow_latency")[0]["rows"])
+    doc["latency"].update(flow_1_onnx={"ms_median": 0.45}, ddim_5_onnx={"ms_median": 2.5})
+    onnx = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if "ONNX" in r["what"]]
+    assert len(onnx) == 1 and onnx[0]["ours"] == 0.45 and onnx[0]["ratio"] == pytest.approx(0.18)
+    assert onnx[0]["target"] == 0.5 and onnx[0]["target_on"] == "ours"
