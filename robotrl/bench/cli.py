@@ -2,7 +2,7 @@
 
 ::
 
-    robotrl bench quick                 # < 30 min on 2 cores: all quick tasks, tables, plots, README block, check
+    robotrl bench quick                 # ~80 min on 2 shared cores: all quick tasks, tables, plots, README block, check
     robotrl bench quick --record        # ... and record its figures as benchmarks/baselines/quick.json
     robotrl bench full                  # the published numbers; resumes after an interruption
     robotrl bench full --only bridge replay --force
