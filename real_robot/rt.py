@@ -9,22 +9,34 @@ The server's loop sleeps in ``poll`` between requests, so it does not hog the CP
 kernel's real-time throttling (``/proc/sys/kernel/sched_rt_runtime_us``, 95 % by default)
 keeps the machine usable even if it did.
 
-Call :func:`set_rt_priority` first thing in the process, before ZeroMQ contexts or worker
-threads exist: threads inherit the policy of the thread that creates them, so libzmq's I/O
-threads then run at the same priority.
+Call :func:`set_rt_priority` first thing in the process, before ZeroMQ contexts exist: it
+sets every thread the process already has (a BLAS pool started at import, say), and threads
+created later inherit the policy of their creator, so libzmq's I/O threads run at the same
+priority.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from robotrl.errors import ConfigError
 
 RT_MIN, RT_MAX = 1, 99
 
 
+def _threads() -> list[int]:
+    """Thread ids of this process (Linux ``/proc``), the calling thread last; ``[0]`` (this thread) without ``/proc``."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+    me = threading.get_native_id()
+    return [t for t in tids if t != me] + [me]
+
+
 def set_rt_priority(priority: int | None) -> str:
-    """Run the calling thread, and every thread it creates from now on, under ``SCHED_FIFO`` at ``priority``.
+    """Run every thread of this process, and every thread created from now on, under ``SCHED_FIFO`` at ``priority``.
 
     Args:
         priority: 1–99 (higher preempts lower); ``None`` leaves scheduling alone.
@@ -45,7 +57,8 @@ def set_rt_priority(priority: int | None) -> str:
     if not hasattr(os, "sched_setscheduler"):
         raise ConfigError("rt_priority needs Linux's SCHED_FIFO, which this platform lacks; set rt_priority=null")
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(p))
+        for tid in _threads():  # the threads libraries started at import (e.g. a BLAS pool), then this one
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(p))
     except PermissionError as exc:
         raise ConfigError(f"rt_priority={p}: this process may not use real-time scheduling ({exc}): it needs root "
                           "or CAP_SYS_NICE. Run it as root, give the interpreter the capability (`sudo setcap cap_sys_nice+ep <python>`), raise the "

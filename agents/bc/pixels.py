@@ -16,18 +16,17 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from robotrl.agents.bc.loss import gaussian_nll_loss, mse_loss
 from robotrl.agents.bc.networks import BCActor
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.vision.encoders import PixelEncoder
+from robotrl.vision.frontend import PixelPolicyFrontend
 
 __all__ = ["PixelBCPolicy", "PixelBCAgent"]
 
 
-class PixelBCPolicy(nn.Module):
+class PixelBCPolicy(PixelPolicyFrontend):
     """``(state (B, Ds), {camera: uint8 (B, H, W, C)})`` raw -> ``(B, Da)`` raw action.
 
     Args:
@@ -46,46 +45,20 @@ class PixelBCPolicy(nn.Module):
                  encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
                  obs_clip: float | None = 10.0):
-        super().__init__()
-        shapes = {k: [int(d) for d in v] for k, v in image_shapes.items()}
-        self.image_keys = list(shapes)
-        self.state_dim, self.action_dim = int(state_dim), int(action_dim)
-        # the saved spec never points at the weights file: the state_dict holds the weights
-        self._spec = dict(image_shapes=shapes, state_dim=self.state_dim, action_dim=self.action_dim,
-                          hidden=[int(h) for h in hidden], act=act, gaussian=bool(gaussian), layer_norm=bool(layer_norm),
-                          encoder=encoder, pooling=pooling, feature_dim=int(feature_dim), channels=int(channels),
-                          encoder_weights=None, freeze_encoder=bool(freeze_encoder), augment_pad=int(augment_pad),
-                          obs_clip=obs_clip)
-        self.encoder = PixelEncoder(shapes, self.state_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
-                                    channels=channels, weights=encoder_weights, freeze=freeze_encoder,
-                                    augment_pad=augment_pad, allow_random_init=encoder_weights is None)
-        self.obs_normalizer = ObservationNormalizer(np.zeros(max(self.state_dim, 1)), np.ones(max(self.state_dim, 1)),
-                                                    clip=obs_clip)
-        self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
+        super().__init__(image_shapes, state_dim, action_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
+                         channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
+                         augment_pad=augment_pad, obs_clip=obs_clip, hidden=[int(h) for h in hidden], act=act,
+                         gaussian=bool(gaussian), layer_norm=bool(layer_norm))
         self.actor = BCActor(self.encoder.out_dim, action_dim, hidden, act=act, gaussian=gaussian, layer_norm=layer_norm)
-
-    def set_normalizers(self, obs_normalizer: ObservationNormalizer | None, action_scaler: ActionScaler) -> None:
-        """Copy statistics computed from data into this policy's buffers (``obs_normalizer`` None: no state)."""
-        if obs_normalizer is not None:
-            self.obs_normalizer.load_state_dict(obs_normalizer.state_dict())
-        self.action_scaler.load_state_dict(action_scaler.state_dict())
 
     def distribution(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Normalised-space ``(mean, log_std)`` ``(B, Da)`` for raw inputs."""
-        s = self.obs_normalizer(state) if self.state_dim else None
-        return self.actor(self.encoder(images, s))
+        return self.actor(self.features(state, images))
 
     def forward(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> torch.Tensor:
         """Deterministic raw action ``(B, Da)``."""
         mean, _ = self.distribution(state, images)
         return self.action_scaler.unnormalize(mean)
-
-    def reset(self, env_ids: np.ndarray | None = None) -> None:
-        """Stateless: nothing to clear."""
-
-    def spec(self) -> dict:
-        """Constructor kwargs (JSON-able)."""
-        return dict(self._spec)
 
 
 class PixelBCAgent:

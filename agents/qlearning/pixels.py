@@ -24,19 +24,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from robotrl.agents.qlearning.loss import critic_td_loss, subset_min, td_target
 from robotrl.agents.qlearning.networks import EnsembleCritic, TanhGaussianActor
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.networks import polyak_update_
-from robotrl.vision.encoders import PixelEncoder
+from robotrl.vision.frontend import PixelPolicyFrontend
 
 __all__ = ["PixelSACPolicy", "PixelSACAgent"]
 
 
-class PixelSACPolicy(nn.Module):
+class PixelSACPolicy(PixelPolicyFrontend):
     """Deployable pixel SAC/RLPD policy: ``(state (B, Ds), {camera: uint8 (B, H, W, C)})`` -> raw ``(B, Da)``.
 
     Holds the encoder, the actor (deterministic mode ``tanh(mean)``) and the state normaliser
@@ -55,41 +54,14 @@ class PixelSACPolicy(nn.Module):
                  hidden: Sequence[int] = (256, 256), *, act: str = "relu", encoder: str = "drq", pooling: str = "flatten",
                  feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None,
                  freeze_encoder: bool = False, augment_pad: int = 4, obs_clip: float | None = 10.0):
-        super().__init__()
-        shapes = {k: [int(d) for d in v] for k, v in image_shapes.items()}
-        self.state_dim, self.action_dim = int(state_dim), int(action_dim)
-        self._spec = dict(image_shapes=shapes, state_dim=self.state_dim, action_dim=self.action_dim,
-                          hidden=[int(h) for h in hidden], act=act, encoder=encoder, pooling=pooling,
-                          feature_dim=int(feature_dim), channels=int(channels), encoder_weights=None,
-                          freeze_encoder=bool(freeze_encoder), augment_pad=int(augment_pad), obs_clip=obs_clip)
-        self.encoder = PixelEncoder(shapes, self.state_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
-                                    channels=channels, weights=encoder_weights, freeze=freeze_encoder,
-                                    augment_pad=augment_pad, allow_random_init=encoder_weights is None)
-        self.obs_normalizer = ObservationNormalizer(np.zeros(max(self.state_dim, 1)), np.ones(max(self.state_dim, 1)),
-                                                    clip=obs_clip)
-        self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
+        super().__init__(image_shapes, state_dim, action_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
+                         channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
+                         augment_pad=augment_pad, obs_clip=obs_clip, hidden=[int(h) for h in hidden], act=act)
         self.actor = TanhGaussianActor(self.encoder.out_dim, action_dim, hidden, act=act)
-
-    def set_normalizers(self, obs_normalizer: ObservationNormalizer | None, action_scaler: ActionScaler) -> None:
-        """Copy statistics computed from data into this policy's buffers (``obs_normalizer`` None: no state)."""
-        if obs_normalizer is not None:
-            self.obs_normalizer.load_state_dict(obs_normalizer.state_dict())
-        self.action_scaler.load_state_dict(action_scaler.state_dict())
-
-    def normalized_state(self, state: torch.Tensor) -> torch.Tensor | None:
-        """``(B, Ds)`` raw -> normalised (``None`` without state)."""
-        return self.obs_normalizer(state) if self.state_dim else None
 
     def forward(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> torch.Tensor:
         """Deterministic raw action ``(B, Da)``."""
-        return self.action_scaler.unnormalize(self.actor.mode(self.encoder(images, self.normalized_state(state))))
-
-    def reset(self, env_ids: np.ndarray | None = None) -> None:
-        """Stateless: nothing to clear."""
-
-    def spec(self) -> dict:
-        """Constructor kwargs (JSON-able)."""
-        return dict(self._spec)
+        return self.action_scaler.unnormalize(self.actor.mode(self.features(state, images)))
 
 
 class PixelSACAgent:
