@@ -165,6 +165,26 @@ def test_wsrl_warm_starts_keeps_no_offline_data_and_improves_its_critic(pretrain
     assert np.isfinite(summary["final_normalized_score"])  # evaluated on the dataset's eval spec, with its ref scores
 
 
+def test_wsrl_warm_start_carries_the_pretrained_adam_state_under_its_own_learning_rates(pretrained, tmp_path):
+    """WSRL's reference restores the whole pretrained train state, Adam moments included: a fresh Adam
+    moves every weight of the pretrained networks by about ``lr`` in its first updates."""
+    pre_dir, pre_trainer = pretrained["calql"][0], pretrained["calql"][1]
+    cfg = _compose(["experiment=wsrl", *SMALL, *ONLINE, f"trainer.init_from={pre_dir}", f"run_dir={tmp_path}",
+                    "agent.model.critic_lr=5e-4", "agent.model.actor_lr=2e-4"])
+    assert "optimizers" in cfg.trainer.init_parts
+    trainer = build_trainer(cfg, tmp_path)
+    trainer.init_from(cfg.trainer.init_from, cfg.trainer.init_parts)
+    saved = load_checkpoint(pre_dir)["agent"]
+    for opt, key, lr in ((trainer.agent.critic_opt, "critic_opt", 5e-4), (trainer.agent.actor_opt, "actor_opt", 2e-4)):
+        state = opt.state_dict()
+        assert [g["lr"] for g in state["param_groups"]] == [lr]  # the online config's rate, not the pretraining one
+        for i, moments in saved[key]["state"].items():
+            assert float(moments["step"]) == pre_trainer.updates > 0
+            torch.testing.assert_close(state["state"][i]["exp_avg_sq"], moments["exp_avg_sq"])
+    with pytest.raises(ValueError, match="optimizer state"):
+        trainer.agent.load_parts({k: v for k, v in saved.items() if k != "alpha_opt"}, ["optimizers"])
+
+
 def test_calql_online_updates_only_on_ended_episodes(pretrained, tmp_path):
     """Cal-QL online (no warmup): updates start once the first online episode has ended, and
     every online row carries a known MC return (never a -inf bound)."""

@@ -41,7 +41,7 @@ from robotrl.networks import ValueNet, polyak_update_
 from robotrl.utils import native_bf16
 
 ALGOS = ("sac", "cql", "calql", "iql")
-PARTS = ("policy", "critic", "temperature", "value")
+PARTS = ("policy", "critic", "temperature", "value", "optimizers")
 
 
 class QLAgent:
@@ -386,12 +386,8 @@ class QLAgent:
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict` (resume)."""
-        self.load_parts(state, PARTS if self.value is not None else PARTS[:3])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
-        if self.value is not None:
-            self.value_opt.load_state_dict(state["value_opt"])
+        self.load_parts(state, ("policy", "critic", "temperature") + (("value",) if self.value is not None else ()))
+        self._optimizers_from(state, keep_lr=False)
         self.gen.set_state(state["gen"])
         self.num_updates = int(state["num_updates"])
 
@@ -399,7 +395,15 @@ class QLAgent:
         """Warm start from a pretrained agent's state: only ``parts`` of ``PARTS``.
 
         ``policy`` = actor + observation/action normalisers; ``critic`` = critic and target;
-        ``temperature`` = ``log α``; ``value`` = IQL's ``V``. Optimizers start fresh.
+        ``temperature`` = ``log α``; ``value`` = IQL's ``V``; ``optimizers`` = the Adam states
+        (moments and step counts) of the networks, with this agent's configured learning rates
+        kept. Without ``optimizers`` they start fresh.
+
+        WSRL's reference restores the whole pretrained train state, Adam moments included
+        (``flax.training.checkpoints.restore_checkpoint(target=agent)`` in zhouzypaul/wsrl's
+        ``finetune.py``). A fresh Adam on a pretrained network takes steps of about ``lr`` per
+        parameter in the sign of its first gradients (``m̂/√v̂ ≈ ±1``) until its second moments
+        build up, instead of the small steps of the pretrained moments.
 
         Raises:
             ValueError: unknown part, or a part the checkpoint lacks.
@@ -419,3 +423,24 @@ class QLAgent:
                 if self.value is None or "value" not in state:
                     raise ValueError("part 'value' needs an IQL agent and an IQL checkpoint")
                 self.value.load_state_dict(state["value"])
+            elif p == "optimizers":
+                self._optimizers_from(state, keep_lr=True)
+
+    def _optimizers_from(self, state: dict, keep_lr: bool) -> None:
+        """Load the Adam states of ``state``; ``keep_lr``: keep this agent's configured learning rates
+        (a warm start under another config) instead of the saved ones (a resume).
+
+        Raises:
+            ValueError: the checkpoint has no optimizer state for a network of this agent.
+        """
+        pairs = [(self.actor_opt, "actor_opt", self.lrs["actor"]), (self.critic_opt, "critic_opt", self.lrs["critic"]),
+                 (self.alpha_opt, "alpha_opt", self.lrs["alpha"])]
+        if self.value_opt is not None:
+            pairs.append((self.value_opt, "value_opt", self.lrs["value"]))
+        for opt, key, lr in pairs:
+            if key not in state:
+                raise ValueError(f"the checkpoint has no {key!r} (optimizer state) for part 'optimizers'")
+            opt.load_state_dict(state[key])
+            if keep_lr:
+                for group in opt.param_groups:
+                    group["lr"] = lr
