@@ -139,3 +139,18 @@ def test_rlpd_pixels_stores_camera_frames_online_and_its_checkpoint_evaluates(mi
     out = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((run_dir / "eval.json").read_text())["step"] == steps
+
+
+def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_path):
+    """The online buffer's frames go into the checkpoint and come back: 15 + 15 online steps continue the buffer."""
+    base = [*RLPD, "trainer.online_warmup_steps=5", "trainer.num_envs=1", "trainer.eval_every=1000",
+            "trainer.checkpoint_every=15", "device=cpu"]
+    first = build_trainer(_compose([*base, "trainer.online_steps=15"]), tmp_path / "r")
+    first.fit()
+    key = "pixels/topdown"
+    saved = first.online.frames[key][: first.online.size].copy()
+    second = build_trainer(_compose([*base, "trainer.online_steps=30"]), tmp_path / "r")
+    summary = second.fit()
+    assert summary["resumed"] is True and summary["gradient_updates"] == (30 - 5) * 2
+    assert second.online.size == 30
+    np.testing.assert_array_equal(second.online.frames[key][:15], saved)
