@@ -109,7 +109,7 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
 
     Raises:
         ConfigError: as :func:`camera_args` and :func:`robotrl.experiment.task_env_args`; an on-policy or
-            warm-started pixel run (not supported).
+            warm-started pixel run (not supported); online steps for an agent without ``explore`` (pixel BC).
         DatasetNotFoundError, SpaceMismatchError: the dataset is missing or does not fit the env.
     """
     from hydra.utils import instantiate
@@ -147,6 +147,9 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
                         action_scaler=action_scaler_for(action_space, data),
                         state_layout=layout.state.to_json() if layout.state is not None else None,
                         device=device, seed=int(cfg.seed), _convert_="all")
+    if tcfg.online_steps > 0 and not hasattr(agent, "explore"):
+        raise ConfigError(f"agent={cfg.agent.name} learns offline only (it has no exploration): set "
+                          "trainer.online_steps=0, or learn online from cameras with experiment=rlpd-pixels")
     r_scale, r_bias, fill = reward_transform(cfg.agent)
     ref_scores = data.ref_scores if data is not None else None
     resolved = OmegaConf.to_container(cfg, resolve=True)

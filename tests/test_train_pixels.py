@@ -154,3 +154,8 @@ def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_
     assert summary["resumed"] is True and summary["gradient_updates"] == (30 - 5) * 2
     assert second.online.size == 30
     np.testing.assert_array_equal(second.online.frames[key][:15], saved)
+
+
+def test_pixel_bc_with_online_steps_is_refused(minari_module_root, tmp_path):
+    with pytest.raises(ConfigError, match="learns offline only.*experiment=rlpd-pixels"):
+        build_trainer(_compose([*BC, "trainer.online_steps=10", "device=cpu"]), tmp_path / "o")
