@@ -159,3 +159,22 @@ def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_
 def test_pixel_bc_with_online_steps_is_refused(minari_module_root, tmp_path):
     with pytest.raises(ConfigError, match="learns offline only.*experiment=rlpd-pixels"):
         build_trainer(_compose([*BC, "trainer.online_steps=10", "device=cpu"]), tmp_path / "o")
+
+
+def test_a_dataset_without_cameras_is_refused_for_pixel_agents(minari_module_root):
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from robotrl.data import load_dataset
+    from robotrl.experiment import ensure_dataset
+    from robotrl.experiment_pixels import camera_args
+
+    cfg = _compose(BC)
+    data = load_dataset(ensure_dataset(cfg.dataset))
+    env_cfg = OmegaConf.create({"cameras": None, "image_size": None})
+    assert camera_args(env_cfg, data) == {"pixels": ["topdown"], "size": [32, 32]}
+    with pytest.raises(ConfigError, match="records no camera frames.*cameras=\\[topdown\\]"):
+        camera_args(env_cfg, dataclasses.replace(data, images=None, image_index=None))
+    with pytest.raises(ConfigError, match="without a dataset needs the cameras"):
+        camera_args(env_cfg, None)
