@@ -13,7 +13,7 @@ Symbols: ``Do`` = flattened observation size, ``Da`` = action size, ``Te`` = act
 executed per chunk.
 """
 
-from robotrl.envs.make import make_env, make_eval_env
+from robotrl.envs.make import make_env, make_env_from_args, make_eval_env
 from robotrl.envs.pixels import FREE_CAMERAS, PixelObservation, model_cameras
 from robotrl.envs.registry import EnvInfo, env_info, env_names, ensure_registered, resolve_env
 from robotrl.envs.video import (
@@ -27,6 +27,7 @@ from robotrl.envs.wrappers import ActionChunk, FlattenGoalObservation, RescaleAc
 
 __all__ = [
     "make_env",
+    "make_env_from_args",
     "make_eval_env",
     "PixelObservation",
     "FREE_CAMERAS",

@@ -209,3 +209,18 @@ def make_eval_env(name: str, *, seed: int | None = None, **kwargs: Any) -> gym.E
         if bad in kwargs:
             raise TypeError(f"make_eval_env makes one plain env; do not pass {bad}")
     return make_env(name, seed=seed, num_envs=1, vectorization=None, **kwargs)
+
+
+def make_env_from_args(args: dict[str, Any], **kwargs: Any) -> gym.Env | gym.vector.VectorEnv:
+    """:func:`make_env` from a run's recorded env arguments (``derived.train_env`` / ``derived.eval_env`` of a
+    checkpoint's config): ``{"name", "env_kwargs", "max_episode_steps"}`` and, for camera runs, ``"pixels"``
+    (camera names) and ``"size"`` (``[H, W]``). ``kwargs``: further :func:`make_env` arguments (``num_envs``,
+    ``seed``, ``record_video_dir``, ...).
+
+    Raises:
+        the errors of :func:`make_env`.
+    """
+    pixels = args.get("pixels")
+    size = args.get("size") or 64
+    return make_env(args["name"], env_kwargs=args.get("env_kwargs") or None, max_episode_steps=args.get("max_episode_steps"),
+                    pixels=list(pixels) if pixels else None, size=size if np.isscalar(size) else tuple(size), **kwargs)

@@ -100,7 +100,7 @@ def collect_main(cfg: DictConfig) -> None:
 def eval_main(cfg: DictConfig) -> dict | None:
     """``robotrl eval``: evaluate the policy of a checkpoint on its run's evaluation env."""
     from robotrl.checkpoint import load_checkpoint
-    from robotrl.envs import make_env
+    from robotrl.envs import make_env_from_args
     from robotrl.evaluation import evaluate
     from robotrl.policy import act, build_policy
     from robotrl.utils import resolve_device
@@ -116,8 +116,7 @@ def eval_main(cfg: DictConfig) -> dict | None:
         def make_eval_env(first=[True]):  # noqa: B006  (the list is the closure's "first call" flag)
             video = cfg.video_dir if first[0] else None
             first[0] = False
-            return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"],
-                            record_video_dir=video)
+            return make_env_from_args(ev, record_video_dir=video)  # cameras too, for a pixel policy
 
         ref = run_cfg.get("derived", {}).get("ref_scores")
         if cfg.get("ray_workers"):  # episodes on Ray workers (robotrl.distributed.evaluation)

@@ -18,6 +18,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from robotrl.data.spaces import stack_obs
+
 
 SUCCESS_CONVENTION = ("success_rate = success at the episode's final step for tasks reporting info['is_success'] "
                       "(gymnasium-robotics Fetch/Shadow hand, HER's convention), at any step otherwise (mazes, "
@@ -66,7 +68,8 @@ def evaluate(
     """Run ``num_episodes`` episodes and summarise them.
 
     Args:
-        policy: maps observations ``(N, Do)`` to actions ``(N, Da)`` (raw units).
+        policy: maps observations ``(N, Do)`` to actions ``(N, Da)`` (raw units); ``Dict`` observations
+            (cameras) come stacked per key, ``{key: (N, ...)}``.
         make_env: builds one env with flat observations.
         num_episodes: episodes in total; episode ``i`` is reset with seed ``seed + i``.
         num_envs: envs stepped together (batching policy calls).
@@ -106,7 +109,7 @@ def evaluate(
             ids = np.flatnonzero(active)
             # the whole batch every step (finished envs keep their last observation), so row i is
             # always env i: chunked policies keep per-env queues aligned
-            actions = np.asarray(policy(np.stack(obs)))
+            actions = np.asarray(policy(stack_obs(obs)))
             for i in ids:
                 obs[i], r, term, trunc, info = envs[i].step(actions[i])
                 ep_ret[i] += float(r)

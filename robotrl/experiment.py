@@ -9,20 +9,19 @@ only (never the whole config).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.data import ActionScaler, ObservationNormalizer, ReplayBuffer, check_spaces, load_dataset
+from robotrl.data import ObservationNormalizer, ReplayBuffer, check_spaces, load_dataset
 from robotrl.data.dataset import OfflineData, resolve_dataset_path
 from robotrl.errors import ConfigError, DatasetNotFoundError
+from robotrl.experiment_parts import action_scaler_for, offline_buffer, reward_transform
 from robotrl.trainer import Trainer, TrainerConfig
 from robotrl.utils import resolve_device, set_seed
 
@@ -412,6 +411,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
 
     from robotrl.envs import env_info, make_env
 
+    if cfg.agent.get("pixels"):  # camera observations: robotrl.experiment_pixels
+        from robotrl.experiment_pixels import build_pixel_trainer
+
+        return build_pixel_trainer(cfg, run_dir)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
     set_seed(int(cfg.seed))
@@ -434,9 +437,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip"))
     else:
         obs_norm = ObservationNormalizer.identity(obs_dim)
-    action_space = info.action_space
-    action_scaler = ActionScaler.from_space(action_space) if isinstance(action_space, gym.spaces.Box) and \
-        bool((abs(action_space.low) < 1e6).all() and (abs(action_space.high) < 1e6).all()) else ActionScaler.from_data(data.actions)
+    action_scaler = action_scaler_for(info.action_space, data)
 
     agent = instantiate(cfg.agent.model, obs_dim=obs_dim, action_dim=action_dim, obs_normalizer=obs_norm,
                         action_scaler=action_scaler, device=device, seed=int(cfg.seed), _convert_="all")
@@ -481,15 +482,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
 
     # reward scale/bias: applied once, here to the offline data and by the trainer to online rewards,
     # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units
-    r_scale, r_bias = float(cfg.agent.get("reward_scale", 1.0)), float(cfg.agent.get("reward_bias", 0.0))
-    fill = cfg.agent.get("mc_sparse_fill")
-    fill = None if fill is None else r_scale * float(fill) + r_bias
-    buffer = None
-    if data is not None and (tcfg.offline_steps > 0 or tcfg.offline_ratio > 0):
-        if (r_scale, r_bias) != (1.0, 0.0):
-            data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))
-        buffer = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,
-                                           seed=int(cfg.seed), mc_sparse_fill=fill)
+    r_scale, r_bias, fill = reward_transform(cfg.agent)
+    buffer = offline_buffer(cfg.agent, data, tcfg, device, int(cfg.seed))
 
     def make_train_envs():
         return make_env(task["name"], num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync",

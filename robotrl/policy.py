@@ -13,13 +13,14 @@ code.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import nn
 
-from robotrl.errors import CheckpointError
+from robotrl.errors import CheckpointError, SpaceMismatchError
 
 _ALLOWED_PREFIX = "robotrl.agents."
 
@@ -44,8 +45,21 @@ class Policy(Protocol):
 
 
 @torch.no_grad()
-def act(policy: nn.Module, obs: np.ndarray) -> np.ndarray:
-    """Run ``policy`` on NumPy observations ``(B, Do)`` or ``(Do,)``; returns float32 actions."""
+def act(policy: nn.Module, obs: np.ndarray | Mapping) -> np.ndarray:
+    """Run ``policy`` on NumPy observations ``(B, Do)`` or ``(Do,)``; returns float32 actions.
+
+    A camera observation (a ``Dict``: :class:`robotrl.envs.pixels.PixelObservation`) goes to the pixel
+    policy's own ``act_observation`` (:class:`robotrl.vision.frontend.PixelPolicyFrontend`), which splits
+    it into the state and the frames with the layout saved in the policy.
+
+    Raises:
+        SpaceMismatchError: a ``Dict`` observation for a policy that takes flat ones.
+    """
+    if isinstance(obs, Mapping):
+        if not hasattr(policy, "act_observation"):
+            raise SpaceMismatchError(f"{type(policy).__name__} takes flat observations (B, Do), not a Dict with "
+                                     f"keys {sorted(obs)}; make the env without pixels=[...]")
+        return policy.act_observation(obs)
     device = next((p.device for p in policy.parameters()), torch.device("cpu"))
     x = torch.as_tensor(np.asarray(obs, np.float32), device=device)
     single = x.ndim == 1

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +46,9 @@ from robotrl.data.replay import ReplayBuffer
 from robotrl.runner import Runner
 from robotrl.utd import batch_split, update_schedule
 from robotrl.utils import check_schedule
+
+if TYPE_CHECKING:
+    from robotrl.vision.obs import PixelLayout
 
 
 @dataclass
@@ -98,6 +102,11 @@ class OffPolicyLoop:
             units (``None``: the offline buffer's setting).
         gamma: discount of the online buffer's n-step sums and MC returns (``None``: the
             offline buffer's, else 0.99).
+        obs_layout: how the training envs' ``Dict`` observations with cameras split into the flat
+            state ``(N, Ds)`` and the frames ``{key: uint8 (N, H, W, C)}``
+            (:class:`~robotrl.vision.obs.PixelLayout`); the online buffer then stores each frame once
+            beside the state (:class:`~robotrl.data.ReplayBuffer` ``image_shapes``) and ``agent.explore``
+            gets the raw observations. ``None``: flat observations ``(N, Do)``.
 
     Raises:
         ValueError: ``online_steps > 0`` without ``make_train_envs``, or ``offline_steps > 0``
@@ -107,11 +116,11 @@ class OffPolicyLoop:
     def __init__(self, agent: OffPolicyAgent, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
                  make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None, seed: int = 0,
                  reward_scale: float = 1.0, reward_bias: float = 0.0, mc_sparse_fill: float | None = None,
-                 gamma: float | None = None):
+                 gamma: float | None = None, obs_layout: PixelLayout | None = None):
         self.agent, self.cfg = agent, config
         self.offline, self.make_train_envs, self.seed = offline_buffer, make_train_envs, seed
         self.reward_scale, self.reward_bias, self.mc_sparse_fill = float(reward_scale), float(reward_bias), mc_sparse_fill
-        self.gamma = gamma
+        self.gamma, self.obs_layout = gamma, obs_layout
         self.step = 0  # offline updates done, then offline_steps + online env steps
         self.updates = 0
         self.online: ReplayBuffer | None = None
@@ -201,14 +210,16 @@ class OffPolicyLoop:
             runner.tick(metrics, "offline")
 
     def _new_online_buffer(self) -> ReplayBuffer:
-        ref = self.offline
+        ref, layout = self.offline, self.obs_layout
         od, ad = (ref.obs_dim, ref.action_dim) if ref is not None else (
-            int(np.prod(self.agent.policy.obs_dim)), int(self.agent.policy.action_dim))
+            layout.state_dim if layout is not None else int(np.prod(self.agent.policy.obs_dim)),
+            int(self.agent.policy.action_dim))
         gamma = self.gamma if self.gamma is not None else getattr(ref, "gamma", 0.99)
         fill = self.mc_sparse_fill if self.mc_sparse_fill is not None else getattr(ref, "mc_sparse_fill", None)
         return ReplayBuffer(min(self.cfg.online_buffer_size, max(self.cfg.online_steps, 1) * self.cfg.num_envs),
                             od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
-                            seed=self.seed + 1, device=getattr(ref, "device", "cpu"))
+                            seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
+                            image_shapes=layout.image_shapes if layout is not None else None)
 
     def _online_phase(self, runner: Runner) -> None:
         cfg = self.cfg
@@ -230,13 +241,22 @@ class OffPolicyLoop:
         finally:
             envs.close()
 
-    def _env_step(self, envs, obs: np.ndarray, resetting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _split(self, obs, rows: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+        """Rows ``rows`` of a batch of observations as ``(flat (n, Do), frames {key: (n, H, W, C)} or None)``."""
+        if self.obs_layout is None:
+            return obs[rows], None
+        state, frames = self.obs_layout.split(obs)
+        return state[rows], {k: v[rows] for k, v in frames.items()}
+
+    def _env_step(self, envs, obs, resetting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One vector step with ``agent.explore`` into the online buffer; returns ``(next obs, resetting)``."""
         actions = self.agent.explore(obs)
         next_obs, rew, term, trunc, _ = envs.step(actions)
         live = np.flatnonzero(~resetting)  # next-step autoreset: skip envs that only reset
         rew = self.reward_scale * np.asarray(rew, np.float32) + self.reward_bias
-        self.online.add(obs[live], actions[live], rew[live], next_obs[live], term[live], trunc[live], env_ids=live)
+        (s, im), (s2, im2) = self._split(obs, live), self._split(next_obs, live)
+        self.online.add(s, actions[live], rew[live], s2, term[live], trunc[live], env_ids=live, images=im,
+                        next_images=im2)
         self.step += 1
         return next_obs, term | trunc
 
@@ -283,7 +303,7 @@ def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *
     Args:
         agent, config, offline_buffer, make_train_envs, seed: as :class:`OffPolicyLoop`.
         run_dir, make_eval_env, ref_scores, run_config, title: as :class:`~robotrl.runner.Runner`.
-        loop_kwargs: ``reward_scale``, ``reward_bias``, ``mc_sparse_fill``, ``gamma`` of the loop.
+        loop_kwargs: ``reward_scale``, ``reward_bias``, ``mc_sparse_fill``, ``gamma``, ``obs_layout`` of the loop.
 
     Raises:
         ValueError: as :class:`OffPolicyLoop`.

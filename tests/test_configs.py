@@ -76,9 +76,10 @@ def test_each_agent_composes_and_instantiates(agent):
     from robotrl.data import ActionScaler, ObservationNormalizer
 
     cfg = _composed_train(f"agent={agent}")
-    a = instantiate(cfg.agent.model, obs_dim=8, action_dim=2, obs_normalizer=ObservationNormalizer.identity(8),
+    sizes = {"state_dim": 8, "image_shapes": {"pixels/topdown": (16, 16, 3)}} if cfg.agent.get("pixels") else {"obs_dim": 8}
+    a = instantiate(cfg.agent.model, **sizes, action_dim=2, obs_normalizer=ObservationNormalizer.identity(8),
                     action_scaler=ActionScaler(-np.ones(2), np.ones(2)), device="cpu", seed=0, _convert_="all")
-    assert a.policy.obs_dim == 8 and a.policy.action_dim == 2
+    assert getattr(a.policy, "state_dim", getattr(a.policy, "obs_dim", None)) == 8 and a.policy.action_dim == 2
 
 
 @pytest.mark.parametrize("experiment", _options("experiment"))

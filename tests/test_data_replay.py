@@ -427,3 +427,18 @@ def test_state_dict_round_trip_gives_identical_samples(tmp_path):
     for k in ReplayBuffer._SLOT_ARRAYS:
         np.testing.assert_array_equal(getattr(buf, k), getattr(clone, k), err_msg=k)
     same(buf.sample(B, n_step=4, indices=idx), clone.sample(B, n_step=4, indices=idx))
+
+
+def test_full_buffer_loaded_into_a_larger_one_continues_in_its_free_slots():
+    """A run resumed with a larger online budget gets a larger buffer: new rows go to the free slots, the saved
+    rows stay, and no never-written slot lies inside ``size``."""
+    small = ReplayBuffer(4, 1, 1, seed=0)
+    for t in range(4):
+        small.add(np.full(1, t), np.zeros(1), 0.0, np.full(1, t + 1), False, False)
+    assert small.ptr == 0 and small.size == 4  # full: the ring wrapped
+    big = ReplayBuffer(8, 1, 1, seed=0)
+    big.load_state_dict(small.state_dict())
+    big.end_open_episodes()
+    big.add(np.full(1, 10.0), np.zeros(1), 0.0, np.full(1, 11.0), False, False)
+    assert big.size == 5
+    np.testing.assert_array_equal(big.observations[:5, 0], [0, 1, 2, 3, 10])

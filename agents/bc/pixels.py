@@ -38,16 +38,18 @@ class PixelBCPolicy(PixelPolicyFrontend):
             the :class:`~robotrl.vision.encoders.PixelEncoder` (``encoder_weights``: a local
             file for ``encoder="resnet10"``; the saved policy carries the weights itself).
         obs_clip: clamp the normalised state to ``±obs_clip``.
+        state_layout: the env's state :class:`~robotrl.data.spaces.FlatLayout` JSON, so the policy
+            also acts on raw ``Dict`` observations (:meth:`~robotrl.vision.frontend.PixelPolicyFrontend.act_observation`).
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int,
                  hidden: Sequence[int] = (256, 256), *, act: str = "relu", gaussian: bool = False, layer_norm: bool = False,
                  encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 obs_clip: float | None = 10.0):
+                 obs_clip: float | None = 10.0, state_layout: str | None = None):
         super().__init__(image_shapes, state_dim, action_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
                          channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
-                         augment_pad=augment_pad, obs_clip=obs_clip, hidden=[int(h) for h in hidden], act=act,
+                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout, hidden=[int(h) for h in hidden], act=act,
                          gaussian=bool(gaussian), layer_norm=bool(layer_norm))
         self.actor = BCActor(self.encoder.out_dim, action_dim, hidden, act=act, gaussian=gaussian, layer_norm=layer_norm)
 

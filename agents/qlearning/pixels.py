@@ -48,15 +48,19 @@ class PixelSACPolicy(PixelPolicyFrontend):
             the :class:`~robotrl.vision.encoders.PixelEncoder` (random shift ``augment_pad = 4``
             by default: on for Q-learning).
         obs_clip: clamp the normalised state to ``±obs_clip``.
+        state_layout: the env's state :class:`~robotrl.data.spaces.FlatLayout` JSON, so the policy
+            also acts on raw ``Dict`` observations (:meth:`~robotrl.vision.frontend.PixelPolicyFrontend.act_observation`).
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int,
                  hidden: Sequence[int] = (256, 256), *, act: str = "relu", encoder: str = "drq", pooling: str = "flatten",
                  feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None,
-                 freeze_encoder: bool = False, augment_pad: int = 4, obs_clip: float | None = 10.0):
+                 freeze_encoder: bool = False, augment_pad: int = 4, obs_clip: float | None = 10.0,
+                 state_layout: str | None = None):
         super().__init__(image_shapes, state_dim, action_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
                          channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
-                         augment_pad=augment_pad, obs_clip=obs_clip, hidden=[int(h) for h in hidden], act=act)
+                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout,
+                         hidden=[int(h) for h in hidden], act=act)
         self.actor = TanhGaussianActor(self.encoder.out_dim, action_dim, hidden, act=act)
 
     def forward(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -145,21 +149,28 @@ class PixelSACAgent:
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "alpha": alpha,
                 "q": q.detach().mean()}
 
+    def _inputs(self, state, images: Mapping[str, np.ndarray] | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(state (N, Ds), {key: uint8 (N, H, W, C)})``, or a raw batch of ``Dict`` observations with
+        ``images=None`` (split by the policy's ``state_layout``), as tensors on the agent's device."""
+        if images is None:
+            s, imgs, _ = self.policy.split_observation(state)
+            return s, imgs
+        return (torch.as_tensor(np.asarray(state, np.float32), device=self.device),
+                {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in images.items()})
+
     @torch.no_grad()
-    def explore(self, state: np.ndarray, images: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Sampled raw actions ``(N, Da)`` for ``(N, Ds)`` and ``{key: uint8 (N, H, W, C)}``."""
+    def explore(self, state, images: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """Sampled raw actions ``(N, Da)`` for ``(N, Ds)`` and ``{key: uint8 (N, H, W, C)}``, or for a raw
+        batch of the env's ``Dict`` observations (``images=None``: what the trainer's online loop passes)."""
         p = self.policy.eval()
-        s = torch.as_tensor(np.asarray(state, np.float32), device=self.device)
-        z = p.encoder({k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in images.items()},
-                      p.normalized_state(s))
-        a, _ = p.actor.sample(z, self.gen)
+        s, imgs = self._inputs(state, images)
+        a, _ = p.actor.sample(p.encoder(imgs, p.normalized_state(s)), self.gen)
         return p.action_scaler.unnormalize(a).cpu().numpy()
 
     @torch.no_grad()
-    def act(self, state: np.ndarray, images: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Deterministic raw actions ``(N, Da)``."""
-        s = torch.as_tensor(np.asarray(state, np.float32), device=self.device)
-        return self.policy.eval()(s, {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in images.items()}).cpu().numpy()
+    def act(self, state, images: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """Deterministic raw actions ``(N, Da)`` (inputs as :meth:`explore`)."""
+        return self.policy.eval()(*self._inputs(state, images)).cpu().numpy()
 
     def state_dict(self) -> dict:
         """Every network, target, optimiser and the temperature (plain tensors)."""

@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from robotrl.data.spaces import stack_obs
 from robotrl.data.writer import Episode, datasets_root
 
 Policy = Callable[[Any], np.ndarray]
@@ -61,14 +62,6 @@ def camera_facts(env: gym.Env) -> dict[str, Any]:
     """Provenance of the cameras recorded (empty without cameras)."""
     cams = getattr(env, "cameras", None)
     return {"cameras": list(cams), "image_size": list(env.size)} if cams else {}
-
-
-def stack_obs(obs_list: list) -> Any:
-    """Stack a list of observations (arrays or nested dicts of arrays) along a new axis 0."""
-    first = obs_list[0]
-    if isinstance(first, Mapping):
-        return {k: stack_obs([o[k] for o in obs_list]) for k in first}
-    return np.stack([np.asarray(o) for o in obs_list])
 
 
 class EpisodeRecorder:

@@ -455,7 +455,9 @@ class ReplayBuffer:
             getattr(self, k)[:n] = np.asarray(state[k])[:n]
         self._open_episode[:] = np.asarray(state["open_episode"])
         self._open_last[:] = np.asarray(state["open_last"])
-        self.ptr, self.size = int(state["ptr"]), n
+        # a saved ring that was full at a smaller capacity (a run resumed with a larger online budget) continues in
+        # the free slots n.. here; its own ptr would overwrite old rows and leave never-written slots inside size
+        self.ptr, self.size = (n if n < self.capacity else int(state["ptr"]) % self.capacity), n
         self.total_added, self._next_episode = int(state["total_added"]), int(state["next_episode"])
         if self.image_shapes:
             for k in self.image_shapes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -205,3 +206,11 @@ def get_key(obs, key: str):
     for part in key.split("/"):
         obs = obs[part]
     return obs
+
+
+def stack_obs(obs_list: list) -> Any:
+    """Stack a list of observations (arrays or nested dicts of arrays) along a new axis 0."""
+    first = obs_list[0]
+    if isinstance(first, Mapping):
+        return {k: stack_obs([o[k] for o in obs_list]) for k in first}
+    return np.stack([np.asarray(o) for o in obs_list])

@@ -27,7 +27,7 @@ def _evaluate_block(policy_state: dict, env_args: dict, num_episodes: int, seed:
     """One worker's block: ``num_episodes`` episodes seeded ``seed, seed + 1, ...``."""
     import torch
 
-    from robotrl.envs import make_env
+    from robotrl.envs import make_env_from_args
     from robotrl.evaluation import evaluate
     from robotrl.policy import act, build_policy
 
@@ -35,7 +35,7 @@ def _evaluate_block(policy_state: dict, env_args: dict, num_episodes: int, seed:
     policy = build_policy({**policy_state, "state_dict": arrays_to_state(policy_state["state_dict"])})
 
     def make_eval_env():
-        return make_env(env_args["name"], env_kwargs=env_args.get("env_kwargs"), max_episode_steps=env_args.get("max_episode_steps"))
+        return make_env_from_args(env_args)
 
     return evaluate(lambda o: act(policy, o), make_eval_env, num_episodes, seed=seed, num_envs=num_envs,
                     reset_policy=policy.reset)

@@ -20,7 +20,10 @@ import torch
 from torch import nn
 
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.data.spaces import FlatLayout
+from robotrl.errors import SpaceMismatchError
 from robotrl.vision.encoders import PixelEncoder
+from robotrl.vision.obs import PixelLayout
 
 __all__ = ["PixelPolicyFrontend"]
 
@@ -36,6 +39,10 @@ class PixelPolicyFrontend(nn.Module):
             :class:`~robotrl.vision.encoders.PixelEncoder` (``encoder_weights``: a local file for
             ``encoder="resnet10"``; the saved spec never points at it, the ``state_dict`` holds the weights).
         obs_clip: clamp the normalised state to ``±obs_clip``.
+        state_layout: how the env's raw ``Dict`` observation flattens into the state
+            (:meth:`robotrl.data.spaces.FlatLayout.to_json`; ``None``: the policy takes only
+            ``(state, images)``, never a raw observation). Saved in the spec, so a rebuilt policy
+            splits raw observations itself (:meth:`split_observation`).
         **spec: the subclass's own constructor arguments, kept in :meth:`spec`.
 
     Raises:
@@ -46,7 +53,7 @@ class PixelPolicyFrontend(nn.Module):
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, *,
                  encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 obs_clip: float | None = 10.0, **spec):
+                 obs_clip: float | None = 10.0, state_layout: str | None = None, **spec):
         super().__init__()
         shapes = {k: [int(d) for d in v] for k, v in image_shapes.items()}
         self.image_keys = list(shapes)
@@ -54,7 +61,9 @@ class PixelPolicyFrontend(nn.Module):
         self._spec = dict(image_shapes=shapes, state_dim=self.state_dim, action_dim=self.action_dim, **spec,
                           encoder=encoder, pooling=pooling, feature_dim=int(feature_dim), channels=int(channels),
                           encoder_weights=None, freeze_encoder=bool(freeze_encoder), augment_pad=int(augment_pad),
-                          obs_clip=obs_clip)
+                          obs_clip=obs_clip, state_layout=state_layout)
+        self._layout = PixelLayout(FlatLayout.from_json(state_layout) if state_layout else None,
+                                   {k: tuple(v) for k, v in shapes.items()})
         self.encoder = PixelEncoder(shapes, self.state_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
                                     channels=channels, weights=encoder_weights, freeze=freeze_encoder,
                                     augment_pad=augment_pad, allow_random_init=encoder_weights is None)
@@ -75,6 +84,38 @@ class PixelPolicyFrontend(nn.Module):
     def features(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> torch.Tensor:
         """Encoder features ``(B, F)`` of raw inputs (frames uint8 ``(B, H, W, C)`` per camera)."""
         return self.encoder(images, self.normalized_state(state))
+
+    def split_observation(self, obs: Mapping) -> tuple[torch.Tensor, dict[str, torch.Tensor], bool]:
+        """A raw camera observation, one or a batch of ``B`` (the ``Dict`` of
+        :class:`robotrl.envs.pixels.PixelObservation`), -> ``(state float32 (B, Ds), {camera: uint8
+        (B, H, W, C)}, single)`` tensors on the policy's device; ``single``: one observation (``B = 1`` added).
+
+        Raises:
+            SpaceMismatchError: the policy has a state but no ``state_layout``, a camera is missing, or a
+                frame has another size than the policy was trained on.
+        """
+        if self.state_dim and self._layout.state is None:
+            raise SpaceMismatchError("this pixel policy was built without state_layout: call it with (state, images), "
+                                     "or build it with state_layout=<the env's FlatLayout JSON> (robotrl train does)")
+        state, images = self._layout.split(obs)
+        single = next(iter(images.values())).ndim == 3
+        dev = self.action_scaler.low.device
+        s = torch.as_tensor(np.asarray(state, np.float32), device=dev)
+        imgs = {k: torch.as_tensor(np.asarray(v), device=dev) for k, v in images.items()}
+        if single:
+            s, imgs = s[None], {k: v[None] for k, v in imgs.items()}
+        return s, imgs, single
+
+    @torch.no_grad()
+    def act_observation(self, obs: Mapping) -> np.ndarray:
+        """Deterministic raw actions for raw camera observations: ``(B, Da)`` for a batch, ``(Da,)`` for one.
+
+        Raises:
+            SpaceMismatchError: as :meth:`split_observation`.
+        """
+        state, images, single = self.split_observation(obs)
+        out = self(state, images).cpu().numpy()
+        return out[0] if single else out
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         """Stateless: nothing to clear."""

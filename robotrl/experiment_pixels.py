@@ -1,0 +1,168 @@
+"""`robotrl train` on cameras: pixel BC (pretraining) and pixel SAC / RLPD (online) through the off-policy trainer.
+
+Agents whose config says ``pixels: true`` (``configs/agent/bc-pixels.yaml``, ``rlpd-pixels.yaml``) are built here
+instead of :func:`robotrl.experiment.build_trainer`'s flat path. Everything is derived from the dataset and the env,
+never typed in:
+
+* the task (gymnasium id, kwargs, time limit) is the dataset's recorded env spec (:func:`robotrl.experiment.task_env_args`);
+* the cameras and the frame size are the dataset's (``pixels/<camera>`` entries of its observation space, written by
+  :class:`robotrl.envs.pixels.PixelObservation` in the recipes): the training and evaluation envs render exactly those.
+  ``env.cameras`` / ``env.image_size`` (``null``: the data's) must agree with the data, else :class:`ConfigError`;
+* ``Ds`` (the flat state beside the frames), the camera shapes ``{key: (H, W, C)}`` and ``Da`` come from the env's
+  spaces, checked against the dataset's; the state normaliser from the data, the action bounds from the env.
+
+The saved policy holds the encoder, the normaliser, the action scaler and the state layout, so
+``robotrl eval checkpoint=<run>`` rebuilds the same camera env (recorded under ``derived.eval_env``) and runs it on
+raw ``Dict`` observations. Online (pixel RLPD), the trainer's loop splits the env's observations with the same
+:class:`~robotrl.vision.obs.PixelLayout` and stores each frame once in the online buffer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from robotrl.data import ObservationNormalizer, check_spaces, load_dataset
+from robotrl.data.dataset import OfflineData
+from robotrl.data.spaces import flat_dim, split_images
+from robotrl.errors import ConfigError
+from robotrl.experiment_parts import action_scaler_for, offline_buffer, reward_transform
+from robotrl.runner import Runner
+from robotrl.utils import resolve_device, set_seed
+
+_PREFIX = "pixels/"  # PixelObservation's key of the frames
+
+
+def _size(value: Any) -> list[int]:
+    """``image_size`` as ``[H, W]`` (an int ``N`` is ``[N, N]``)."""
+    if isinstance(value, (int, float)):
+        return [int(value), int(value)]
+    return [int(v) for v in value]
+
+
+def _data_cameras(data: OfflineData) -> tuple[list[str], list[int]]:
+    """The cameras and ``[H, W]`` the dataset was recorded with.
+
+    Raises:
+        ConfigError: no cameras, cameras not under ``pixels/`` (not a robotrl camera env), or cameras of two sizes.
+    """
+    name = data.metadata.get("dataset_id")
+    if not data.images:
+        raise ConfigError(f"dataset {name!r} records no camera frames, and pixel agents learn from them: pick a camera "
+                          "dataset (dataset=pointmaze-umaze-topdown) or record one, e.g. `robotrl collect "
+                          "recipe=pointmaze-umaze cameras=[topdown] image_size=64`")
+    keys = list(data.images)
+    if not all(k.startswith(_PREFIX) for k in keys):
+        raise ConfigError(f"dataset {name!r} has cameras {keys}, not recorded by robotrl's camera envs (keys "
+                          f"{_PREFIX}<camera>); robotrl train can only rebuild those for online steps and evaluation")
+    sizes = {tuple(v.shape[1:3]) for v in data.images.values()}
+    if len(sizes) != 1:
+        raise ConfigError(f"dataset {name!r} has cameras of several sizes {sorted(sizes)}; the camera env renders "
+                          "every camera at one size")
+    return [k[len(_PREFIX):] for k in keys], list(sizes.pop())
+
+
+def camera_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, Any]:
+    """The cameras of the run's envs: ``{"pixels": [camera, ...], "size": [H, W]}`` (keyword arguments of
+    :func:`robotrl.envs.make_env_from_args`).
+
+    With a dataset, its cameras and frame size; ``env.cameras`` / ``env.image_size``, when set, must equal them
+    (a policy trained on one view cannot act on another). Without a dataset, the configured ones.
+
+    Raises:
+        ConfigError: the configured cameras or size differ from the data's (names the override to drop), the
+            dataset has no usable cameras, or there is neither a dataset nor ``env.cameras``.
+    """
+    want, want_size = env_cfg.get("cameras"), env_cfg.get("image_size")
+    want = None if want is None else [str(c) for c in ([want] if isinstance(want, str) else want)]
+    if data is None:
+        if not want:
+            raise ConfigError("a pixel agent without a dataset needs the cameras to render: set env.cameras=[topdown] "
+                              "(and env.image_size=64)")
+        return {"pixels": want, "size": _size(want_size or 64)}
+    cams, size = _data_cameras(data)
+    name = data.metadata.get("dataset_id")
+    fix = ("drop the override (null takes the dataset's), or record a dataset with those cameras: `robotrl collect "
+           "recipe=<recipe> cameras=[...] image_size=N` and pass dataset.id=<its id>")
+    if want is not None and want != cams:
+        raise ConfigError(f"env.cameras={want} differs from the cameras dataset {name!r} was recorded with ({cams}): "
+                          f"the policy would see other images than it learns from. Set env.cameras=[{','.join(cams)}] or "
+                          + fix)
+    if want_size is not None and _size(want_size) != size:
+        raise ConfigError(f"env.image_size={want_size} differs from the frame size {size} (H, W) of dataset {name!r}: "
+                          f"set env.image_size={size[0]} or " + fix)
+    return {"pixels": cams, "size": size}
+
+
+def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
+    """Dataset, camera envs, normalisers, pixel agent, buffers and the off-policy trainer of a camera run.
+
+    The agent is built with ``hydra.utils.instantiate`` from ``cfg.agent.model`` with explicit arguments only:
+    ``image_shapes`` ``{key: (H, W, C)}``, ``state_dim`` (``Ds``), ``action_dim`` (``Da``), ``obs_normalizer``,
+    ``action_scaler``, ``state_layout`` (JSON), ``device``, ``seed``.
+
+    Returns:
+        a :class:`~robotrl.runner.Runner` over :class:`~robotrl.trainer.OffPolicyLoop` (``fit() -> summary``).
+
+    Raises:
+        ConfigError: as :func:`camera_args` and :func:`robotrl.experiment.task_env_args`; an on-policy or
+            warm-started pixel run (not supported); online steps for an agent without ``explore`` (pixel BC).
+        DatasetNotFoundError, SpaceMismatchError: the dataset is missing or does not fit the env.
+    """
+    from hydra.utils import instantiate
+
+    from robotrl.envs import make_env_from_args
+    from robotrl.experiment import ensure_dataset, eval_env_args, needs_dataset, task_env_args, trainer_config
+    from robotrl.trainer import Trainer
+    from robotrl.vision.obs import pixel_layout
+
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    set_seed(int(cfg.seed))
+    device, tcfg = resolve_device(cfg.device), trainer_config(cfg)
+    if cfg.agent.get("onpolicy") is not None or tcfg.init_from:
+        raise ConfigError(f"agent={cfg.agent.name} trains off-policy from scratch or from its dataset: drop "
+                          "trainer.init_from / the onpolicy section (pixel warm starts are not supported yet)")
+    data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
+    task = task_env_args(cfg.env, data)  # the data's MDP
+    cams = camera_args(cfg.env, data)
+    ev = {**eval_env_args(cfg.env, data, task), **cams}
+    task = {**task, **cams}
+    probe = make_env_from_args(task)
+    space, action_space = probe.observation_space, probe.action_space
+    probe.close()
+    if data is not None:
+        check_spaces(data, split_images(space)[0], action_space)
+    layout = pixel_layout(space)
+    state_dim, action_dim = layout.state_dim, flat_dim(action_space)
+    obs_norm = None
+    if state_dim:
+        obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip")) \
+            if data is not None else ObservationNormalizer.identity(state_dim)
+    agent = instantiate(cfg.agent.model, image_shapes={k: list(v) for k, v in layout.image_shapes.items()},
+                        state_dim=state_dim, action_dim=action_dim, obs_normalizer=obs_norm,
+                        action_scaler=action_scaler_for(action_space, data),
+                        state_layout=layout.state.to_json() if layout.state is not None else None,
+                        device=device, seed=int(cfg.seed), _convert_="all")
+    if tcfg.online_steps > 0 and not hasattr(agent, "explore"):
+        raise ConfigError(f"agent={cfg.agent.name} learns offline only (it has no exploration): set "
+                          "trainer.online_steps=0, or learn online from cameras with experiment=rlpd-pixels")
+    r_scale, r_bias, fill = reward_transform(cfg.agent)
+    ref_scores = data.ref_scores if data is not None else None
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["derived"] = {"obs_dim": state_dim, "action_dim": action_dim,
+                           "image_shapes": {k: list(v) for k, v in layout.image_shapes.items()},
+                           "train_env": task, "eval_env": ev, "device": str(device),
+                           "dataset_transitions": data.num_transitions if data is not None else 0,
+                           "ref_scores": list(ref_scores) if ref_scores else None}
+    return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, data, tcfg, device, int(cfg.seed)),
+                   make_eval_env=lambda: make_env_from_args(ev),
+                   make_train_envs=lambda: make_env_from_args(task, num_envs=tcfg.num_envs, seed=int(cfg.seed),
+                                                              vectorization="sync"),
+                   ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved,
+                   title=f"{cfg.agent.name} on {cfg.env.name or task['name']} ({', '.join(cams['pixels'])})",
+                   reward_scale=r_scale, reward_bias=r_bias, mc_sparse_fill=fill,
+                   gamma=float(cfg.agent.get("gamma", 0.99)), obs_layout=layout)

@@ -1,0 +1,180 @@
+"""`robotrl train` / `robotrl eval` on cameras: pixel BC and pixel RLPD through the Hydra trainer.
+
+Real processes, real MuJoCo renders (OSMesa), a real Minari camera dataset the first test generates through the
+dataset config (PointMaze UMaze, top-down camera at 32x32 to keep it small); tiny budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "osmesa")
+os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+
+from hydra import compose, initialize_config_module  # noqa: E402
+
+from robotrl.checkpoint import load_checkpoint  # noqa: E402
+from robotrl.envs import make_env_from_args, osmesa_available  # noqa: E402
+from robotrl.errors import ConfigError  # noqa: E402
+from robotrl.experiment import build_trainer  # noqa: E402
+from robotrl.policy import act, load_policy  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not osmesa_available(), reason="headless MuJoCo rendering needs libosmesa6")
+
+DATASET_ID = "robotrl/pointmaze/umaze-slow-pixtest-v1"
+DATA = [f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=1500", "dataset.recipe_args.image_size=32",
+        "+dataset.recipe_args.ref_episodes=3"]
+SMALL = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=16", "trainer.log_every=10",
+         "trainer.progress=false", "torch_threads=1", "agent.model.channels=8", "agent.model.hidden=[64,64]"]
+BC = ["experiment=bc-pixels", *DATA, *SMALL]
+RLPD = ["experiment=rlpd-pixels", *DATA, *SMALL, "agent.model.critic_hidden=[64,64]"]
+
+
+def _env(root: Path) -> dict:
+    return {**os.environ, "MINARI_DATASETS_PATH": str(root), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _robotrl(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "robotrl.cli", *args], env=_env(root), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(minari_module_root, tmp_path):
+    run_dir = tmp_path / "bc"
+    res = _robotrl(["train", *BC, "trainer.offline_steps=40", "trainer.eval_every=20", "trainer.checkpoint_every=20",
+                    f"run_dir={run_dir}"], minari_module_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "generating it with recipe pointmaze-umaze-slow" in res.stdout  # the camera dataset, on first use
+    report = json.loads((run_dir / "report.json").read_text())
+    assert [h["step"] for h in report["history"]] == [20, 40]
+    assert report["summary"]["gradient_updates"] == 40
+
+    ckpt = load_checkpoint(run_dir)
+    derived = ckpt["config"]["derived"]
+    # sizes and envs derived from the data: PointMaze's 8-d state beside one 32x32 top-down camera, 2-d actions
+    assert derived["obs_dim"] == 8 and derived["action_dim"] == 2
+    assert derived["image_shapes"] == {"pixels/topdown": [32, 32, 3]}
+    ev = derived["eval_env"]
+    assert ev["name"] == "PointMaze_UMaze-v3" and ev["pixels"] == ["topdown"] and ev["size"] == [32, 32]
+    assert ev["max_episode_steps"] == derived["train_env"]["max_episode_steps"] is not None
+    # the saved policy carries its preprocessing: normalisers, scaler, encoder and the state layout
+    pol = ckpt["policy"]
+    assert pol["target"] == "robotrl.agents.bc.pixels.PixelBCPolicy"
+    assert set(pol["state_dict"]) >= {"obs_normalizer.mean", "obs_normalizer.std", "action_scaler.low",
+                                      "action_scaler.high"}
+    assert any(k.startswith("encoder.") for k in pol["state_dict"]) and pol["kwargs"]["state_layout"]
+
+    # rebuilt alone, it acts on the raw camera observations of the recorded env
+    policy = load_policy(str(run_dir))
+    env = make_env_from_args(ev, seed=3)
+    try:
+        obs, _ = env.reset(seed=3)
+        a = act(policy, obs)
+        assert a.shape == (2,) and np.all(np.abs(a) <= 1.0 + 1e-6)
+    finally:
+        env.close()
+
+    out = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = json.loads((run_dir / "eval.json").read_text())
+    assert metrics["episodes"] == 2 and metrics["step"] == 40
+    assert np.isfinite(metrics["normalized_score"]) and 0.0 <= metrics["success_rate"] <= 1.0
+
+
+def test_other_cameras_than_the_datas_are_refused_clearly(minari_module_root, tmp_path):
+    res = _robotrl(["train", *BC, "env.cameras=[free]", "trainer.offline_steps=10", f"run_dir={tmp_path / 'x'}"],
+                   minari_module_root)
+    assert res.returncode == 2
+    assert "env.cameras=['free'] differs from the cameras dataset" in res.stderr and "env.cameras=[topdown]" in res.stderr
+    assert not (tmp_path / "x" / "checkpoints").exists()
+    with pytest.raises(ConfigError, match=r"env.image_size=64 differs from the frame size \[32, 32\]"):
+        build_trainer(_compose([*BC, "env.image_size=64", "device=cpu"]), tmp_path / "y")
+    build_trainer(_compose([*BC, "env.cameras=[topdown]", "env.image_size=32", "device=cpu"]), tmp_path / "z")  # equal: fine
+
+
+@pytest.mark.slow
+def test_killed_bc_pixels_run_resumes(minari_module_root, tmp_path, kill_after_checkpoint):
+    run_dir = tmp_path / "killed"
+    base = [*BC, "trainer.eval_every=1000000", "trainer.checkpoint_every=25", f"run_dir={run_dir}"]
+    killed_at = kill_after_checkpoint([sys.executable, "-m", "robotrl.cli", "train", *base,
+                                       "trainer.offline_steps=1000000"], _env(minari_module_root), run_dir, min_step=50)
+    assert killed_at >= 50 and killed_at % 25 == 0
+    res = _robotrl(["train", *base, f"trainer.offline_steps={killed_at + 25}"], minari_module_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((run_dir / "report.json").read_text())["summary"]
+    assert summary["resumed"] is True and summary["gradient_updates"] == killed_at + 25
+
+
+def test_rlpd_pixels_stores_camera_frames_online_and_its_checkpoint_evaluates(minari_module_root, tmp_path):
+    run_dir = tmp_path / "rlpd"
+    steps, warmup, n_envs = 40, 10, 2
+    cfg = _compose([*RLPD, f"trainer.online_steps={steps}", f"trainer.online_warmup_steps={warmup}",
+                    f"trainer.num_envs={n_envs}", "trainer.eval_every=40", "trainer.checkpoint_every=40", "device=cpu"])
+    trainer = build_trainer(cfg, run_dir)
+    summary = trainer.fit()
+    assert summary["gradient_updates"] == (steps - warmup) * 2  # trainer.utd=2
+    online = trainer.online
+    assert online.size == steps * n_envs and online.image_shapes == {"pixels/topdown": (32, 32, 3)}
+    frames = online.frames["pixels/topdown"][: online.size]
+    assert frames.dtype == np.uint8 and frames.std() > 0  # real renders, not zeros
+    # each frame once: a next frame is kept apart only where no later transition of the episode holds it
+    assert len(online._final) <= n_envs + int((online.terminated | online.truncated)[: online.size].sum())
+    batch = online.sample(8)
+    assert batch.images()["pixels/topdown"].shape == (8, 32, 32, 3) and batch.observations.shape == (8, 8)
+    # the symmetric batches mixed camera rows from the offline dataset (offline_ratio 0.5)
+    assert trainer.offline.image_shapes == online.image_shapes
+
+    out = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads((run_dir / "eval.json").read_text())["step"] == steps
+
+
+def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_path):
+    """The online buffer's frames go into the checkpoint and come back: 15 + 15 online steps continue the buffer."""
+    base = [*RLPD, "trainer.online_warmup_steps=5", "trainer.num_envs=1", "trainer.eval_every=1000",
+            "trainer.checkpoint_every=15", "device=cpu"]
+    first = build_trainer(_compose([*base, "trainer.online_steps=15"]), tmp_path / "r")
+    first.fit()
+    key = "pixels/topdown"
+    saved = first.online.frames[key][: first.online.size].copy()
+    second = build_trainer(_compose([*base, "trainer.online_steps=30"]), tmp_path / "r")
+    summary = second.fit()
+    assert summary["resumed"] is True and summary["gradient_updates"] == (30 - 5) * 2
+    assert second.online.size == 30
+    np.testing.assert_array_equal(second.online.frames[key][:15], saved)
+
+
+def test_pixel_bc_with_online_steps_is_refused(minari_module_root, tmp_path):
+    with pytest.raises(ConfigError, match="learns offline only.*experiment=rlpd-pixels"):
+        build_trainer(_compose([*BC, "trainer.online_steps=10", "device=cpu"]), tmp_path / "o")
+
+
+def test_a_dataset_without_cameras_is_refused_for_pixel_agents(minari_module_root):
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from robotrl.data import load_dataset
+    from robotrl.experiment import ensure_dataset
+    from robotrl.experiment_pixels import camera_args
+
+    cfg = _compose(BC)
+    data = load_dataset(ensure_dataset(cfg.dataset))
+    env_cfg = OmegaConf.create({"cameras": None, "image_size": None})
+    assert camera_args(env_cfg, data) == {"pixels": ["topdown"], "size": [32, 32]}
+    with pytest.raises(ConfigError, match="records no camera frames.*cameras=\\[topdown\\]"):
+        camera_args(env_cfg, dataclasses.replace(data, images=None, image_index=None))
+    with pytest.raises(ConfigError, match="without a dataset needs the cameras"):
+        camera_args(env_cfg, None)
