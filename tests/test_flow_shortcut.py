@@ -5,6 +5,10 @@ while a plain flow policy's 1-step chunk collapses to the mean of the modes."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,7 +22,7 @@ from robotrl.agents.flow.sampling import interpolate
 from robotrl.agents.flow.shortcut import ShortcutVelocity, shortcut_times, step_level
 from robotrl.data import ActionScaler, ObservationNormalizer
 from robotrl.errors import ConfigError
-from robotrl.policy import build_policy, policy_state
+from robotrl.policy import build_policy, load_policy, policy_state
 
 NET = dict(obs_horizon=1, action_horizon=2, act_steps=1, denoiser="mlp", denoiser_kwargs={"hidden": [64, 64], "time_dim": 8})
 
@@ -126,3 +130,105 @@ def test_one_step_shortcut_sample_matches_its_eight_step_sample_and_plain_flow_d
     again = build_policy(policy_state(pol))
     assert again.spec()["shortcut"] is True and isinstance(again.velocity, ShortcutVelocity)
     torch.testing.assert_close(again.sample_normalized(cond, steps=1, x0=x0), pol.sample_normalized(cond, steps=1, x0=x0))
+
+
+def test_one_step_export_equals_the_eager_sampler(tmp_path, one_thread):
+    """TorchScript and ONNX (through ONNX Runtime) exports of the 1-step shortcut sampler equal the eager one."""
+    import onnxruntime as ort
+
+    from robotrl.real_robot.export import ONNX_FILE, TS_FILE, export_policy
+
+    pol = FlowPolicy(3, 2, action_horizon=4, flow_steps=1, shortcut=True, shortcut_max_steps=8,
+                     denoiser_kwargs={"hidden": [32, 32], "time_dim": 8})
+    pol.set_normalizers(ObservationNormalizer(np.ones(3), 2 * np.ones(3)), ActionScaler(-2 * np.ones(2), 2 * np.ones(2)))
+    _check_one_step_export(pol, tmp_path, export_policy, ort, TS_FILE, ONNX_FILE)
+
+
+def _check_one_step_export(pol: FlowPolicy, out, export_policy, ort, ts_file: str, onnx_file: str) -> None:
+    """Export ``pol`` with ``K = 1``; the files' chunks equal ``export_module()``'s and the eager 1-step sampler's."""
+    pol.K = 1
+    obs = torch.randn(5, pol.obs_dim)
+    mod = pol.export_module()
+    eager = pol.action_scaler.unnormalize(pol.sample_normalized(pol.condition(obs[:, None]), steps=1,
+                                                                x0=mod.x0.expand(5, -1, -1)))
+    with torch.no_grad():
+        torch.testing.assert_close(mod(obs), eager, atol=1e-5, rtol=0)
+    export_policy(pol, out)
+    ts = torch.jit.load(str(out / ts_file))
+    torch.testing.assert_close(ts(obs), eager, atol=1e-5, rtol=0)
+    sess = ort.InferenceSession(str(out / onnx_file), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"obs": obs.numpy()})[0], eager.numpy(), atol=1e-5, rtol=0)
+
+
+DATASET_ID = "robotrl/pointmaze/umaze-shortcut-test-v0"
+
+
+@pytest.mark.slow
+def test_robotrl_train_experiment_flow_shortcut_then_eval_at_1_and_4_steps_and_export(tmp_path):
+    """Real processes: `robotrl train experiment=flow-shortcut` (tiny budgets) writes a checkpoint whose policy
+    is a shortcut flow policy; `robotrl eval flow_steps=K` evaluates it at K = 1 and 4 (K = 0 is refused);
+    its 1-step sampler exports to TorchScript and ONNX equal to the eager one."""
+    import onnxruntime as ort
+
+    from robotrl.real_robot.export import ONNX_FILE, TS_FILE, export_policy
+
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "PYTHONWARNINGS": "ignore"}
+    args = ["experiment=flow-shortcut", "env=pointmaze-umaze", "dataset=pointmaze-umaze-planner",
+            f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=1500", "+dataset.recipe_args.ref_episodes=2",
+            "trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.progress=false", "torch_threads=1",
+            "trainer.offline_steps=60", "trainer.eval_every=60", "trainer.checkpoint_every=60",
+            "agent.model.denoiser_kwargs.hidden=[32,32]", "agent.model.shortcut_max_steps=8", "agent.model.ema_start=20"]
+    res = subprocess.run([sys.executable, "-m", "robotrl.cli", "train", *args], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "runs" / "pretrain" / "flow-shortcut" / DATASET_ID.replace("/", "-") / "seed0"
+    pol = load_policy(str(run))
+    assert isinstance(pol, FlowPolicy) and isinstance(pol.velocity, ShortcutVelocity) and pol.K == 1
+    assert pol.spec()["shortcut"] is True and pol.velocity.max_steps == 8
+    for k in (1, 4):
+        out = tmp_path / f"eval{k}.json"
+        res = subprocess.run([sys.executable, "-m", "robotrl.cli", "eval", f"checkpoint={run}", "episodes=2",
+                              "num_envs=1", f"flow_steps={k}", f"output={out}"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        got = json.loads(out.read_text())
+        assert got["flow_steps"] == k and got["episodes"] == 2.0 and np.isfinite(got["return_mean"])
+    res = subprocess.run([sys.executable, "-m", "robotrl.cli", "eval", f"checkpoint={run}", "flow_steps=0"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "flow_steps" in res.stdout + res.stderr
+    _check_one_step_export(pol, tmp_path / "export", export_policy, ort, TS_FILE, ONNX_FILE)
+
+
+def test_reinflow_warm_starts_from_a_shortcut_policy_and_its_chain_steps_use_d_1_over_k(tmp_path, one_thread):
+    """A ReinFlow agent with ``shortcut=True`` loads a shortcut checkpoint; its deterministic policy is the shortcut
+    policy's K-step sampler and its noisy chain's step means call the network with ``d = 1/K``. A plain-flow
+    ReinFlow config refuses the checkpoint; a flow checkpoint written before the option existed still loads."""
+    from robotrl.agents.reinflow import ReinFlowAgent
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.errors import CheckpointError
+
+    net = dict(action_horizon=4, act_steps=4, denoiser_kwargs={"hidden": [32, 32], "time_dim": 8})
+    torch.manual_seed(0)
+    sc = FlowPolicy(3, 2, flow_steps=1, shortcut=True, shortcut_max_steps=8, **net)
+    for p in sc.velocity.parameters():
+        p.data.normal_(0.0, 0.3)
+    save_checkpoint(tmp_path / "sc.pt", {"policy": policy_state(sc)})
+    norms = dict(obs_normalizer=ObservationNormalizer.identity(3), action_scaler=ActionScaler(-np.ones(2), np.ones(2)))
+    agent = ReinFlowAgent(3, 2, **norms, flow_steps=2, shortcut=True, shortcut_max_steps=8, noise_hidden=[16], **net)
+    agent.load_pretrained(str(tmp_path / "sc.pt"))
+    cond, x0 = torch.randn(6, 1, 3), torch.randn(6, 4, 2)
+    torch.testing.assert_close(agent.policy.sample_normalized(cond, x0=x0), sc.sample_normalized(cond, steps=2, x0=x0))
+    chain = agent.policy.sample_noisy_chain(cond, generator=torch.Generator().manual_seed(0))
+    mean, _ = agent.policy.transitions(cond, chain)
+    with torch.no_grad():
+        want = (chain[:, 0] + 0.5 * sc.velocity(chain[:, 0], torch.zeros(6), cond, torch.full((6,), 0.5))).clamp(-1, 1)
+        other = (chain[:, 0] + 0.5 * sc.velocity(chain[:, 0], torch.zeros(6), cond, torch.zeros(6))).clamp(-1, 1)
+    torch.testing.assert_close(mean[:, 0], want)
+    assert not torch.allclose(mean[:, 0], other)  # the step size reaches the network
+    with pytest.raises(CheckpointError, match="shortcut"):
+        ReinFlowAgent(3, 2, **norms, flow_steps=2, noise_hidden=[16], **net).load_pretrained(str(tmp_path / "sc.pt"))
+    old = policy_state(FlowPolicy(3, 2, **net))
+    for k in ("shortcut", "shortcut_max_steps"):
+        del old["kwargs"][k]
+    save_checkpoint(tmp_path / "old.pt", {"policy": old})
+    ReinFlowAgent(3, 2, **norms, flow_steps=2, noise_hidden=[16], **net).load_pretrained(str(tmp_path / "old.pt"))
