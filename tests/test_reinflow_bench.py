@@ -58,3 +58,13 @@ def test_latency_table_has_the_onnx_runtime_row_when_measured():
     onnx = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if "ONNX" in r["what"]]
     assert len(onnx) == 1 and onnx[0]["ours"] == 0.45 and onnx[0]["ratio"] == pytest.approx(0.18)
     assert onnx[0]["target"] == 0.5 and onnx[0]["target_on"] == "ours"
+
+
+def test_latency_table_has_shortcut_rows_when_measured():
+    lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
+                                            ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),
+                                            ("ddim_5_traced", 5.6), ("shortcut_1", 1.8), ("shortcut_1_traced", 1.1))}
+    rows = normalize({"benchmark": "reinflow_latency", "latency": lat, "ratios": {}}, "reinflow_latency")[0]["rows"]
+    sc = [r for r in rows if r["what"].startswith("shortcut")]
+    assert [r["ours"] for r in sc] == [1.8, 1.1] and sc[0]["ratio"] == pytest.approx(1.8 / 1.6)
+    assert sc[1]["peer_name"] == "flow 1-step (traced)"
