@@ -28,7 +28,7 @@ Usage (single torch thread; run niced and never beside another timing benchmark)
     nice -n 19 python benchmarks/bench_reinflow.py latency --out benchmarks/results/reinflow_latency.json
     nice -n 19 python benchmarks/bench_reinflow.py learning --seeds 0 1 2 --env-steps 20000 \
         --out benchmarks/results/reinflow_learning.json
-    nice -n 19 python benchmarks/bench_reinflow.py shortcut --seeds 0 1 2 \
+    nice -n 19 python benchmarks/bench_reinflow.py shortcut --seeds 0 1 2 --steps 1 2 4 \
         --out benchmarks/results/reinflow_shortcut_quality.json
 
 ``shortcut`` — flow vs shortcut policy (same BC budget) scored at 1 and K sampling steps on that task
@@ -259,10 +259,23 @@ def bench_data(args):
     return dataclasses.replace(data, actions=np.clip(data.actions + np.float32(args.bias), -1, 1).astype(np.float32))
 
 
+@torch.no_grad()
+def chunk_gaps(policy, data, steps, seed: int, n: int = 2048) -> dict[int, float]:
+    """Per ``K`` in ``steps``: mean ``|chunk_K − chunk_1|`` (normalised action units) over ``n`` dataset observations,
+    each K-step and 1-step chunk sampled from the same start noise."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, len(data.observations), (n,), generator=g)
+    cond = policy.condition(torch.as_tensor(data.observations)[idx][:, None])
+    x0 = torch.randn((n, policy.Ta, policy.action_dim), generator=g)
+    one = policy.sample_normalized(cond, steps=1, x0=x0)
+    return {k: float((policy.sample_normalized(cond, steps=k, x0=x0) - one).abs().mean()) for k in steps}
+
+
 def shortcut_quality(args) -> dict:
     """``shortcut``: a flow and a shortcut policy (Frans et al. 2024) behaviour-cloned per seed with the same
     network (the DPPO bench's 2x64 residual MLP), data, updates, batch and lr, each scored (``B.score``: 150
-    episodes) at every ``--steps`` K; summary: mean and IQM over seeds of return / success per (policy, K)."""
+    episodes) at every ``--steps`` K, with the mean gap between its K-step and 1-step chunks from the same start
+    noise (:func:`chunk_gaps`); summary: mean and IQM over seeds of each per (policy, K)."""
     import bench_dppo_learning as B
 
     from robotrl.agents.flow import FlowAgent
@@ -282,19 +295,22 @@ def shortcut_quality(args) -> dict:
             for u in range(args.bc_updates):
                 agent.update(agent.sample_batch(buf, 256), u)
             train_s = time.time() - t
+            gaps = chunk_gaps(agent.policy, data, args.steps, seed)
             for k in args.steps:
                 agent.policy.K = k
                 r = B.score(agent.policy)
                 rows.append({"policy": name, "seed": seed, "steps": k, "return": r["return"],
-                             "success_rate": r["success_rate"], "train_s": round(train_s, 1)})
+                             "success_rate": r["success_rate"], "chunk_gap_to_1_step": gaps[k],
+                             "train_s": round(train_s, 1)})
                 print(f"seed {seed} {name:>8} K={k}: return {r['return']:.2f} success {r['success_rate']:.2f} "
+                      f"chunk gap to 1 step {gaps[k]:.3f} "
                       f"(trained {train_s:.0f} s)", flush=True)
     summary = {}
     for name in ("flow", "shortcut"):
         for k in args.steps:
             rs = [r for r in rows if r["policy"] == name and r["steps"] == k]
             summary[f"{name}_{k}"] = {m: {"mean": float(np.mean([r[m] for r in rs])), "iqm": B.iqm([r[m] for r in rs])}
-                                      for m in ("return", "success_rate")}
+                                      for m in ("return", "success_rate", "chunk_gap_to_1_step")}
     print(summary)
     return {"benchmark": "reinflow_shortcut_quality", "task": "PointMaze UMaze fixed goal, dense (DPPO benchmark task)",
             "setting": {"bias": args.bias, "data_steps": args.data_steps, "bc_updates": args.bc_updates, "batch": 256,
@@ -392,7 +408,7 @@ def main() -> None:
     lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
     shc = sub.add_parser("shortcut", help="flow vs shortcut policy return at 1 and K steps (same BC budget)")
     shc.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    shc.add_argument("--steps", type=int, nargs="+", default=[1, 4], help="sampling steps K scored")
+    shc.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4], help="sampling steps K scored")
     shc.add_argument("--data-steps", type=int, default=20_000)
     shc.add_argument("--bc-updates", type=int, default=1500)
     shc.add_argument("--bias", type=float, default=0.0)
