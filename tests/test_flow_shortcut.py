@@ -27,14 +27,6 @@ from robotrl.policy import build_policy, load_policy, policy_state
 NET = dict(obs_horizon=1, action_horizon=2, act_steps=1, denoiser="mlp", denoiser_kwargs={"hidden": [64, 64], "time_dim": 8})
 
 
-@pytest.fixture
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
-
-
 class _Decay(nn.Module):
     """A step-conditioned field ``s(x, t, d) = −x`` (ignores ``t``, ``d``): two half steps have a closed form."""
 
