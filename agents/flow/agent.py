@@ -100,12 +100,11 @@ class FlowAgent:
         if self.shortcut:
             t, d = shortcut_times(B, round(self.shortcut_fraction * B), p.velocity.max_steps, device=self.device,
                                   generator=self.gen)
-        else:
-            t = torch.rand((B,), device=self.device, generator=self.gen)
-        x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
-        if self.shortcut:
+            x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
             target_net = p.velocity if self.shortcut_ema_targets else self.model
             return shortcut_loss(self.model, target_net, x0, x1, p.condition(obs), t, d, mask)
+        t = torch.rand((B,), device=self.device, generator=self.gen)
+        x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
         x_t, v = interpolate(x0, x1, t)
         return flow_matching_loss(self.model(x_t, t, p.condition(obs)), v, mask)
 

@@ -66,7 +66,8 @@ class FlowPolicy(nn.Module):
             ``None``: off). The final chunk is always clamped to ``[-1, 1]``.
         shortcut: a shortcut model (Frans et al. 2024): the velocity network is also conditioned
             on the step size ``d`` (:class:`~robotrl.agents.flow.shortcut.ShortcutVelocity`) and a
-            ``K``-step chain steps with ``d = 1/K``, so ``K = 1`` is a one-step policy.
+            ``K``-step chain steps with ``d = 1/K``, so ``K = 1`` is a one-step policy (the trained step
+            sizes are ``1, 1/2, …, 1/M``: other ``K`` run, on step sizes the network interpolates).
         shortcut_max_steps: ``M``, the finest number of steps a shortcut network is trained for
             (a power of two; the paper's 128).
 
