@@ -224,3 +224,28 @@ def test_reinflow_warm_starts_from_a_shortcut_policy_and_its_chain_steps_use_d_1
         del old["kwargs"][k]
     save_checkpoint(tmp_path / "old.pt", {"policy": old})
     ReinFlowAgent(3, 2, **norms, flow_steps=2, noise_hidden=[16], **net).load_pretrained(str(tmp_path / "old.pt"))
+
+
+def test_a_resumed_shortcut_agent_continues_exactly(tmp_path, one_thread):
+    """The agent state (trained and EMA networks, optimizer, update count, time/step generator) round-trips
+    through a checkpoint file: an agent loaded from it takes the same next updates as the original."""
+    from robotrl.checkpoint import load_checkpoint, save_checkpoint
+
+    def make() -> FlowAgent:
+        return FlowAgent(3, 1, obs_normalizer=ObservationNormalizer.identity(3), action_scaler=ActionScaler(-np.ones(1),
+                         np.ones(1)), lr=3e-3, ema_start=5, shortcut=True, shortcut_max_steps=8, seed=3, **NET)
+
+    g = torch.Generator().manual_seed(0)
+    batches = [SimpleNamespace(observations=s, actions=a, mask=None) for s, a in (_bimodal(32, g) for _ in range(15))]
+    a = make()
+    for u, b in enumerate(batches[:10]):
+        a.update(b, u)
+    save_checkpoint(tmp_path / "a.pt", {"agent": a.state_dict()})
+    b_ = make()
+    b_.load_state_dict(load_checkpoint(tmp_path / "a.pt")["agent"])
+    for u, b in enumerate(batches[10:], start=10):
+        la, lb = a.update(b, u)["loss"], b_.update(b, u)["loss"]
+        torch.testing.assert_close(la, lb, rtol=0, atol=0)
+    for pa, pb in zip([*a.model.parameters(), *a.policy.parameters()], [*b_.model.parameters(), *b_.policy.parameters()]):
+        torch.testing.assert_close(pa, pb, rtol=0, atol=0)
+    assert b_.num_updates == 15
