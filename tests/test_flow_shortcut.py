@@ -159,7 +159,7 @@ DATASET_ID = "robotrl/pointmaze/umaze-shortcut-test-v0"
 def test_robotrl_train_experiment_flow_shortcut_then_eval_at_1_and_4_steps_and_export(tmp_path):
     """Real processes: `robotrl train experiment=flow-shortcut` (tiny budgets) writes a checkpoint whose policy
     is a shortcut flow policy; `robotrl eval flow_steps=K` evaluates it at K = 1 and 4 (K = 0 is refused);
-    its 1-step sampler exports to TorchScript and ONNX equal to the eager one."""
+    its 1-step sampler exports to TorchScript and ONNX equal to the eager one; ReinFlow takes its architecture."""
     import onnxruntime as ort
 
     from robotrl.real_robot.export import ONNX_FILE, TS_FILE, export_policy
@@ -189,6 +189,31 @@ def test_robotrl_train_experiment_flow_shortcut_then_eval_at_1_and_4_steps_and_e
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "flow_steps" in res.stdout + res.stderr
     _check_one_step_export(pol, tmp_path / "export", export_policy, ort, TS_FILE, ONNX_FILE)
+    _check_reinflow_takes_the_shortcut_architecture(run)
+
+
+def _check_reinflow_takes_the_shortcut_architecture(run) -> None:
+    """`experiment=reinflow trainer.init_from=<shortcut run>` adopts the shortcut network settings from the run's
+    recorded config, and the agent it configures loads the run's policy."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from robotrl.agents.reinflow import ReinFlowAgent
+    from robotrl.experiment import warm_start_architecture
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["experiment=reinflow", "env=pointmaze-umaze",
+                                                      f"trainer.init_from={run}"])
+    assert cfg.agent.model.shortcut is False
+    model = OmegaConf.to_container(warm_start_architecture(cfg).agent.model, resolve=True)
+    assert model["shortcut"] is True and model["shortcut_max_steps"] == 8 and model["denoiser_kwargs"]["hidden"] == [32, 32]
+    pol = load_policy(str(run))
+    keys = ("obs_horizon", "action_horizon", "act_steps", "denoiser", "denoiser_kwargs", "shortcut", "shortcut_max_steps")
+    agent = ReinFlowAgent(pol.obs_dim, pol.action_dim, obs_normalizer=pol.obs_normalizer, action_scaler=pol.action_scaler,
+                          flow_steps=2, noise_hidden=[16], **{k: model[k] for k in keys})
+    agent.load_pretrained(str(run))
+    cond, x0 = torch.randn(4, 1, pol.obs_dim), torch.randn(4, pol.Ta, pol.action_dim)
+    torch.testing.assert_close(agent.policy.sample_normalized(cond, x0=x0), pol.sample_normalized(cond, steps=2, x0=x0))
 
 
 def test_reinflow_warm_starts_from_a_shortcut_policy_and_its_chain_steps_use_d_1_over_k(tmp_path, one_thread):
