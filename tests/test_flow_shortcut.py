@@ -82,6 +82,12 @@ def test_training_grid_and_step_levels():
                                torch.tensor([3.0, 0.0, 1.0, 3.0, 3.0]))
     with pytest.raises(ConfigError, match="power of two"):
         ShortcutVelocity(nn.Identity(), 12)
+    # every denoiser option takes the step size: its output depends on d
+    x, tt, cond = torch.randn(3, 4, 2), torch.rand(3), torch.randn(3, 1, 3)
+    for kind, kw in (("plain_mlp", {"hidden": [16], "time_dim": 8}), ("unet", {"channels": [8, 16], "time_dim": 8})):
+        net = FlowPolicy(3, 2, action_horizon=4, shortcut=True, denoiser=kind, denoiser_kwargs=kw).velocity
+        one, half = net(x, tt, cond, torch.ones(3)), net(x, tt, cond, torch.full((3,), 0.5))
+        assert one.shape == (3, 4, 2) and not torch.allclose(one, half)
     with pytest.raises(ConfigError, match="shortcut_fraction"):
         FlowAgent(3, 1, obs_normalizer=ObservationNormalizer.identity(3), action_scaler=ActionScaler(-np.ones(1), np.ones(1)),
                   shortcut=True, shortcut_fraction=1.5, **NET)
