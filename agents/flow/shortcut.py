@@ -15,7 +15,9 @@ flow-matching rows of a batch carry ``dt_base = log2 M``.
 Training times (:func:`shortcut_times`, the reference's grid): a self-consistency row draws a
 level ``L ∈ {0 … log2 M − 1}`` uniformly, trains the step ``d = 2^-L ∈ {1, 1/2, …, 2/M}`` from two
 half steps ``d/2 ∈ {1/2, …, 1/M}``, at ``t`` on the grid of multiples of ``d`` in ``[0, 1)``; a
-flow-matching row has ``d = 0`` and ``t ~ U[0, 1)``.
+flow-matching row has ``d = 0`` and ``t ~ U[0, 1)``. (The reference assigns the levels to the
+self-consistency rows in equal shares rather than at random, and puts the flow-matching rows' ``t``
+on the grid of multiples of ``1/M``.)
 """
 
 from __future__ import annotations
