@@ -289,7 +289,8 @@ def shortcut_quality(args) -> dict:
         for name in ("flow", "shortcut"):
             torch.manual_seed(seed)
             agent = FlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, lr=1e-3,
-                              ema_start=args.bc_updates // 2, seed=seed, shortcut=name == "shortcut", **net)
+                              ema_start=args.bc_updates // 2, seed=seed, shortcut=name == "shortcut",
+                              shortcut_max_steps=args.max_steps, shortcut_fraction=args.fraction, **net)
             buf = ReplayBuffer.from_offline(data, seed=seed)
             t = time.time()
             for u in range(args.bc_updates):
@@ -314,8 +315,8 @@ def shortcut_quality(args) -> dict:
     print(summary)
     return {"benchmark": "reinflow_shortcut_quality", "task": "PointMaze UMaze fixed goal, dense (DPPO benchmark task)",
             "setting": {"bias": args.bias, "data_steps": args.data_steps, "bc_updates": args.bc_updates, "batch": 256,
-                        "lr": 1e-3, "network": net, "steps": list(args.steps), "shortcut_max_steps": 128,
-                        "shortcut_fraction": 0.25, "eval_episodes": 150},
+                        "lr": 1e-3, "network": net, "steps": list(args.steps), "shortcut_max_steps": args.max_steps,
+                        "shortcut_fraction": args.fraction, "eval_episodes": 150},
             "per_run": rows, "summary": summary, "command": command_line(), "argv": list(sys.argv),
             "environment": environment()}
 
@@ -412,6 +413,8 @@ def main() -> None:
     shc.add_argument("--data-steps", type=int, default=20_000)
     shc.add_argument("--bc-updates", type=int, default=1500)
     shc.add_argument("--bias", type=float, default=0.0)
+    shc.add_argument("--max-steps", type=int, default=128, help="shortcut_max_steps M")
+    shc.add_argument("--fraction", type=float, default=0.25, help="shortcut_fraction")
     shc.add_argument("--minari-root", default=None)
     shc.add_argument("--out", default="benchmarks/results/reinflow_shortcut_quality.json")
     for p in (lat, lrn, shc):
