@@ -193,6 +193,23 @@ def _reinflow_latency(doc: dict, name: str) -> list[dict]:
     return [{**_meta(doc, name), "rows": rows}]
 
 
+def _shortcut_quality(doc: dict, name: str) -> list[dict]:
+    """``bench_reinflow.py shortcut``: per sampling-step count K, the shortcut policy's mean return and success over
+    seeds vs the plain flow policy's at the same K (same BC budget), and its 1-step return vs flow's largest K.
+    Learning-quality rows, not regression-checked (one short budget, few seeds)."""
+    sm, rows = doc["summary"], []
+    steps = doc["setting"]["steps"]
+    for k in steps:
+        for m, unit in (("return", "return"), ("success_rate", "success")):
+            v, f = sm[f"shortcut_{k}"][m]["mean"], sm[f"flow_{k}"][m]["mean"]
+            rows.append(_row(f"shortcut {k}-step {unit}, mean over seeds", v, f"flow {k}-step", f, unit,
+                             v / f if f else None, check=False))
+    v, f = sm["shortcut_1"]["return"]["mean"], sm[f"flow_{max(steps)}"]["return"]["mean"]
+    rows.append(_row("shortcut 1-step return, mean over seeds", v, f"flow {max(steps)}-step", f, "return",
+                     v / f if f else None, check=False))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
 def _reinflow_learning_time(doc: dict) -> dict | None:
     """``bench_reinflow.py learning`` with per-iteration curves: per seed, ReinFlow's training wall seconds until its
     eval return first reaches DPPO's final one vs DPPO's whole fine-tuning wall time (target ratio <= 0.3; "never":
@@ -356,6 +373,8 @@ def _detect(doc: dict):
         return _bridge_compare
     if isinstance(doc.get("latency"), dict) and "ddim_5" in doc["latency"]:
         return _reinflow_latency
+    if doc.get("benchmark") == "reinflow_shortcut_quality" and "summary" in doc:
+        return _shortcut_quality
     if "link" in doc and "bare_pyzmq" in doc:
         return _online_link
     if "dppo" in doc and "sb3_ppo" in doc:
