@@ -1,4 +1,4 @@
-"""Flow policies: chunk-inference latency (flow 1/2/4 Euler steps vs diffusion DDIM-5) and
+"""Flow policies: chunk-inference latency (flow and shortcut 1/2/4 steps vs diffusion DDIM-5) and
 ReinFlow vs DPPO fine-tuning from equally trained pretrained policies.
 
 ``latency`` — one chunk ``(1, Ta, Da)`` at batch 1, one torch thread, for (i) the policies'
@@ -6,7 +6,8 @@ ReinFlow vs DPPO fine-tuning from equally trained pretrained policies.
 export modules (fixed noise, what ``real_robot`` deploys). Same denoiser network for both
 families: the configs' state-task residual MLP (3x512, Mish, time_dim 16), Hopper sizes
 (``Do`` 11, ``Da`` 3, ``To`` 1, ``Ta`` 4); diffusion K = 20 trained steps sampled with DDIM-5
-(η = 0). Timed round-robin (``_common.run_interleaved``): each repeat runs a block of calls of
+(η = 0); the shortcut policy (``shortcut=True``: the same network plus the step-size embedding,
+Frans et al. 2024) samples with ``d = 1/K``. Timed round-robin (``_common.run_interleaved``): each repeat runs a block of calls of
 every contender back to back; ratios are paired per repeat (robust to a shared machine's drift).
 
 ``learning`` — the DPPO benchmark's task and setting (``benchmarks/bench_dppo_learning.py``:
@@ -27,6 +28,11 @@ Usage (single torch thread; run niced and never beside another timing benchmark)
     nice -n 19 python benchmarks/bench_reinflow.py latency --out benchmarks/results/reinflow_latency.json
     nice -n 19 python benchmarks/bench_reinflow.py learning --seeds 0 1 2 --env-steps 20000 \
         --out benchmarks/results/reinflow_learning.json
+    nice -n 19 python benchmarks/bench_reinflow.py shortcut --seeds 0 1 2 --steps 1 2 4 \
+        --out benchmarks/results/reinflow_shortcut_quality.json
+
+``shortcut`` — flow vs shortcut policy (same BC budget) scored at 1 and K sampling steps on that task
+(:func:`shortcut_quality`).
 """
 
 from __future__ import annotations
@@ -71,17 +77,21 @@ def latency(args) -> dict:
 
     torch.manual_seed(0)
     flow = FlowPolicy(**SIZES, **HORIZONS, flow_steps=1, denoiser="mlp", denoiser_kwargs=NET).eval()
+    shortcut = FlowPolicy(**SIZES, **HORIZONS, flow_steps=1, denoiser="mlp", denoiser_kwargs=NET, shortcut=True).eval()
     diff = DiffusionPolicy(**SIZES, **HORIZONS, denoising_steps=20, denoiser="mlp", denoiser_kwargs=NET,
                            sampler="ddim", ddim_steps=5, ddim_eta=0.0).eval()
     obs = torch.randn(1, 1, SIZES["obs_dim"])
-    cases = [Case(f"flow_{k}", (lambda k=k: (flow.predict_chunk(obs, steps=k), 1)[1])) for k in FLOW_STEPS]
+    flows = {"flow": flow, "shortcut": shortcut}
+    cases = [Case(f"{n}_{k}", (lambda p=p, k=k: (p.predict_chunk(obs, steps=k), 1)[1]))
+             for n, p in flows.items() for k in FLOW_STEPS]
     cases.append(Case("ddim_5", lambda: (diff.predict_chunk(obs), 1)[1]))
     exported = {}
     with torch.no_grad():
-        for k in FLOW_STEPS:
-            flow.K = k
-            exported[f"flow_{k}_traced"] = torch.jit.trace(flow.export_module(), obs[:, 0])
-        flow.K = 1
+        for n, p in flows.items():
+            for k in FLOW_STEPS:
+                p.K = k
+                exported[f"{n}_{k}_traced"] = torch.jit.trace(p.export_module(), obs[:, 0])
+            p.K = 1
         exported["ddim_5_traced"] = torch.jit.trace(diff.export_module(), obs[:, 0])
     for name, mod in exported.items():
         cases.append(Case(name, (lambda mod=mod: (mod(obs[:, 0]), 1)[1])))
@@ -91,7 +101,8 @@ def latency(args) -> dict:
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     onnx_dir = Path(tempfile.mkdtemp(prefix="bench_reinflow_onnx_"))
     o = obs[:, 0].numpy()
-    for name, mod in (("flow_1_onnx", flow.export_module()), ("ddim_5_onnx", diff.export_module())):
+    for name, mod in (("flow_1_onnx", flow.export_module()), ("shortcut_1_onnx", shortcut.export_module()),
+                      ("ddim_5_onnx", diff.export_module())):
         path = str(onnx_dir / f"{name}.onnx")
         with torch.no_grad():
             torch.onnx.export(mod, (obs[:, 0],), path, input_names=["obs"], output_names=["actions"],
@@ -106,9 +117,13 @@ def latency(args) -> dict:
                      "ms_max": 1e3 * max(c.seconds), "calls_per_block": c.calls, "repeats": len(c.seconds)}
             for c in cases}
     ratios = {}
-    for k in FLOW_STEPS:
-        ratios[f"flow_{k}_over_ddim_5"] = 1.0 / paired_ratio(by[f"flow_{k}"], by["ddim_5"], time_based=True)
-        ratios[f"flow_{k}_traced_over_ddim_5_traced"] = 1.0 / paired_ratio(by[f"flow_{k}_traced"], by["ddim_5_traced"],
+    for n in flows:
+        for k in FLOW_STEPS:
+            ratios[f"{n}_{k}_over_ddim_5"] = 1.0 / paired_ratio(by[f"{n}_{k}"], by["ddim_5"], time_based=True)
+            ratios[f"{n}_{k}_traced_over_ddim_5_traced"] = 1.0 / paired_ratio(by[f"{n}_{k}_traced"],
+                                                                              by["ddim_5_traced"], time_based=True)
+    for kind in ("", "_traced", "_onnx"):  # the step-size embedding's cost: shortcut vs flow at one step
+        ratios[f"shortcut_1{kind}_over_flow_1{kind}"] = 1.0 / paired_ratio(by[f"shortcut_1{kind}"], by[f"flow_1{kind}"],
                                                                            time_based=True)
     for name, r in rows.items():
         print(f"{name:>22}: {r['ms_median']:.3f} ms (min {r['ms_min']:.3f})")
@@ -227,9 +242,9 @@ def _parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def learning(args) -> dict:
-    import bench_dppo_learning as B
-
+def bench_data(args):
+    """The DPPO benchmark's PointMaze UMaze planner data (``args.data_steps`` steps, cached under
+    ``args.minari_root``) with ``args.bias`` added to the actions."""
     from robotrl.collect import collect_pointmaze
     from robotrl.data import load_dataset
 
@@ -241,7 +256,75 @@ def learning(args) -> dict:
                                  progress=False, ref_episodes=2,
                                  env_kwargs={"continuing_task": True, "reset_target": True})
     data = load_dataset(str(path))
-    data = dataclasses.replace(data, actions=np.clip(data.actions + np.float32(args.bias), -1, 1).astype(np.float32))
+    return dataclasses.replace(data, actions=np.clip(data.actions + np.float32(args.bias), -1, 1).astype(np.float32))
+
+
+@torch.no_grad()
+def chunk_gaps(policy, data, steps, seed: int, n: int = 2048) -> dict[int, float]:
+    """Per ``K`` in ``steps``: mean ``|chunk_K − chunk_1|`` (normalised action units) over ``n`` dataset observations,
+    each K-step and 1-step chunk sampled from the same start noise."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, len(data.observations), (n,), generator=g)
+    cond = policy.condition(torch.as_tensor(data.observations)[idx][:, None])
+    x0 = torch.randn((n, policy.Ta, policy.action_dim), generator=g)
+    one = policy.sample_normalized(cond, steps=1, x0=x0)
+    return {k: float((policy.sample_normalized(cond, steps=k, x0=x0) - one).abs().mean()) for k in steps}
+
+
+def shortcut_quality(args) -> dict:
+    """``shortcut``: a flow and a shortcut policy (Frans et al. 2024) behaviour-cloned per seed with the same
+    network (the DPPO bench's 2x64 residual MLP), data, updates, batch and lr, each scored (``B.score``: 150
+    episodes) at every ``--steps`` K, with the mean gap between its K-step and 1-step chunks from the same start
+    noise (:func:`chunk_gaps`); summary: mean and IQM over seeds of each per (policy, K)."""
+    import bench_dppo_learning as B
+
+    from robotrl.agents.flow import FlowAgent
+    from robotrl.data import ReplayBuffer
+
+    data = bench_data(args)
+    on, sc = B.normalizers(data)
+    net = {k: v for k, v in B.DIFFUSION.items() if k != "denoising_steps"}
+    rows = []
+    for seed in args.seeds:
+        for name in ("flow", "shortcut"):
+            torch.manual_seed(seed)
+            agent = FlowAgent(data.obs_dim, data.action_dim, obs_normalizer=on, action_scaler=sc, lr=1e-3,
+                              ema_start=args.bc_updates // 2, seed=seed, shortcut=name == "shortcut",
+                              shortcut_max_steps=args.max_steps, shortcut_fraction=args.fraction, **net)
+            buf = ReplayBuffer.from_offline(data, seed=seed)
+            t = time.time()
+            for u in range(args.bc_updates):
+                agent.update(agent.sample_batch(buf, 256), u)
+            train_s = time.time() - t
+            gaps = chunk_gaps(agent.policy, data, args.steps, seed)
+            for k in args.steps:
+                agent.policy.K = k
+                r = B.score(agent.policy)
+                rows.append({"policy": name, "seed": seed, "steps": k, "return": r["return"],
+                             "success_rate": r["success_rate"], "chunk_gap_to_1_step": gaps[k],
+                             "train_s": round(train_s, 1)})
+                print(f"seed {seed} {name:>8} K={k}: return {r['return']:.2f} success {r['success_rate']:.2f} "
+                      f"chunk gap to 1 step {gaps[k]:.3f} "
+                      f"(trained {train_s:.0f} s)", flush=True)
+    summary = {}
+    for name in ("flow", "shortcut"):
+        for k in args.steps:
+            rs = [r for r in rows if r["policy"] == name and r["steps"] == k]
+            summary[f"{name}_{k}"] = {m: {"mean": float(np.mean([r[m] for r in rs])), "iqm": B.iqm([r[m] for r in rs])}
+                                      for m in ("return", "success_rate", "chunk_gap_to_1_step")}
+    print(summary)
+    return {"benchmark": "reinflow_shortcut_quality", "task": "PointMaze UMaze fixed goal, dense (DPPO benchmark task)",
+            "setting": {"bias": args.bias, "data_steps": args.data_steps, "bc_updates": args.bc_updates, "batch": 256,
+                        "lr": 1e-3, "network": net, "steps": list(args.steps), "shortcut_max_steps": args.max_steps,
+                        "shortcut_fraction": args.fraction, "eval_episodes": 150},
+            "per_run": rows, "summary": summary, "command": command_line(), "argv": list(sys.argv),
+            "environment": environment()}
+
+
+def learning(args) -> dict:
+    import bench_dppo_learning as B
+
+    data = bench_data(args)
     rf_over = _parse_overrides(args.reinflow)
     snaps = tuple(int(u) for u in args.flow_snapshots)
     rows, work, matches = [], Path(tempfile.mkdtemp(prefix="bench_reinflow_")), []
@@ -324,11 +407,21 @@ def main() -> None:
     lrn.add_argument("--match-tol", type=float, default=0.5, help="|flow BC - diffusion BC| return tolerance")
     lrn.add_argument("--reinflow", nargs="*", default=[], metavar="KEY=VALUE", help="ReinFlowAgent overrides")
     lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
-    for p in (lat, lrn):
+    shc = sub.add_parser("shortcut", help="flow vs shortcut policy return at 1 and K steps (same BC budget)")
+    shc.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    shc.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4], help="sampling steps K scored")
+    shc.add_argument("--data-steps", type=int, default=20_000)
+    shc.add_argument("--bc-updates", type=int, default=1500)
+    shc.add_argument("--bias", type=float, default=0.0)
+    shc.add_argument("--max-steps", type=int, default=128, help="shortcut_max_steps M")
+    shc.add_argument("--fraction", type=float, default=0.25, help="shortcut_fraction")
+    shc.add_argument("--minari-root", default=None)
+    shc.add_argument("--out", default="benchmarks/results/reinflow_shortcut_quality.json")
+    for p in (lat, lrn, shc):
         p.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     set_threads(args.threads)
-    res = latency(args) if args.mode == "latency" else learning(args)
+    res = {"latency": latency, "learning": learning, "shortcut": shortcut_quality}[args.mode](args)
     print("wrote", write_json(Path(args.out).resolve(), res))
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.errors import RobotRLError
+from robotrl.errors import ConfigError, RobotRLError
 
 CONFIG_PATH = "pkg://robotrl.configs"
 USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,online-demo} [hydra overrides ...]
@@ -96,6 +96,22 @@ def collect_main(cfg: DictConfig) -> None:
     print(f"dataset written: {path}")
 
 
+def _set_flow_steps(policy, steps: int) -> None:
+    """``robotrl eval flow_steps=K``: evaluate a flow-family policy with ``K`` Euler steps.
+
+    Raises:
+        ConfigError: not a flow policy, or ``K < 1``.
+    """
+    from robotrl.agents.flow import FlowPolicy
+    from robotrl.agents.flow.sampling import euler_times
+
+    if not isinstance(policy, FlowPolicy):
+        raise ConfigError(f"flow_steps={steps} applies to flow, shortcut and ReinFlow policies, not "
+                          f"{type(policy).__name__}: drop flow_steps")
+    euler_times(steps)  # validates K
+    policy.K = steps
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="eval")
 def eval_main(cfg: DictConfig) -> dict | None:
     """``robotrl eval``: evaluate the policy of a checkpoint on its run's evaluation env."""
@@ -108,6 +124,8 @@ def eval_main(cfg: DictConfig) -> dict | None:
     try:
         state = load_checkpoint(cfg.checkpoint)
         policy = build_policy(state["policy"], resolve_device(cfg.device))
+        if cfg.get("flow_steps") is not None:
+            _set_flow_steps(policy, int(cfg.flow_steps))
         run_cfg = state.get("config", {})
         ev = run_cfg.get("derived", {}).get("eval_env")
         if ev is None:
@@ -135,6 +153,8 @@ def eval_main(cfg: DictConfig) -> dict | None:
         return None
     res["checkpoint"] = str(cfg.checkpoint)
     res["step"] = int(state.get("step", 0))
+    if cfg.get("flow_steps") is not None:
+        res["flow_steps"] = int(cfg.flow_steps)
     ckpt = Path(cfg.checkpoint)
     out = Path(cfg.output) if cfg.output else (ckpt if ckpt.is_dir() else ckpt.parent.parent) / "eval.json"
     out.write_text(json.dumps(res, indent=2))

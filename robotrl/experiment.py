@@ -300,7 +300,8 @@ def needs_dataset(cfg: DictConfig, tcfg: TrainerConfig) -> bool:
 #: clipping, diffusion horizons): a warm start takes them from the checkpoint it loads.
 ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_layer_norm", "actor_layer_norm",
                      "layer_norm", "act", "critic_act", "gaussian", "dropout", "obs_clip", "obs_horizon",
-                     "action_horizon", "act_steps", "denoising_steps", "denoiser", "denoiser_kwargs")
+                     "action_horizon", "act_steps", "denoising_steps", "denoiser", "denoiser_kwargs", "shortcut",
+                     "shortcut_max_steps")
 
 
 def _explicit_model_keys(overrides: list[str] | None) -> set[str]:

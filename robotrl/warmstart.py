@@ -52,7 +52,7 @@ def warm_start(agent, source: str | Path, parts: Sequence[str] | None = None) ->
 
 
 def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: dict, arch_keys: Sequence[str],
-                      what: str) -> tuple[str, dict]:
+                      what: str, arch_defaults: dict | None = None) -> tuple[str, dict]:
     """Read the checkpoint a fine-tuning agent converts from (DPPO from diffusion, ReinFlow from flow).
 
     Args:
@@ -61,6 +61,7 @@ def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: di
         base: class-name suffix of the pretrained policy it converts.
         spec: the agent's policy constructor kwargs; arch_keys: those that must match the checkpoint's.
         what: how the refusal names what is expected (e.g. ``"DPPO fine-tunes a diffusion-policy checkpoint"``).
+        arch_defaults: values of ``arch_keys`` that checkpoints written before the key existed imply.
 
     Returns:
         ``("own", checkpoint)`` or ``("base", the pretrained policy's state dict)``.
@@ -76,6 +77,7 @@ def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: di
     if not target.endswith(base):
         raise CheckpointError(f"{path}: {what}, not {target!r}")
     theirs = pol["kwargs"]
+    theirs = {**(arch_defaults or {}), **theirs}
     diff = {k: (theirs.get(k), spec[k]) for k in arch_keys if theirs.get(k) != spec[k]}
     if diff:
         raise CheckpointError(f"{path}: pretrained policy differs from the config in {diff} (checkpoint, config)")

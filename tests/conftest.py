@@ -34,6 +34,15 @@ def _seed_global_rngs():
 
 
 @pytest.fixture
+def one_thread():
+    """One torch intra-op thread for the test (timing- or result-sensitive training loops); restored after."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)
+
+
+@pytest.fixture
 def minari_root(tmp_path, monkeypatch):
     """A fresh, empty Minari dataset root; ``$MINARI_DATASETS_PATH`` points at it."""
     root = tmp_path / "minari_datasets"

@@ -24,14 +24,6 @@ from robotrl.policy import build_policy, load_policy, policy_state
 TINY = dict(obs_horizon=1, action_horizon=4, act_steps=2, denoiser="mlp", denoiser_kwargs={"hidden": [32, 32], "time_dim": 8})
 
 
-@pytest.fixture
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
-
-
 class _Straight(nn.Module):
     """The exact rectified-flow velocity towards a single point ``a``: ``v(x, t) = (a − x)/(1 − t)``."""
 

@@ -21,14 +21,6 @@ from robotrl.policy import policy_state
 NET = dict(obs_horizon=1, action_horizon=2, act_steps=2, denoiser="mlp", denoiser_kwargs={"hidden": [64, 64], "time_dim": 8})
 
 
-@pytest.fixture
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
-
-
 def _student(**kw) -> FlowDistillAgent:
     return FlowDistillAgent(3, 2, obs_normalizer=ObservationNormalizer.identity(3),
                             action_scaler=ActionScaler(-np.ones(2), np.ones(2)), **{**NET, "lr": 3e-3, "ema_start": 10**6,

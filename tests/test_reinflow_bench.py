@@ -58,3 +58,23 @@ def test_latency_table_has_the_onnx_runtime_row_when_measured():
     onnx = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if "ONNX" in r["what"]]
     assert len(onnx) == 1 and onnx[0]["ours"] == 0.45 and onnx[0]["ratio"] == pytest.approx(0.18)
     assert onnx[0]["target"] == 0.5 and onnx[0]["target_on"] == "ours"
+
+
+def test_latency_table_has_shortcut_rows_when_measured():
+    lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
+                                            ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),
+                                            ("ddim_5_traced", 5.6), ("shortcut_1", 1.8), ("shortcut_1_traced", 1.1))}
+    rows = normalize({"benchmark": "reinflow_latency", "latency": lat, "ratios": {}}, "reinflow_latency")[0]["rows"]
+    sc = [r for r in rows if r["what"].startswith("shortcut")]
+    assert [r["ours"] for r in sc] == [1.8, 1.1] and sc[0]["ratio"] == pytest.approx(1.8 / 1.6)
+    assert sc[1]["peer_name"] == "flow 1-step (traced)"
+
+
+def test_shortcut_quality_rows_compare_shortcut_and_flow_at_each_k():
+    summary = {f"{n}_{k}": {"return": {"mean": r}, "success_rate": {"mean": s}}
+               for n, k, r, s in (("flow", 1, 12.0, 0.2), ("flow", 4, 13.0, 0.4), ("shortcut", 1, 12.6, 0.3),
+                                  ("shortcut", 4, 12.8, 0.0))}
+    doc = {"benchmark": "reinflow_shortcut_quality", "setting": {"steps": [1, 4]}, "summary": summary}
+    rows = normalize(doc, "reinflow_shortcut_quality")[0]["rows"]
+    assert [r["ratio"] for r in rows] == pytest.approx([1.05, 1.5, 12.8 / 13.0, 0.0, 12.6 / 13.0])
+    assert rows[-1]["peer_name"] == "flow 4-step" and not any(r["regression_check"] for r in rows)

@@ -12,6 +12,14 @@ observations ``(B, To, Do)``, actions ``(B, Ta, Da)``, mask ``(B, Ta)``) and the
 valid chunk entries. The trained network is ``agent.model``; the deployable
 ``agent.policy`` holds its exponential moving average (what evaluation and checkpoints'
 ``policy`` use), exactly as :class:`~robotrl.agents.diffusion.DiffusionAgent` does.
+
+``shortcut=True`` trains a shortcut model (Frans et al. 2024; :mod:`robotrl.agents.flow.shortcut`)
+with :func:`~robotrl.agents.flow.loss.shortcut_loss`: a ``shortcut_fraction`` of each batch
+(paper: 1/4; the reference code's ``bootstrap_every = 8``: 1/8) trains self-consistency at step
+sizes ``d ∈ {1, …, 2/M}``, the rest flow matching at ``d = 0``. The self-consistency targets come
+from the EMA network ``policy.velocity`` (``shortcut_ema_targets``, the reference's default
+``bootstrap_ema = 1``: a slowly moving target network, the deployed one; before ``ema_start`` it
+is a copy of the trained network), or from the trained network itself.
 """
 
 from __future__ import annotations
@@ -22,11 +30,13 @@ import numpy as np
 import torch
 
 from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
-from robotrl.agents.flow.loss import flow_matching_loss
+from robotrl.agents.flow.loss import flow_matching_loss, shortcut_loss
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.agents.flow.sampling import interpolate
+from robotrl.agents.flow.shortcut import shortcut_times
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import ConfigError
 
 
 class FlowAgent:
@@ -40,10 +50,13 @@ class FlowAgent:
         lr, weight_decay, max_grad_norm: AdamW settings and max gradient norm (``None``: off).
         ema_decay: EMA decay of the deployed weights; ``ema_start``: updates before which
             the EMA copies the weights.
+        shortcut, shortcut_max_steps: a shortcut model and its ``M`` (:class:`FlowPolicy`).
+        shortcut_fraction: share of each batch trained for self-consistency (in ``[0, 1]``).
+        shortcut_ema_targets: self-consistency targets from the EMA network (else the trained one).
         device: torch device; seed: seed of the noise / time generator.
 
     Raises:
-        ConfigError: bad policy settings (:class:`FlowPolicy`).
+        ConfigError: bad policy settings (:class:`FlowPolicy`) or ``shortcut_fraction``.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
@@ -51,11 +64,18 @@ class FlowAgent:
                  flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
                  obs_clip: float | None = 10.0, x_clip: float | None = 1.0, lr: float = 1e-4,
                  weight_decay: float = 1e-6, max_grad_norm: float | None = 1.0, ema_decay: float = 0.995,
-                 ema_start: int = 1000, device: str | torch.device = "cpu", seed: int = 0):
+                 ema_start: int = 1000, shortcut: bool = False, shortcut_max_steps: int = 128,
+                 shortcut_fraction: float = 0.25, shortcut_ema_targets: bool = True,
+                 device: str | torch.device = "cpu", seed: int = 0):
+        if not 0.0 <= shortcut_fraction <= 1.0:
+            raise ConfigError(f"agent.model.shortcut_fraction must be in [0, 1], got {shortcut_fraction}")
         self.device = torch.device(device)
         self.policy = FlowPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
                                  act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
-                                 denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip)
+                                 denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip,
+                                 shortcut=shortcut, shortcut_max_steps=shortcut_max_steps)
+        self.shortcut, self.shortcut_fraction = bool(shortcut), float(shortcut_fraction)
+        self.shortcut_ema_targets = bool(shortcut_ema_targets)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device).eval()
         self.model = copy.deepcopy(self.policy.velocity).train()
@@ -72,10 +92,17 @@ class FlowAgent:
 
     # ------------------------------------------------------------------ training
     def loss(self, batch: Batch) -> torch.Tensor:
-        """Flow-matching loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``, actions ``(B,Ta,Da)``)."""
+        """Flow-matching (or shortcut) loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``,
+        actions ``(B,Ta,Da)``)."""
         p = self.policy
         obs, x1, mask = chunk_inputs(p, batch, self.device)
         B = x1.shape[0]
+        if self.shortcut:
+            t, d = shortcut_times(B, round(self.shortcut_fraction * B), p.velocity.max_steps, device=self.device,
+                                  generator=self.gen)
+            x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
+            target_net = p.velocity if self.shortcut_ema_targets else self.model
+            return shortcut_loss(self.model, target_net, x0, x1, p.condition(obs), t, d, mask)
         t = torch.rand((B,), device=self.device, generator=self.gen)
         x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
         x_t, v = interpolate(x0, x1, t)

@@ -13,7 +13,7 @@ Symbols: ``B`` batch, ``To``/``Do``, ``Ta``/``Da`` as in :mod:`robotrl.agents.fl
 The teacher comes from the warm start (``trainer.init_from``: :meth:`FlowDistillAgent.load_pretrained`);
 it is stored in the agent's state so a resumed run keeps it. The student starts from a flow
 teacher's velocity net when the networks match (its 1-step map is then the teacher's own
-1-step sampling), else from scratch.
+1-step sampling), else from scratch (a shortcut teacher's step-conditioned network does not match).
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ class FlowDistillAgent:
             raise CheckpointError(f"{path} holds no policy to distil")
         self.set_teacher(state["policy"])
         t = self.teacher
-        if isinstance(t, FlowPolicy) and {k: t.spec()[k] for k in ("denoiser", "denoiser_kwargs")} == \
-                {k: self.policy.spec()[k] for k in ("denoiser", "denoiser_kwargs")}:
+        keys = ("denoiser", "denoiser_kwargs", "shortcut")  # a shortcut teacher's network takes d too
+        if isinstance(t, FlowPolicy) and {k: t.spec()[k] for k in keys} == {k: self.policy.spec()[k] for k in keys}:
             self.model.load_state_dict(t.velocity.state_dict())
             self.policy.velocity.load_state_dict(t.velocity.state_dict())
 

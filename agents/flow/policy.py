@@ -15,7 +15,8 @@ injected, so for a given ``x_0`` the chunk is a deterministic function of the hi
 ``forward(obs (N, Do) raw) -> action (N, Da) raw`` acts per env step with the same
 history/queue semantics as :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy`
 (its per-step methods are reused as they are); :meth:`predict_chunk` is the stateless
-path ``(B, To, Do) -> (B, Ta, Da)`` raw.
+path ``(B, To, Do) -> (B, Ta, Da)`` raw. With ``shortcut=True`` the network is a shortcut
+model's (:mod:`robotrl.agents.flow.shortcut`), which every Euler step calls with ``d = 1/K``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,27 @@ from torch import nn
 from robotrl.agents.diffusion.networks import build_denoiser
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.flow.sampling import euler_sample, euler_times
+from robotrl.agents.flow.shortcut import ShortcutVelocity
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import ConfigError
+
+
+def _velocity_net(denoiser: str, obs_dim: int, action_dim: int, To: int, Ta: int, kwargs: dict, shortcut: bool,
+                  max_steps: int) -> nn.Module:
+    """The flow policy's velocity network: a denoiser, or a :class:`ShortcutVelocity` around one whose
+    condition has room for the step embedding (of the denoiser's ``time_dim``, default 16).
+
+    Raises:
+        ConfigError: a bad denoiser or ``max_steps``.
+    """
+    step_dim = int(kwargs.get("time_dim", 16))
+    try:
+        if not shortcut:
+            return build_denoiser(denoiser, obs_dim, action_dim, To, Ta, **kwargs)
+        base = build_denoiser(denoiser, To * obs_dim + step_dim, action_dim, 1, Ta, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"agent.model.denoiser / denoiser_kwargs: {exc}") from exc
+    return ShortcutVelocity(base, max_steps, step_dim, act=str(kwargs.get("act", "mish")))
 
 
 class FlowPolicy(nn.Module):
@@ -44,14 +64,21 @@ class FlowPolicy(nn.Module):
         obs_clip: clamp of normalised observations.
         x_clip: clamp of the intermediate latents after each Euler step (ReinFlow: 1;
             ``None``: off). The final chunk is always clamped to ``[-1, 1]``.
+        shortcut: a shortcut model (Frans et al. 2024): the velocity network is also conditioned
+            on the step size ``d`` (:class:`~robotrl.agents.flow.shortcut.ShortcutVelocity`) and a
+            ``K``-step chain steps with ``d = 1/K``, so ``K = 1`` is a one-step policy (the trained step
+            sizes are ``1, 1/2, …, 1/M``: other ``K`` run, on step sizes the network interpolates).
+        shortcut_max_steps: ``M``, the finest number of steps a shortcut network is trained for
+            (a power of two; the paper's 128).
 
     Raises:
-        ConfigError: ``act_steps`` outside ``[1, Ta]``, ``flow_steps < 1``, or a bad denoiser.
+        ConfigError: ``act_steps`` outside ``[1, Ta]``, ``flow_steps < 1``, a bad denoiser or ``M``.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_horizon: int = 1, action_horizon: int = 4,
                  act_steps: int = 4, flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
-                 obs_clip: float | None = 10.0, x_clip: float | None = 1.0):
+                 obs_clip: float | None = 10.0, x_clip: float | None = 1.0, shortcut: bool = False,
+                 shortcut_max_steps: int = 128):
         super().__init__()
         if not 1 <= act_steps <= action_horizon:
             raise ConfigError(f"agent.model.act_steps Te={act_steps} must be in [1, Ta={action_horizon}]")
@@ -61,14 +88,12 @@ class FlowPolicy(nn.Module):
         self.x_clip = None if x_clip is None else float(x_clip)
         self._spec = dict(obs_dim=self.obs_dim, action_dim=self.action_dim, obs_horizon=self.To,
                           action_horizon=self.Ta, act_steps=self.Te, flow_steps=self.K, denoiser=denoiser,
-                          denoiser_kwargs=dict(denoiser_kwargs or {}), obs_clip=obs_clip, x_clip=self.x_clip)
+                          denoiser_kwargs=dict(denoiser_kwargs or {}), obs_clip=obs_clip, x_clip=self.x_clip,
+                          shortcut=bool(shortcut), shortcut_max_steps=int(shortcut_max_steps))
         self.obs_normalizer = ObservationNormalizer(np.zeros(obs_dim), np.ones(obs_dim), clip=obs_clip)
         self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
-        try:
-            self.velocity = build_denoiser(denoiser, self.obs_dim, self.action_dim, self.To, self.Ta,
-                                           **(denoiser_kwargs or {}))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"agent.model.denoiser / denoiser_kwargs: {exc}") from exc
+        self.velocity = _velocity_net(denoiser, self.obs_dim, self.action_dim, self.To, self.Ta,
+                                      dict(denoiser_kwargs or {}), shortcut, shortcut_max_steps)
         self._hist: torch.Tensor | None = None  # (N, To, Do) raw
         self._queue: torch.Tensor | None = None  # (N, Te, Da) raw
         self._qpos = np.zeros(0, np.int64)

@@ -45,16 +45,32 @@ def interpolate(x0: torch.Tensor, x1: torch.Tensor, t: torch.Tensor) -> tuple[to
     return (1 - tt) * x0 + tt * x1, x1 - x0
 
 
+def velocity(net: nn.Module, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor,
+             d: float | torch.Tensor) -> torch.Tensor:
+    """The velocity ``(B, Ta, Da)`` a step of size ``d`` takes: ``v(x, t, s)`` of a flow network, or
+    ``s(x, t, d, s)`` of a step-conditioned shortcut network
+    (:class:`~robotrl.agents.flow.shortcut.ShortcutVelocity`, ``step_conditioned``).
+
+    Args:
+        x: latents ``(B, Ta, Da)``; t: times ``(B,)``; cond: normalised history ``(B, To, Do)``;
+        d: step size, a float or ``(B,)`` (``0``: the instantaneous velocity).
+    """
+    if not getattr(net, "step_conditioned", False):
+        return net(x, t, cond)
+    return net(x, t, cond, d if isinstance(d, torch.Tensor) else torch.full_like(t, float(d)))
+
+
 def euler_mean(net: nn.Module, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, dt: float,
                x_clip: float | None = 1.0) -> torch.Tensor:
     """One Euler step's mean ``clip(x + v(x, t, s)·Δt, ±x_clip)`` ``(B, Ta, Da)``.
 
     Args:
-        net: velocity network ``(x (B,Ta,Da), t (B,), cond (B,To,Do)) -> (B,Ta,Da)``.
+        net: velocity network ``(x (B,Ta,Da), t (B,), cond (B,To,Do)) -> (B,Ta,Da)``, or a shortcut
+            network (it is given ``d = Δt``: :func:`velocity`).
         x: latents ``(B, Ta, Da)``; t: times ``(B,)``; cond: normalised history ``(B, To, Do)``.
         dt: step size ``1/K``; x_clip: clamp of the result (``None``: off).
     """
-    mean = x + net(x, t, cond) * dt
+    mean = x + velocity(net, x, t, cond, dt) * dt
     return mean.clamp(-x_clip, x_clip) if x_clip is not None else mean
 
 

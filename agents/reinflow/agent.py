@@ -48,7 +48,10 @@ from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
 #: Settings of the flow network that a pretrained checkpoint and this agent must share.
-_ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoiser", "denoiser_kwargs")
+_ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoiser", "denoiser_kwargs", "shortcut",
+              "shortcut_max_steps")
+#: What flow checkpoints written before the shortcut option were.
+_ARCH_DEFAULTS = {"shortcut": False, "shortcut_max_steps": 128}
 #: What the agent saves: the on-policy state plus the frozen pretrained velocity net (the BC reference).
 _STATE = (*ONPOLICY_STATE, "ref_velocity")
 
@@ -58,8 +61,9 @@ class ReinFlowAgent:
 
     Args:
         obs_dim, action_dim, obs_normalizer, action_scaler: as for every agent.
-        obs_horizon, action_horizon, act_steps, denoiser, denoiser_kwargs, obs_clip, x_clip: the flow
-            policy (:class:`~robotrl.agents.flow.policy.FlowPolicy`; must match the pretrained checkpoint).
+        obs_horizon, action_horizon, act_steps, denoiser, denoiser_kwargs, obs_clip, x_clip, shortcut,
+            shortcut_max_steps: the flow policy (:class:`~robotrl.agents.flow.policy.FlowPolicy`; must match the
+            pretrained checkpoint). A shortcut policy's chain steps call its network with ``d = 1/K``.
         flow_steps: ``K``, Euler steps of the fine-tuned chain (ReinFlow Gym: 4).
         noise_hidden, noise_act, noise_time_dim, noise_uses_x: the noise network (``[64, 64]``, tanh).
         std_min, std_max: noise std bounds (0.10, 0.24).
@@ -89,7 +93,8 @@ class ReinFlowAgent:
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,
                  flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
-                 obs_clip: float | None = 10.0, x_clip: float | None = 1.0, noise_hidden=(64, 64),
+                 obs_clip: float | None = 10.0, x_clip: float | None = 1.0, shortcut: bool = False,
+                 shortcut_max_steps: int = 128, noise_hidden=(64, 64),
                  noise_act: str = "tanh", noise_time_dim: int = 16, noise_uses_x: bool = False,
                  std_min: float = 0.10, std_max: float = 0.24, noise_decay_iters: int | None = None,
                  noise_hold_ratio: float = 0.35, noise_decay_ratio: float = 0.7, eps_clip: float | None = 3.0,
@@ -109,7 +114,7 @@ class ReinFlowAgent:
         self.policy = ReinFlowPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
                                      act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
                                      denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip,
-                                     noise_hidden=noise_hidden, noise_act=noise_act, noise_time_dim=noise_time_dim,
+                                     shortcut=shortcut, shortcut_max_steps=shortcut_max_steps, noise_hidden=noise_hidden, noise_act=noise_act, noise_time_dim=noise_time_dim,
                                      std_min=std_min, std_max=std_max, noise_uses_x=noise_uses_x)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device).eval()
@@ -141,7 +146,8 @@ class ReinFlowAgent:
         """
         kind, state = pretrained_policy(path, self.device, own=".ReinFlowPolicy", base=".FlowPolicy",
                                         spec=self.policy.spec(), arch_keys=_ARCH_KEYS,
-                                        what="ReinFlow fine-tunes a flow-policy checkpoint (agent=flow)")
+                                        what="ReinFlow fine-tunes a flow-policy checkpoint (agent=flow)",
+                                        arch_defaults=_ARCH_DEFAULTS)
         if kind == "own":
             self.load_state_dict(state["agent"])
             return

@@ -170,8 +170,9 @@ def _bridge_compare(doc: dict, name: str) -> list[dict]:
 
 
 def _reinflow_latency(doc: dict, name: str) -> list[dict]:
-    """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager and traced, and the
-    1-step flow vs DDIM-5 in ONNX Runtime (rows present when the result has ``flow_1_onnx``)."""
+    """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager and traced, the
+    1-step flow vs DDIM-5 in ONNX Runtime (rows present when the result has ``flow_1_onnx``), and the 1-step
+    shortcut policy vs the 1-step flow (rows present when the result has ``shortcut_1``)."""
     lat, rows = doc["latency"], []
     for kind in ("", "_traced"):
         ddim = lat[f"ddim_5{kind}"]["ms_median"]
@@ -184,6 +185,28 @@ def _reinflow_latency(doc: dict, name: str) -> list[dict]:
         v, ddim = lat["flow_1_onnx"]["ms_median"], lat["ddim_5_onnx"]["ms_median"]
         rows.append(_row("flow 1-step chunk latency (ONNX Runtime), batch 1", v, "DDIM-5 (ONNX Runtime)", ddim, "ms",
                          v / ddim, higher=False, target=0.5, target_on="ours"))
+    for kind, label in (("", ""), ("_traced", " (traced)"), ("_onnx", " (ONNX Runtime)")):  # shortcut rows, if measured
+        if f"shortcut_1{kind}" in lat and f"flow_1{kind}" in lat:
+            v, f = lat[f"shortcut_1{kind}"]["ms_median"], lat[f"flow_1{kind}"]["ms_median"]
+            rows.append(_row(f"shortcut 1-step chunk latency{label}, batch 1", v, f"flow 1-step{label}", f, "ms", v / f,
+                             higher=False))
+    return [{**_meta(doc, name), "rows": rows}]
+
+
+def _shortcut_quality(doc: dict, name: str) -> list[dict]:
+    """``bench_reinflow.py shortcut``: per sampling-step count K, the shortcut policy's mean return and success over
+    seeds vs the plain flow policy's at the same K (same BC budget), and its 1-step return vs flow's largest K.
+    Learning-quality rows, not regression-checked (one short budget, few seeds)."""
+    sm, rows = doc["summary"], []
+    steps = doc["setting"]["steps"]
+    for k in steps:
+        for m, unit in (("return", "return"), ("success_rate", "success")):
+            v, f = sm[f"shortcut_{k}"][m]["mean"], sm[f"flow_{k}"][m]["mean"]
+            rows.append(_row(f"shortcut {k}-step {unit}, mean over seeds", v, f"flow {k}-step", f, unit,
+                             v / f if f else None, check=False))
+    v, f = sm["shortcut_1"]["return"]["mean"], sm[f"flow_{max(steps)}"]["return"]["mean"]
+    rows.append(_row("shortcut 1-step return, mean over seeds", v, f"flow {max(steps)}-step", f, "return",
+                     v / f if f else None, check=False))
     return [{**_meta(doc, name), "rows": rows}]
 
 
@@ -350,6 +373,8 @@ def _detect(doc: dict):
         return _bridge_compare
     if isinstance(doc.get("latency"), dict) and "ddim_5" in doc["latency"]:
         return _reinflow_latency
+    if doc.get("benchmark") == "reinflow_shortcut_quality" and "summary" in doc:
+        return _shortcut_quality
     if "link" in doc and "bare_pyzmq" in doc:
         return _online_link
     if "dppo" in doc and "sb3_ppo" in doc:
