@@ -1,0 +1,110 @@
+"""WSRL's warm start on locomotion: the pretrained Adam state (WSRL's reference) vs a fresh Adam.
+
+Issue 11 saw WSRL on Walker2d medium fall from its CQL policy's score to near zero within
+the first few hundred updates after its warmup. One of the suspects it names is the optimizer
+state: WSRL's reference (zhouzypaul/wsrl ``finetune.py``) restores the whole pretrained
+train state with ``flax.training.checkpoints.restore_checkpoint(target=agent)``, Adam moments
+included, while robotrl's ``experiment=wsrl`` used to load the networks and the temperature
+only, so every online update started from a fresh Adam. This benchmark measures both, from
+ONE CQL checkpoint, through the real ``robotrl train`` commands:
+
+1. ``robotrl collect recipe=hopper-medium`` (``--dataset-steps`` steps, skipped when present);
+2. ``robotrl train experiment=cql env=hopper`` (``--cql-steps`` updates; skipped when done);
+3. per seed, ``robotrl train experiment=wsrl`` twice: ``init_parts=[policy, critic, temperature,
+   optimizers]`` (the default, as the reference) and ``init_parts=[policy, critic, temperature]``
+   (fresh Adam), ``--workers`` runs at a time;
+4. the runs' reports as one learning result (:func:`robotrl.bench.sweep.sweep_to_learning`).
+
+CPU-sized, said so in the result: a 2-head critic without LayerNorm (the issue's Walker2d run
+had 2 critics; WSRL's 10 LayerNorm heads make a CQL update ~13x slower on 2 cores, see
+``bench_qlearning.py``), ``critic_init=data`` (the critic starts at the data's Monte-Carlo
+return scale: 10k CQL updates cannot propagate a ~160-return horizon from a zero start, see
+``QLAgent.init_from_data``), 10k CQL updates (reference 250k-1M), 200k-step dataset.
+
+Command (this machine, 2 cores, ~1 h):
+    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 --workers 2 --out wsrl_warmstart_hopper.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from _common import RESULTS_DIR
+
+ARMS = {  # method name -> trainer.init_parts
+    "WSRL, pretrained Adam (reference)": "[policy,critic,temperature,optimizers]",
+    "WSRL, fresh Adam": "[policy,critic,temperature]",
+}
+NET = ["agent.model.critic_init=data", "agent.model.num_critics=2", "agent.model.target_subset=null",
+       "agent.model.critic_layer_norm=false"]
+
+
+def _run(argv: list[str], log: Path) -> None:
+    """Run one ``robotrl`` command, its output in ``log``; raises ``CalledProcessError`` on failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        subprocess.run([sys.executable, "-m", "robotrl.cli", *argv], stdout=f, stderr=subprocess.STDOUT, check=True)
+
+
+def _dataset(dataset_id: str, steps: int, root: Path) -> None:
+    import minari
+
+    if dataset_id not in minari.list_local_datasets():
+        _run(["collect", "recipe=hopper-medium", f"num_steps={steps}", f"dataset_id={dataset_id}"], root / "collect.log")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--dataset-steps", type=int, default=200_000)
+    ap.add_argument("--cql-steps", type=int, default=10_000)
+    ap.add_argument("--online-steps", type=int, default=15_000, help="online env steps, warmup included")
+    ap.add_argument("--warmup", type=int, default=5_000)
+    ap.add_argument("--eval-every", type=int, default=1_000)
+    ap.add_argument("--root", default="runs/bench_wsrl_warmstart", help="where the runs go (resumable)")
+    ap.add_argument("--out", default="wsrl_warmstart_hopper.json", help="under benchmarks/results/")
+    args = ap.parse_args()
+
+    root = Path(args.root)
+    dataset_id = f"robotrl/hopper/medium-{args.dataset_steps // 1000}k-v0"
+    _dataset(dataset_id, args.dataset_steps, root)
+    common = ["env=hopper", f"dataset.id={dataset_id}", "trainer.eval_episodes=10", "trainer.progress=false", *NET]
+    pre = root / "pretrain"
+    if not (pre / "report.json").exists():  # a killed pretraining resumes from its checkpoint
+        _run(["train", "experiment=cql", *common, f"trainer.offline_steps={args.cql_steps}", "trainer.eval_every=2000",
+              "trainer.checkpoint_every=2000", f"run_dir={pre}"], root / "pretrain.log")
+    jobs = []
+    for seed in args.seeds:
+        for i, parts in enumerate(ARMS.values()):
+            run_dir = root / "online" / f"arm{i}_s{seed}"
+            if not (run_dir / "report.json").exists():
+                jobs.append((["train", "experiment=wsrl", *common, f"trainer.init_from={pre}", f"seed={seed}",
+                              f"trainer.init_parts={parts}", f"trainer.online_steps={args.online_steps}",
+                              f"trainer.online_warmup_steps={args.warmup}", f"trainer.eval_every={args.eval_every}",
+                              "trainer.checkpoint_every=5000", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
+    with ThreadPoolExecutor(max(1, args.workers)) as pool:
+        list(pool.map(lambda job: _run(*job), jobs))
+
+    from robotrl.bench.sweep import sweep_to_learning
+
+    command = "python benchmarks/bench_wsrl_warmstart.py " + " ".join(sys.argv[1:])
+    doc = sweep_to_learning(root / "online", benchmark="wsrl_warmstart", argv=sys.argv, command=command)
+    names = list(ARMS)
+    for run in doc["runs"]:  # sweep_job is the run's directory, arm<i>_s<seed>
+        run["method"] = run["family"] = names[int(run["sweep_job"].split("_")[0][3:])]
+    doc["setup"] = {"pretraining": f"CQL, {args.cql_steps} updates, one checkpoint for every run", "network":
+                    "2 critic heads 256x256 without LayerNorm, critic_init=data (CPU-sized; module doc)",
+                    "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4}
+    out = RESULTS_DIR / args.out
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
