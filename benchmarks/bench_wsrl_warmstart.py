@@ -98,9 +98,12 @@ def main() -> None:
     names = list(ARMS)
     for run in doc["runs"]:  # sweep_job is the run's directory, arm<i>_s<seed>
         run["method"] = run["family"] = names[int(run["sweep_job"].split("_")[0][3:])]
+        run["first_update_step"] = args.warmup  # the onset dip is measured after WSRL's no-update warmup
     doc["setup"] = {"pretraining": f"CQL, {args.cql_steps} updates, one checkpoint for every run", "network":
                     "2 critic heads 256x256 without LayerNorm, critic_init=data (CPU-sized; module doc)",
-                    "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4}
+                    "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4,
+                    "cql_curve": [[h["step"], h.get("normalized_score")] for h in
+                                  json.loads((pre / "report.json").read_text())["history"]]}
     out = RESULTS_DIR / args.out
     out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out}")
