@@ -326,6 +326,9 @@ def learning(args) -> dict:
 
     data = bench_data(args)
     rf_over = _parse_overrides(args.reinflow)
+    dp_over = _parse_overrides(args.dppo)
+    if args.diffusion_steps is not None:  # K of the diffusion BC policy DPPO starts from (bench default 5)
+        B.DIFFUSION = {**B.DIFFUSION, "denoising_steps": args.diffusion_steps}
     snaps = tuple(int(u) for u in args.flow_snapshots)
     rows, work, matches = [], Path(tempfile.mkdtemp(prefix="bench_reinflow_")), []
     for seed in args.seeds:
@@ -336,7 +339,7 @@ def learning(args) -> dict:
              "within_tol": abs(dscore["return"] - fscore["return"]) <= args.match_tol}
         matches.append(m)
         print(f"seed {seed}: pretrained diffusion {dsec:.0f} s, flow {fsec:.0f} s; matched {m}", flush=True)
-        d = fine_tune("dppo", B, data, dp, seed, args.env_steps, work / f"dppo{seed}", {}, args.eval_every,
+        d = fine_tune("dppo", B, data, dp, seed, args.env_steps, work / f"dppo{seed}", dp_over, args.eval_every,
                       args.eval_episodes)
         r = fine_tune("reinflow", B, data, fp, seed, args.env_steps, work / f"rf{seed}", rf_over, args.eval_every,
                       args.eval_episodes)
@@ -377,7 +380,8 @@ def learning(args) -> dict:
              "wall_s": r["finetune_wall_s"]} for r in rows]
     return learning_result("reinflow_learning", "PointMaze UMaze fixed goal, dense (DPPO benchmark task)", "return",
                            [args.env_steps], runs, setting={"bias": args.bias, "data_steps": args.data_steps,
-                                                            "bc_updates": args.bc_updates, "dppo_args": B.DPPO_ARGS,
+                                                            "bc_updates": args.bc_updates,
+                                                            "dppo_args": {**B.DPPO_ARGS, **dp_over},
                                                             "reinflow_args": {**REINFLOW_ARGS, **rf_over},
                                                             "network": B.DIFFUSION, "eval_every": args.eval_every,
                                                             "eval_episodes": args.eval_episodes,
@@ -406,6 +410,10 @@ def main() -> None:
                      help="flow BC update counts saved as candidates for matching the diffusion BC return")
     lrn.add_argument("--match-tol", type=float, default=0.5, help="|flow BC - diffusion BC| return tolerance")
     lrn.add_argument("--reinflow", nargs="*", default=[], metavar="KEY=VALUE", help="ReinFlowAgent overrides")
+    lrn.add_argument("--dppo", nargs="*", default=[], metavar="KEY=VALUE",
+                     help="DPPOAgent overrides (e.g. ft_denoising_steps=10 with --diffusion-steps 20: DPPO's Gym K/K')")
+    lrn.add_argument("--diffusion-steps", type=int, default=None,
+                     help="K of the diffusion BC policy (default: the DPPO benchmark's 5; DPPO's Gym reference: 20)")
     lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
     shc = sub.add_parser("shortcut", help="flow vs shortcut policy return at 1 and K steps (same BC budget)")
     shc.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
