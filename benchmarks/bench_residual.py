@@ -172,8 +172,10 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
 
 def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int, run_dir: Path,
                   eval_episodes: int, warmup: int, utd: int, critic_n: int = 10, hidden: int = 256,
-                  success_termination: bool = True) -> dict:
-    """ResFiT (TD3 residual, the experiment's reference defaults) for ``budget`` env steps, demos at offline ratio 0.5."""
+                  success_termination: bool = True, eval_every: int | None = None) -> dict:
+    """ResFiT (TD3 residual, the experiment's reference defaults) for ``budget`` env steps, demos at offline ratio 0.5.
+
+    ``eval_every``: env steps between the trainer's evaluations (final-step success, ``curve``); default: at the end."""
     from robotrl.experiment import build_trainer
 
     cfg = _compose(["experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
@@ -181,7 +183,7 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
                     f"agent.model.critic_warmup_updates={warmup}", f"agent.model.num_critics={critic_n}",
                     f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
                     f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
-                    f"trainer.eval_every={budget}", f"trainer.checkpoint_every={budget}",
+                    f"trainer.eval_every={eval_every or budget}", f"trainer.checkpoint_every={budget}",
                     f"trainer.eval_episodes={eval_episodes}"])
     t = time.time()
     trainer = build_trainer(cfg, run_dir)
@@ -197,7 +199,9 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     wall = time.time() - t
     return {**final_step_success(trainer.agent.policy, task, eval_episodes),
             "trainer_success": summary["final_success_rate"], "env_steps": budget,
-            "updates": summary["gradient_updates"], "wall_s": wall}
+            "updates": summary["gradient_updates"], "wall_s": wall,
+            "curve": [[int(h["step"]), float(h.get("success_rate", float("nan"))), round(float(h.get("train_wall_s", 0.0)), 1)]
+                      for h in trainer.history]}
 
 
 def run_room(kind: str, seed: int, budget: int, run_dir: Path, eval_episodes: int) -> dict:
@@ -252,6 +256,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1000, help="off-policy base+noise steps and critic-only updates")
     p.add_argument("--no-success-termination", dest="success_termination", action="store_false",
                    help="training episodes run to the time limit instead of ending at success")
+    p.add_argument("--offpolicy-eval-every", type=int, default=None,
+                   help="env steps between the off-policy residual's evaluations (its curve; default: at the end)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--methods", nargs="+", default=["residual_ppo", "residual_offpolicy", "full_ppo"])
@@ -287,7 +293,7 @@ def main() -> None:
                 elif m == "residual_offpolicy":
                     r = run_offpolicy(args.task, args.demos, base_dir, seed, args.offpolicy_budget or args.budget, rd,
                                       args.eval_episodes, args.warmup, args.utd, args.critic_n, args.hidden,
-                                      args.success_termination)
+                                      args.success_termination, args.offpolicy_eval_every)
                 else:
                     r = run_onpolicy(m, args.task, args.demos, base_dir, seed, args.budget, args.num_envs, rd,
                                      args.eval_episodes, args.steps_per_iter, args.gamma, args.success_termination)

@@ -69,12 +69,18 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=1_000)
     ap.add_argument("--root", default="runs/bench_wsrl_warmstart", help="where the runs go (resumable)")
     ap.add_argument("--out", default="wsrl_warmstart_hopper.json", help="under benchmarks/results/")
+    ap.add_argument("--arms", type=int, nargs="+", default=list(range(len(ARMS))),
+                    help="indices of ARMS to run (0: pretrained Adam, 1: fresh Adam)")
+    ap.add_argument("--actor-layer-norm", action="store_true",
+                    help="LayerNorm in the actor, pretraining and fine-tuning (WSRL's reference: "
+                         "policy_network_kwargs.use_layer_norm=True in wsrl_config / add_redq_config)")
     args = ap.parse_args()
+    net = NET + (["agent.model.actor_layer_norm=true"] if args.actor_layer_norm else [])
 
     root = Path(args.root)
     dataset_id = f"robotrl/hopper/medium-{args.dataset_steps // 1000}k-v0"
     _dataset(dataset_id, args.dataset_steps, root)
-    common = ["env=hopper", f"dataset.id={dataset_id}", "trainer.eval_episodes=10", "trainer.progress=false", *NET]
+    common = ["env=hopper", f"dataset.id={dataset_id}", "trainer.eval_episodes=10", "trainer.progress=false", *net]
     pre = root / "pretrain"
     if not (pre / "report.json").exists():  # a killed pretraining resumes from its checkpoint
         _run(["train", "experiment=cql", *common, f"trainer.offline_steps={args.cql_steps}", "trainer.eval_every=2000",
@@ -82,6 +88,8 @@ def main() -> None:
     jobs = []
     for seed in args.seeds:
         for i, parts in enumerate(ARMS.values()):
+            if i not in args.arms:
+                continue
             run_dir = root / "online" / f"arm{i}_s{seed}"
             if not (run_dir / "report.json").exists():
                 jobs.append((["train", "experiment=wsrl", *common, f"trainer.init_from={pre}", f"seed={seed}",
@@ -100,7 +108,8 @@ def main() -> None:
         run["method"] = run["family"] = names[int(run["sweep_job"].split("_")[0][3:])]
         run["first_update_step"] = args.warmup  # the onset dip is measured after WSRL's no-update warmup
     doc["setup"] = {"pretraining": f"CQL, {args.cql_steps} updates, one checkpoint for every run", "network":
-                    "2 critic heads 256x256 without LayerNorm, critic_init=data (CPU-sized; module doc)",
+                    "2 critic heads 256x256 without LayerNorm, critic_init=data (CPU-sized; module doc)"
+                    + (", actor with LayerNorm (WSRL's policy)" if args.actor_layer_norm else ", actor without LayerNorm"),
                     "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4,
                     "cql_curve": [[h["step"], h.get("normalized_score")] for h in
                                   json.loads((pre / "report.json").read_text())["history"]]}
