@@ -11,7 +11,10 @@ recorded episodes are kept).
 ``latch_file`` (default ``<key_file>.estop``), ``deadline_periods`` (default 2),
 ``lease_timeout_s`` (default max(1 s, 10 watchdog periods)), ``max_request_bytes``
 (default 4096), ``rt_priority`` (default null: ordinary scheduling; 1–99: ``SCHED_FIFO``,
-:mod:`robotrl.real_robot.rt`).
+:mod:`robotrl.real_robot.rt`). A robot with cameras (``robot.cameras=[topdown]`` for the twin)
+sends its frames in every observation: ``robot-server`` raises ``max_message_bytes`` (and
+the array size limit) to :func:`~robotrl.real_robot.protocol.camera_limits` of the robot's
+cameras, and ``deploy`` raises its client's limits the same way after ``hello``.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def run_server(cfg: DictConfig) -> int:
     """Body of ``robotrl robot-server``; returns the exit status."""
     from robotrl.real_robot.factory import make_robot, make_supervisor
     from robotrl.real_robot.interface import RobotConnectionError
-    from robotrl.real_robot.protocol import Limits, key_fingerprint
+    from robotrl.real_robot.protocol import Limits, camera_limits, key_fingerprint
     from robotrl.real_robot.server import RobotServer, check_endpoint
 
     from robotrl.real_robot.rt import set_rt_priority
@@ -80,10 +83,12 @@ def run_server(cfg: DictConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     latch = _latch_file(cfg)
+    # a robot with cameras sends its frames in every observation: raise the reply limit for them (never lowered)
+    limits = camera_limits(robot.spec().cameras, Limits(max_bytes=int(cfg.max_message_bytes), max_skew_s=float(cfg.max_skew_s),
+                                                        max_request_bytes=int(cfg.get("max_request_bytes") or 4096)),
+                           state_dim=max(1024, robot.spec().observation.dim))
     with robot:
-        server = RobotServer(robot, supervisor, key, cfg.endpoint, allow_remote=bool(cfg.allow_remote),
-                             limits=Limits(max_bytes=int(cfg.max_message_bytes), max_skew_s=float(cfg.max_skew_s),
-                                           max_request_bytes=int(cfg.get("max_request_bytes") or 4096)),
+        server = RobotServer(robot, supervisor, key, cfg.endpoint, allow_remote=bool(cfg.allow_remote), limits=limits,
                              robot_id=cfg.get("robot_id"), latch_file=latch,
                              deadline_periods=float(cfg.get("deadline_periods") or 2.0),
                              lease_timeout_s=cfg.get("lease_timeout_s"))
@@ -95,7 +100,9 @@ def run_server(cfg: DictConfig) -> int:
         print(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
               f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms, step deadline {server.horizon_s * 1000:.0f} ms); "
               f"robot_id {server.robot_id!r}, epoch {server.epoch}, key fingerprint {key_fingerprint(key)}, "
-              f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''}, scheduling {sched}", flush=True)
+              f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''}, scheduling {sched}"
+              + (f"; cameras {[c.name for c in robot.spec().cameras]}: replies up to {limits.max_bytes} bytes"
+                 if robot.spec().cameras else ""), flush=True)
         try:
             server.serve(lambda: stop["flag"])
         except RobotConnectionError as exc:
@@ -122,7 +129,7 @@ def run_deploy(cfg: DictConfig) -> dict:
     from robotrl.real_robot.client import RobotClient
     from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
     from robotrl.real_robot.export import load_deploy_policy
-    from robotrl.real_robot.protocol import Limits
+    from robotrl.real_robot.protocol import Limits, camera_limits
     from robotrl.real_robot.recording import record_dataset
     from robotrl.real_robot.rt import set_rt_priority
 
@@ -134,6 +141,8 @@ def run_deploy(cfg: DictConfig) -> dict:
     logs, summary = [], {}
     try:
         spec = client.hello()
+        if spec.cameras:  # the frames travel in every observation (and are recorded): take the limits they need
+            client.use_limits(camera_limits(spec.cameras, client.auth.limits, state_dim=max(1024, spec.observation.dim)))
         if (policy.obs_dim, policy.action_dim) != (spec.observation.dim, spec.action.dim):
             raise SpaceMismatchError(f"policy takes Do={policy.obs_dim}, Da={policy.action_dim} but robot {spec.name} has "
                                      f"Do={spec.observation.dim}, Da={spec.action.dim}; deploy a policy trained on this robot's task")

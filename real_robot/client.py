@@ -31,9 +31,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from robotrl.real_robot.interface import Observation, ProtocolError, RobotConnectionError, RobotSpec
-from robotrl.real_robot.protocol import Authenticator, Limits, key_fingerprint
+from robotrl.real_robot.protocol import Authenticator, Limits, check_camera_limits, key_fingerprint
 
 _IDEMPOTENT = {"hello", "observe", "status", "heartbeat", "estop", "rearm", "acquire"}
+_WITH_OBS = {"reset", "step", "observe"}  # answers that carry an observation (camera frames included)
 _MONITOR_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CONNECT_DELAYED
 
 
@@ -69,7 +70,11 @@ class RobotClient:
         key: the shared bridge key.
         timeout_s: default deadline of one request (s).
         link_timeout_s: total silence after which the server counts as gone (s).
-        limits: message :class:`Limits`.
+        limits: message :class:`Limits`. A robot with cameras sends its frames in every
+            observation: raise them with :meth:`use_limits` and
+            :func:`~robotrl.real_robot.protocol.camera_limits` of ``spec.cameras`` after
+            :meth:`hello` (otherwise ``reset``/``step``/``observe`` raise ``ConfigError``
+            naming ``camera_limits`` before sending anything).
         robot_id: the robot this client must talk to; ``hello`` fails when the endpoint
             serves another one (``None``: accept the id the server announces).
 
@@ -123,6 +128,14 @@ class RobotClient:
                 self._connected = self._ever_connected = True
             elif ev == zmq.EVENT_DISCONNECTED:
                 self._connected, self._disconnected_at = False, time.monotonic()
+
+    def use_limits(self, limits: Limits) -> None:
+        """Receive (and send) under ``limits`` from now on, e.g. ``camera_limits(spec.cameras)`` for a robot
+        with cameras; the socket is reopened with the new size cap (sequence numbers and the handshake are kept)."""
+        self.auth.set_limits(limits)
+        self._drain_monitor()
+        self._close_socket()
+        self._connect()
 
     def reconnect(self) -> None:
         """Close and reopen the socket (drops queued messages)."""
@@ -196,9 +209,14 @@ class RobotClient:
             RobotConnectionError: the server was silent for ``link_timeout_s`` (the message
                 says what is known: nothing listening, closed, or silent with a connection).
             RobotCommandError: the server answered ``ok: false``.
+            robotrl.errors.ConfigError: an observation request (``reset``, ``step``, ``observe``) to a robot with
+                cameras while this client's limits are too small for its frames (raised before
+                sending; the message names ``camera_limits``).
         """
         if type_ != "hello" and self.epoch is None:
             self._handshake()
+        if type_ in _WITH_OBS:
+            self._check_frames_fit()
         ans = self._exchange(type_, body, timeout_s)
         if not ans.get("ok", False) and ans.get("kind") == "epoch" and type_ != "hello":
             self._handshake()  # the server restarted: new epoch; re-acquire what we held, retry once
@@ -248,6 +266,14 @@ class RobotClient:
             if msg["body"].get("re") == seq:
                 return msg["body"]
 
+    def _check_frames_fit(self) -> None:
+        """Raise ``ConfigError`` (naming ``camera_limits``) when this client's limits cannot receive the robot's
+        camera frames: such answers would be dropped as oversized and look like a silent server."""
+        if self.epoch is None:
+            self._handshake()
+        if self.spec is not None and self.spec.cameras:
+            check_camera_limits(self.spec.cameras, self.auth.limits, f"client of robot {self.robot_id}")
+
     def _handshake(self) -> None:
         was_holding = self.lease_held
         self.lease_held = False
@@ -292,13 +318,16 @@ class RobotClient:
         self.lease_held = False
 
     def reset(self, seed: int | None = None, timeout_s: float = 5.0) -> Observation:
-        """Start an episode (acquires the lease if needed). Raises :class:`RobotCommandError` (``estopped``...)."""
+        """Start an episode (acquires the lease if needed). Raises :class:`RobotCommandError` (``estopped``...),
+        ``ConfigError`` (limits too small for the robot's camera frames, see :meth:`use_limits`)."""
+        self._check_frames_fit()  # before taking the lease
         if not self.lease_held:
             self.acquire()
         return body_obs(self.request("reset", {"seed": seed}, timeout_s=timeout_s)["obs"])
 
     def observe(self) -> Observation:
-        """The latest :class:`Observation` (no lease needed)."""
+        """The latest :class:`Observation` (no lease needed; camera frames in ``images``).
+        Raises ``ConfigError`` when the limits are too small for the robot's frames (see :meth:`use_limits`)."""
         return body_obs(self.request("observe")["obs"])
 
     def step(self, action: np.ndarray | None, deadline: float | None = None, timeout_s: float | None = None) -> dict:
@@ -313,7 +342,9 @@ class RobotClient:
         Raises:
             RobotCommandError: ``expired`` (too late, not applied), ``no_lease``, ``bad_request``...
             DeadlineExceeded: no answer in time (the robot's watchdog holds if none follows).
+            robotrl.errors.ConfigError: limits too small for the robot's camera frames (see :meth:`use_limits`).
         """
+        self._check_frames_fit()  # before taking the lease
         if not self.lease_held:
             self.acquire()
         if deadline is None:

@@ -26,7 +26,8 @@ def make_robot(cfg: Mapping) -> Robot:
 
         faults = dict(cfg.get("faults") or {})
         return MuJoCoTwin(cfg.get("task", "pointmaze-umaze"), realtime=bool(cfg.get("realtime", True)), faults=faults,
-                          max_episode_steps=cfg.get("max_episode_steps"), env_kwargs=dict(cfg.get("env_kwargs") or {}))
+                          max_episode_steps=cfg.get("max_episode_steps"), env_kwargs=dict(cfg.get("env_kwargs") or {}),
+                          cameras=list(cfg.get("cameras") or ()), image_size=int(cfg.get("image_size") or 64))
     if driver == "lerobot":
         from robotrl.real_robot.lerobot_adapter import LeRobotAdapter
 

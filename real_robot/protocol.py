@@ -123,6 +123,35 @@ def camera_limits(cameras, base: Limits | None = None, *, state_dim: int = 1024)
     return dataclasses.replace(base, max_bytes=max(base.max_bytes, need), max_elems=max(base.max_elems, max(frames)))
 
 
+def check_camera_limits(cameras, limits: Limits, where: str) -> None:
+    """Refuse limits too small for observations carrying the frames of ``cameras``.
+
+    A reply larger than the receiver's limit is dropped unanswered (section 5 of
+    ``docs/protocol.md``), which would look like a silent server; this check turns that
+    into an error before anything is sent.
+
+    Args:
+        cameras: :class:`~robotrl.real_robot.interface.CameraSpec` items (or ``(H, W, C)`` shapes).
+        limits: the limits of this end of the bridge.
+        where: who checks (``"robot server"``, ``"client"``), for the message.
+
+    Raises:
+        ConfigError: ``limits.max_bytes`` or ``limits.max_elems`` is below what
+            :func:`camera_limits` derives; the message names the numbers and the fix.
+    """
+    need = camera_limits(cameras, limits)
+    if need.max_bytes <= limits.max_bytes and need.max_elems <= limits.max_elems:
+        return
+    names = [str(c.name) if hasattr(c, "name") else str(tuple(c)) for c in cameras]
+    frame_bytes = sum(int(math.prod(tuple(getattr(c, "shape", c)))) for c in cameras)
+    raise ConfigError(
+        f"{where}: the robot's cameras {names} put {frame_bytes} bytes of uint8 frames into every observation, but this "
+        f"end's message limits are max_bytes={limits.max_bytes}, max_elems={limits.max_elems} (frames need max_bytes >= "
+        f"{need.max_bytes}, max_elems >= {need.max_elems}); such answers would be dropped unanswered. Use "
+        "limits=robotrl.real_robot.protocol.camera_limits(spec.cameras) on both ends (RobotClient.use_limits after hello; "
+        "robotrl robot-server and robotrl deploy derive them from the robot's spec)")
+
+
 _SHAPE_HEADS = [struct.Struct(f"<B{n}I") for n in range(5)]  # ndim byte + ndim little-endian uint32 dims
 _SHAPES = [struct.Struct(f"<{n}I") for n in range(5)]
 
@@ -261,6 +290,12 @@ class Authenticator:
         self._remember = remember_peers
         self.rejected: collections.Counter = collections.Counter({r: 0 for r in REJECT_REASONS})
         self.accepted = 0
+
+    def set_limits(self, limits: Limits) -> None:
+        """Use ``limits`` from now on (sequence numbers and the replay record are kept)."""
+        self.limits = limits
+        self.max_in = limits.max_request_bytes if self.role == "server" else limits.max_bytes
+        self.max_out = limits.max_bytes if self.role == "server" else limits.max_request_bytes
 
     def next_seq(self) -> int:
         """The next outgoing sequence number (1, 2, ...)."""

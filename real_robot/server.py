@@ -53,7 +53,7 @@ from robotrl.real_robot.handlers import REQUESTS, obs_body
 from robotrl.real_robot.interface import Observation, ProtocolError, Robot, RobotConnectionError
 from robotrl.real_robot.latch import EstopLatch, write_json_atomic
 from robotrl.real_robot.lease import Lease, error
-from robotrl.real_robot.protocol import Authenticator, Limits
+from robotrl.real_robot.protocol import Authenticator, Limits, check_camera_limits
 from robotrl.real_robot.safety import SafetySupervisor
 from robotrl.real_robot.screening import QUARANTINE_AFTER, Screen, check_endpoint, router_socket
 
@@ -69,7 +69,8 @@ class RobotServer:
         key: the shared bridge key (bytes, >= 16).
         endpoint: where to bind; ``tcp://127.0.0.1:0`` picks a free port.
         allow_remote: permit a non-loopback bind address.
-        limits: message :class:`Limits`.
+        limits: message :class:`Limits`; a robot with cameras needs them raised for its frames
+            (:func:`~robotrl.real_robot.protocol.camera_limits` of its ``spec().cameras``).
         robot_id: this robot's id, which every request must name (``dst``); default
             ``"<spec name>@<bound endpoint>"``. Give robots that share a key distinct ids.
         latch_file: where the e-stop latch is persisted (JSON, written atomically);
@@ -92,7 +93,8 @@ class RobotServer:
             "periods"}`` (periods = latency × control rate).
 
     Raises:
-        ConfigError: a bad ``robot_id``, ``deadline_periods`` or ``lease_timeout_s``; an
+        ConfigError: limits too small for the robot's camera frames (the message names
+            ``camera_limits``); a bad ``robot_id``, ``deadline_periods`` or ``lease_timeout_s``; an
             observation workspace that names observation entries the robot lacks; an
             unreadable latch file location.
     """
@@ -107,6 +109,7 @@ class RobotServer:
         if robot_id is not None and not (0 < len(str(robot_id)) <= 128):
             raise ConfigError(f"robot_id must have 1..128 characters, got {robot_id!r}")
         self.robot_id = None if robot_id is None else str(robot_id)
+        check_camera_limits(self.spec.cameras, limits, f"robot server of {self.spec.name}")
         self.auth = Authenticator(key, ident=self.robot_id or "unbound", limits=limits, role="server")
         self.screen = Screen(self.auth)
         self.epoch = secrets.token_hex(8)
