@@ -108,7 +108,8 @@ class ChunkScheduler:
 
 @dataclass
 class StepRecord:
-    """What happened at one tick (arrays in robot units)."""
+    """What happened at one tick (arrays in robot units); ``obs`` is the state ``(Do,)`` the policy saw and
+    ``images`` the camera frames ``{name: uint8 (H, W, C)}`` taken with it (``None`` without cameras)."""
 
     obs: np.ndarray
     policy_action: np.ndarray | None
@@ -123,6 +124,7 @@ class StepRecord:
     rtt_s: float
     jitter_s: float
     t: float
+    images: dict[str, np.ndarray] | None = None
 
 
 @dataclass
@@ -237,7 +239,7 @@ class ControlLoop:
             nxt = ans["obs"]
             rec = StepRecord(obs.state, a_pol, a_cmd, np.asarray(ans["applied"], np.float32), list(ans["flags"]),
                              intervention, nxt.reward, nxt.terminated, nxt.truncated, nxt.success, rtt,
-                             t_start - t_sched, time.time())
+                             t_start - t_sched, time.time(), obs.images)
             log.steps.append(rec)
             if on_step is not None:
                 on_step(rec)

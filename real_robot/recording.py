@@ -11,6 +11,12 @@ entry belongs to the reset, as in Minari):
 the loop sent before the safety supervisor), ``policy_action (T+1, Da)`` (NaN when the
 policy had no action ready), ``safety_modified``, ``held``, ``rtt_s``, ``jitter_s`` (s)
 and ``time`` (wall clock, s).
+
+A robot with cameras (:attr:`RobotSpec.cameras`) is recorded with ``Dict`` observations
+``{"state": float32 (T+1, Do), "<camera>": uint8 (T+1, H, W, C), ...}``, the layout of
+camera datasets in :mod:`robotrl.data` (the LeRobot converter writes the same): its
+:func:`~robotrl.data.load_dataset` keeps the frames out of the flat vector
+(``OfflineData.images[camera]``) and ``ReplayBuffer.from_offline`` batches them.
 """
 
 from __future__ import annotations
@@ -25,11 +31,35 @@ from robotrl.real_robot.control import EpisodeLog
 from robotrl.real_robot.interface import RobotSpec
 
 
+def _frames(log: EpisodeLog, spec: RobotSpec) -> dict[str, np.ndarray]:
+    """``{camera: uint8 (T+1, H, W, C)}`` of a logged episode: each step's frames, then the final observation's."""
+    out = {}
+    obs_images = [s.images for s in log.steps] + [log.final_obs.images]
+    for cam in spec.cameras:
+        if cam.name == "state":
+            raise ValueError("a camera named 'state' collides with the state vector's key in the recording; rename it")
+        missing = [t for t, im in enumerate(obs_images) if not im or cam.name not in im]
+        if missing:
+            raise ValueError(f"robot {spec.name} lists camera {cam.name!r} but observations {missing[:5]} of the episode "
+                             "carry no frame of it; the driver must send every camera's frame with every observation")
+        frames = np.stack([np.asarray(im[cam.name]) for im in obs_images])
+        if frames.dtype != np.uint8 or frames.shape[1:] != tuple(cam.shape):
+            raise ValueError(f"camera {cam.name!r} sent {frames.dtype} frames of shape {frames.shape[1:]}, its CameraSpec "
+                             f"says uint8 {tuple(cam.shape)}")
+        out[cam.name] = frames
+    return out
+
+
 def to_episode(log: EpisodeLog, spec: RobotSpec) -> Episode:
     """One :class:`Episode` from a deployed episode.
 
+    Observations are ``(T+1, Do)`` float32, or for a robot with cameras the dict
+    ``{"state": (T+1, Do), "<camera>": uint8 (T+1, H, W, C)}`` (each step's frames, then the
+    final observation's).
+
     Raises:
-        ValueError: the log holds no step.
+        ValueError: the log holds no step; a camera of ``spec`` is missing from an
+            observation, has another shape or dtype, or is named ``"state"``.
     """
     steps = log.steps
     if not steps:
@@ -37,6 +67,8 @@ def to_episode(log: EpisodeLog, spec: RobotSpec) -> Episode:
     da = spec.action.dim
     nan = np.full(da, np.nan, np.float32)
     obs = np.stack([s.obs for s in steps] + [log.final_obs.state]).astype(np.float32)
+    if spec.cameras:
+        obs = {"state": obs, **_frames(log, spec)}
     first = lambda x: np.concatenate([[x[0] * 0], x])  # noqa: E731  reset entry
 
     def col(fn, dtype):
@@ -65,8 +97,9 @@ def record_dataset(dataset_id: str, logs: list[EpisodeLog], spec: RobotSpec, *, 
                    provenance: dict | None = None, overwrite: bool = False):
     """Write the non-empty episodes of ``logs`` as Minari dataset ``dataset_id``; returns its directory.
 
-    The observation space is the flat ``Box(Do,)`` of the robot; the env spec is the
-    twin's task when the robot has one (so ``robotrl train`` can evaluate on it).
+    The observation space is the flat ``Box(Do,)`` of the robot, or with cameras
+    ``Dict({"state": Box(Do,), "<camera>": Box(0, 255, (H, W, C), uint8), ...})``; the env
+    spec is the twin's task when the robot has one (so ``robotrl train`` can evaluate on it).
 
     Raises:
         DatasetExistsError: the id is taken (see :func:`write_dataset`).
@@ -82,10 +115,18 @@ def record_episodes(dataset_id: str, episodes: list[Episode], spec: RobotSpec, *
     (what :func:`record_dataset` does after :func:`to_episode`; the online actor builds its
     episodes step by step); returns its directory.
 
+    Episodes with ``Dict`` observations (``{"state": (T+1, Do), "<camera>": uint8 (T+1, H, W, C)}``,
+    see :func:`to_episode`) are written with the ``Dict`` space of the robot's cameras; flat
+    ``(T+1, Do)`` ones with ``Box(Do,)`` (also for a camera robot whose frames were not kept).
+
     Raises:
         DatasetExistsError: the id is taken and ``overwrite`` is false (see :func:`write_dataset`).
         DatasetFormatError: no episode, or an episode with no step.
+        ValueError: some episodes carry camera frames and others do not.
     """
+    with_frames = {isinstance(ep.observations, dict) for ep in episodes}
+    if len(with_frames) > 1:
+        raise ValueError("some episodes carry camera frames and others do not; record them as separate datasets")
     if spec.gym_env_id:
         from robotrl.envs import ensure_registered
 
@@ -102,6 +143,12 @@ def record_episodes(dataset_id: str, episodes: list[Episode], spec: RobotSpec, *
         if layout is not None and layout.size != spec.observation.dim:
             layout = None
     prov = {"source": "robotrl.real_robot", "robot": spec.name, "robot_spec": spec.to_dict(), **dict(provenance or {})}
+    if True in with_frames:  # {"state": Box(Do), camera: uint8 (H, W, C)}: what robotrl.data reads as a camera dataset
+        obs_space = gym.spaces.Dict({"state": obs_space, **{c.name: gym.spaces.Box(0, 255, tuple(c.shape), np.uint8)
+                                                             for c in spec.cameras}})
+        if layout is not None:  # the state's own key order (a Dict twin) stays on record, the loader sees "state"
+            prov["state_layout"] = {"keys": list(layout.keys), "shapes": [list(s) for s in layout.shapes]}
+        layout = None
     env = spec.gym_env_id
     if env and (spec.extra.get("gym_env_kwargs") or spec.extra.get("max_episode_steps")):
         import copy

@@ -154,3 +154,79 @@ def test_default_limits_are_a_clear_error_naming_camera_limits_on_both_ends(cam_
     with pytest.raises(ConfigError, match="camera_limits"):
         RobotServer(twin, sup, key, limits=Limits())  # the server refuses to start with limits its frames exceed
     RobotServer(twin, sup, key, limits=camera_limits(twin.spec().cameras)).close()
+
+
+def _reset_frames(seeds):
+    """The twin's first observation (state, topdown frame) for each seed, rendered in this process."""
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, cameras=["topdown"], image_size=PX)
+    with twin:
+        return [(o.state, o.images["topdown"]) for o in (twin.reset(seed=s) for s in seeds)]
+
+
+def test_control_loop_recording_keeps_the_frames_and_loads_into_the_replay_buffer(cam_server, tmp_path):
+    from robotrl.data import ReplayBuffer, load_dataset
+    from robotrl.real_robot.client import RobotClient
+    from robotrl.real_robot.control import ChunkScheduler, ControlLoop
+    from robotrl.real_robot.protocol import camera_limits
+    from robotrl.real_robot.recording import record_dataset
+
+    srv, key = cam_server
+    push = np.array([0.6, -0.4], np.float32)
+    seeds = [21, 22]
+    with RobotClient(srv.endpoint, key, timeout_s=10.0, link_timeout_s=30.0) as c:
+        spec = c.hello()
+        c.use_limits(camera_limits(spec.cameras))
+        loop = ControlLoop(c, ChunkScheduler(lambda o: push[None]), rate_hz=5, hold_action=spec.hold_action, deadline_frac=0.9)
+        logs = [loop.run_episode(seed=s, max_steps=n) for s, n in zip(seeds, (6, 4))]
+    assert [log.stopped for log in logs] == ["max_steps", "max_steps"]
+    path = record_dataset("robot/cams/loop-v0", logs, spec, root=tmp_path)
+
+    # what went over the wire, per episode: every step's frame and the final observation's
+    want = [np.stack([s.images["topdown"] for s in log.steps] + [log.final_obs.images["topdown"]]) for log in logs]
+    want_s = [np.stack([s.obs for s in log.steps] + [log.final_obs.state]) for log in logs]
+    data = load_dataset(path)
+    M = data.num_transitions
+    assert data.obs_layout.keys == ("state",) and data.obs_dim == 8  # the frames stay out of the flat vector
+    assert data.images["topdown"].dtype == np.uint8 and data.images["topdown"].shape == (M + 2, PX, PX, 3)
+    np.testing.assert_array_equal(data.images["topdown"], np.concatenate(want))
+    np.testing.assert_array_equal(data.observations, np.concatenate([w[:-1] for w in want_s]))
+    np.testing.assert_array_equal(data.actions, np.stack([s.applied for log in logs for s in log.steps]))
+    batch = ReplayBuffer.from_offline(data).sample(M, indices=np.arange(M))
+    np.testing.assert_array_equal(batch.images()["topdown"].numpy(), np.concatenate([w[:-1] for w in want]))
+    np.testing.assert_array_equal(batch.next_images()["topdown"].numpy(), np.concatenate([w[1:] for w in want]))
+    # each episode starts from the frame the twin renders for its seed here, whatever the timing of the loop
+    for w, ws, (s0, f0) in zip(want, want_s, _reset_frames(seeds)):
+        np.testing.assert_array_equal(w[0], f0)
+        np.testing.assert_array_equal(ws[0], s0)
+    assert not np.array_equal(want[0][0], want[0][-1])
+
+
+def test_robotrl_deploy_raises_its_limits_and_records_the_frames(cam_server, tmp_path):
+    import subprocess
+    import sys
+
+    import torch
+
+    from robotrl.agents.bc.policy import BCPolicy
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.data import ReplayBuffer, load_dataset
+    from robotrl.policy import policy_state
+
+    srv, _ = cam_server
+    torch.manual_seed(0)
+    ckpt = tmp_path / "policy.pt"
+    save_checkpoint(ckpt, {"policy": policy_state(BCPolicy(8, 2, hidden=(16, 16)))})
+    res = subprocess.run([sys.executable, "-m", "robotrl.real_robot.cli", "deploy", f"checkpoint={ckpt}",
+                          f"endpoint={srv.endpoint}", f"key_file={srv.key_file}", "episodes=2", "seed=40", "max_steps=5",
+                          "rate_hz=5", "deadline_frac=0.9", "link_timeout_s=30", "dataset_id=robot/cams/deploy-v0",
+                          f"dataset_root={tmp_path / 'minari'}"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = load_dataset(tmp_path / "minari" / "robot/cams/deploy-v0")
+    M, E = data.num_transitions, data.num_episodes
+    assert E == 2 and data.images["topdown"].shape == (M + E, PX, PX, 3) and data.images["topdown"].dtype == np.uint8
+    batch = ReplayBuffer.from_offline(data).sample(M, indices=np.arange(M))
+    assert batch.images()["topdown"].shape == (M, PX, PX, 3)
+    starts = data.image_index[data.episode_starts]
+    for row, t0, (s0, f0) in zip(starts, data.episode_starts, _reset_frames([40, 41])):
+        np.testing.assert_array_equal(data.images["topdown"][row], f0)  # the recorded frames are the twin's renders
+        np.testing.assert_array_equal(data.observations[t0], s0)
