@@ -9,8 +9,11 @@ features of arms; grippers in percent 0..100).
 
 The adapter flattens the float features, in LeRobot's order, into ``(Do,)`` / ``(Da,)``
 vectors and converts joint angles to rad (``joint_units: rad``; grippers stay in the
-robot's unit, stated as ``"%"``). Camera features are not part of the state vector
-(image observations are a later extension of the bridge). ``hold()`` commands the last
+robot's unit, stated as ``"%"``). Camera features (``(h, w, c)`` tuples; LeRobot's cameras
+deliver ``uint8 (h, w, c)`` RGB arrays in ``get_observation()``) are not part of the state
+vector: they become :attr:`RobotSpec.cameras` (rate: the camera config's ``fps`` where the
+robot's config names it, else the control rate) and each observation carries their frames
+in :attr:`Observation.images` (``cameras`` picks a subset). ``hold()`` commands the last
 measured joint positions (a position-controlled arm stays where it is); use
 ``safety.hold_mode: last``. Install with ``pip install robotrl[lerobot]``.
 """
@@ -23,7 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from robotrl.errors import ConfigError
-from robotrl.real_robot.interface import ArraySpec, Observation, RobotConnectionError, RobotSpec
+from robotrl.real_robot.interface import ArraySpec, CameraSpec, Observation, RobotConnectionError, RobotError, RobotSpec
 
 
 def _is_angle(name: str) -> bool:
@@ -39,18 +42,35 @@ class LeRobotAdapter:
         joint_units: ``"rad"`` (convert LeRobot's degrees) or ``"deg"`` (pass through).
         bounds: optional ``{action name: [low, high]}`` in robotrl units (rad); default
             ``±pi`` rad for joints and ``[0, 100]`` for grippers.
+        name: the spec's name (default ``lerobot:<robot name>``).
+        cameras: the camera features to pass on (``None``: all of them, in LeRobot's order;
+            ``[]``: none). Their frames travel in every observation, so the bridge needs
+            :func:`~robotrl.real_robot.protocol.camera_limits` (``robotrl robot-server``
+            derives them).
 
     Raises:
-        ConfigError: the robot exposes no float action features, or bad ``joint_units``.
+        ConfigError: the robot exposes no float action features, bad ``joint_units``, or a
+            name in ``cameras`` that is not a camera feature of the robot (the message lists them).
     """
 
     def __init__(self, robot, control_rate_hz: float = 30.0, joint_units: str = "rad", bounds: Mapping | None = None,
-                 name: str | None = None):
+                 name: str | None = None, cameras: list[str] | tuple[str, ...] | None = None):
         if joint_units not in ("rad", "deg"):
             raise ConfigError(f"joint_units must be 'rad' or 'deg', got {joint_units!r}")
         self.robot, self.rate, self.joint_units = robot, float(control_rate_hz), joint_units
         self._obs_names = [k for k, v in robot.observation_features.items() if v is float]
         self._act_names = [k for k, v in robot.action_features.items() if v is float]
+        shapes = {k: tuple(int(d) for d in v) for k, v in robot.observation_features.items()
+                  if isinstance(v, tuple) and len(v) == 3}  # LeRobot: cameras are (h, w, c) features
+        if cameras is None:
+            cameras = list(shapes)
+        unknown = [c for c in cameras if c not in shapes]
+        if unknown:
+            raise ConfigError(f"cameras {unknown} are not camera features of this LeRobot robot; it has {list(shapes) or 'none'}")
+        fps = getattr(getattr(robot, "config", None), "cameras", None)  # LeRobot: {name: CameraConfig(fps=...)}
+        fps = fps if isinstance(fps, Mapping) else {}
+        self._cameras = tuple(CameraSpec(c, shapes[c], float(getattr(fps.get(c), "fps", None) or control_rate_hz))  # type: ignore[arg-type]
+                              for c in cameras)
         if not self._act_names:
             raise ConfigError("this LeRobot robot has no float action features; the bridge drives motor positions")
         self._bounds = dict(bounds or {})
@@ -65,8 +85,9 @@ class LeRobotAdapter:
         except ImportError as exc:
             raise ImportError("driver: lerobot needs LeRobot: pip install 'robotrl[lerobot]'") from exc
         config = RobotConfig.get_choice_class(cfg["robot_type"])(**dict(cfg.get("robot_kwargs") or {}))
+        cams = cfg.get("cameras")
         return cls(make_robot_from_config(config), float(cfg.get("control_rate_hz", 30.0)), cfg.get("joint_units", "rad"),
-                   cfg.get("bounds"), cfg.get("name"))
+                   cfg.get("bounds"), cfg.get("name"), None if cams is None else list(cams))
 
     # ---- units ------------------------------------------------------------------------
     def _scale(self, names) -> np.ndarray:
@@ -88,7 +109,7 @@ class LeRobotAdapter:
             hi.append(float(b[1]))
         act = ArraySpec(tuple(self._act_names), tuple(self._unit(n) for n in self._act_names), tuple(lo), tuple(hi))
         hold = tuple(float(np.clip(0.0, a, b)) for a, b in zip(lo, hi))
-        return RobotSpec(self._name, obs, act, self.rate, hold, None, False, {"lerobot": True})
+        return RobotSpec(self._name, obs, act, self.rate, hold, None, False, {"lerobot": True}, self._cameras)
 
     # ---- connection -------------------------------------------------------------------
     @property
@@ -119,8 +140,8 @@ class LeRobotAdapter:
         if not self.robot.is_connected:
             raise RobotConnectionError(f"{self._name} is not connected; call connect() or use it as a context manager")
 
-    def get_observation(self) -> Observation:
-        """Float features as ``(Do,)`` float32 in SI units (rad for joints)."""
+    def _read(self) -> dict:
+        """LeRobot's raw observation dict; updates the last measured state ``(Do,)``."""
         self._check()
         try:
             raw = self.robot.get_observation()
@@ -128,7 +149,27 @@ class LeRobotAdapter:
             raise RobotConnectionError(f"{self._name}: {exc}") from exc
         state = np.array([raw[n] for n in self._obs_names], np.float64) * self._scale(self._obs_names)
         self._last_state = state.astype(np.float32)
-        return Observation(self._last_state, time.time())
+        return raw
+
+    def get_observation(self) -> Observation:
+        """Float features as ``(Do,)`` float32 in SI units (rad for joints); the cameras' frames as
+        ``images`` ``{name: uint8 (h, w, c)}`` (``None`` without cameras).
+
+        Raises:
+            RobotConnectionError: not connected, or the robot's link failed.
+            RobotError: a camera frame that is missing or not ``uint8`` of its feature's shape.
+        """
+        raw = self._read()
+        images = None
+        if self._cameras:
+            images = {}
+            for cam in self._cameras:
+                frame = np.asarray(raw.get(cam.name))
+                if frame.dtype != np.uint8 or frame.shape != cam.shape:
+                    raise RobotError(f"{self._name}: camera {cam.name!r} delivered {frame.dtype} {frame.shape}, its feature "
+                                     f"says uint8 {cam.shape}; check the camera's configured width, height and color mode")
+                images[cam.name] = np.ascontiguousarray(frame)
+        return Observation(self._last_state, time.time(), images=images)
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         """Send ``(Da,)`` (rad for joints); returns what LeRobot actually sent, converted back."""
@@ -141,9 +182,9 @@ class LeRobotAdapter:
         return (np.array([sent[n] for n in self._act_names], np.float64) * scale).astype(np.float32)
 
     def hold(self) -> np.ndarray:
-        """Command the last measured positions of the action's motors (stay in place)."""
-        self._check()
-        obs = self.get_observation().state
+        """Command the last measured positions of the action's motors (stay in place; a failing camera does not stop it)."""
+        self._read()
+        obs = self._last_state
         idx = {n: i for i, n in enumerate(self._obs_names)}
         target = np.array([obs[idx[n]] if n in idx else 0.0 for n in self._act_names], np.float32)
         return self.send_action(target)

@@ -90,3 +90,80 @@ def test_supervisor_from_the_lerobot_config_limits_steps_and_holds_in_place():
 def test_lerobot_driver_without_lerobot_installed_says_how_to_install():
     with pytest.raises(ImportError, match=r"robotrl\[lerobot\]"):
         make_robot({"driver": "lerobot", "robot_type": "so100_follower"})
+
+
+class FakeSO100Cameras(FakeSO100):
+    """The fake arm with two cameras: frames that depend on the joint positions, a camera config naming one fps."""
+
+    SHAPES = {"front": (24, 32, 3), "wrist": (16, 16, 3)}
+
+    class config:  # noqa: N801  (LeRobot: robot.config.cameras = {name: CameraConfig(fps=..., width=..., height=...)})
+        cameras = {"front": type("OpenCVCameraConfig", (), {"fps": 15})()}
+
+    @property
+    def observation_features(self):
+        return {**{f"{m}.pos": float for m in MOTORS}, **self.SHAPES}
+
+    def frame(self, cam):
+        h, w, c = self.SHAPES[cam]
+        base = int(sum(self.pos.values())) + (7 if cam == "wrist" else 0)
+        return ((np.arange(h * w * c).reshape(h, w, c) + base) % 251).astype(np.uint8)
+
+    def get_observation(self):
+        return {**{f"{m}.pos": v for m, v in self.pos.items()}, **{cam: self.frame(cam) for cam in self.SHAPES}}
+
+
+def test_adapter_passes_lerobot_cameras_into_spec_and_observations():
+    from robotrl.errors import ConfigError
+    from robotrl.real_robot.interface import CameraSpec, RobotError
+
+    fake = FakeSO100Cameras()
+    robot = LeRobotAdapter(fake, control_rate_hz=30)
+    spec = robot.spec()  # before connecting
+    assert spec.cameras == (CameraSpec("front", (24, 32, 3), 15.0), CameraSpec("wrist", (16, 16, 3), 30.0))
+    assert spec.observation.names == tuple(f"{m}.pos" for m in MOTORS)  # frames stay out of the state
+    with robot:
+        robot.send_action(np.radians([5.0, 0.0, 0.0, 0.0]))
+        obs = robot.get_observation()
+        assert set(obs.images) == {"front", "wrist"}
+        for cam in ("front", "wrist"):
+            np.testing.assert_array_equal(obs.images[cam], fake.frame(cam))
+            assert obs.images[cam].dtype == np.uint8
+        assert obs.state[0] == pytest.approx(np.radians(5.0))
+    only = LeRobotAdapter(FakeSO100Cameras(), control_rate_hz=30, cameras=["wrist"])
+    assert [c.name for c in only.spec().cameras] == ["wrist"]
+    with only:
+        assert set(only.get_observation().images) == {"wrist"}
+    with LeRobotAdapter(FakeSO100Cameras(), control_rate_hz=30, cameras=[]) as none:
+        assert none.spec().cameras == () and none.get_observation().images is None
+    with pytest.raises(ConfigError, match=r"\['top'\].*'front', 'wrist'"):
+        LeRobotAdapter(FakeSO100Cameras(), cameras=["top"])
+    broken = FakeSO100Cameras()
+    broken.frame = lambda cam: np.zeros((8, 8, 3), np.uint8)  # a camera configured at another resolution
+    with LeRobotAdapter(broken, control_rate_hz=30) as robot:
+        with pytest.raises(RobotError, match="uint8 \\(24, 32, 3\\)"):
+            robot.get_observation()
+        assert np.allclose(robot.hold(), 0.0)  # holding needs the joints only: a bad camera does not stop it
+
+
+def test_lerobot_camera_frames_cross_a_live_bridge_bit_exact(tmp_path):
+    """The adapter served by a RobotServer on a real loopback socket (in a thread): frames arrive as the arm gave them."""
+    from robotrl.real_robot.client import RobotClient
+    from robotrl.real_robot.launch import ServerThread
+    from robotrl.real_robot.protocol import camera_limits, load_key, write_key_file
+
+    key = load_key(write_key_file(tmp_path / "robot.key"))
+    fake = FakeSO100Cameras(max_relative_target=1000)
+    robot = LeRobotAdapter(fake, control_rate_hz=30)
+    limits = camera_limits(robot.spec().cameras)
+    sup = make_supervisor({"max_delta": 0.5, "hold_mode": "last", "watchdog_s": 30.0}, robot.spec())
+    with ServerThread(robot, sup, key, limits=limits, deadline_periods=10) as srv, \
+            RobotClient(srv.endpoint, key, limits=limits, timeout_s=10.0, link_timeout_s=30.0) as c:
+        spec = c.hello()
+        assert spec.cameras == robot.spec().cameras
+        c.reset()
+        for target in ([0.1, 0.0, 0.0, 0.0], [0.2, 0.3, 0.0, 10.0]):
+            obs = c.step(np.array(target, np.float32))["obs"]
+            for cam in ("front", "wrist"):
+                np.testing.assert_array_equal(obs.images[cam], fake.frame(cam))
+        assert not np.array_equal(obs.images["front"], FakeSO100Cameras().frame("front"))  # the arm moved: new frames
