@@ -14,7 +14,11 @@ recorded episodes are kept).
 :mod:`robotrl.real_robot.rt`). A robot with cameras (``robot.cameras=[topdown]`` for the twin)
 sends its frames in every observation: ``robot-server`` raises ``max_message_bytes`` (and
 the array size limit) to :func:`~robotrl.real_robot.protocol.camera_limits` of the robot's
-cameras, and ``deploy`` raises its client's limits the same way after ``hello``.
+cameras, and ``deploy`` raises its client's limits the same way after ``hello``. ``deploy`` with a
+pixel policy (an export bundle of ``experiment=bc-pixels`` / ``rlpd-pixels``, or their checkpoint)
+hands each observation's frames to the policy; a robot without the policy's cameras, or with other
+frame sizes, is refused after ``hello`` (exit 2, :func:`~robotrl.real_robot.export.check_cameras`),
+before the robot is reset or moved.
 """
 
 from __future__ import annotations
@@ -128,7 +132,8 @@ def run_deploy(cfg: DictConfig) -> dict:
     from robotrl.errors import SpaceMismatchError
     from robotrl.real_robot.client import RobotClient
     from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
-    from robotrl.real_robot.export import load_deploy_policy
+    from robotrl.real_robot.export import check_cameras, load_deploy_policy
+    from robotrl.real_robot.interface import Observation
     from robotrl.real_robot.protocol import Limits, camera_limits
     from robotrl.real_robot.recording import record_dataset
     from robotrl.real_robot.rt import set_rt_priority
@@ -143,7 +148,9 @@ def run_deploy(cfg: DictConfig) -> dict:
         spec = client.hello()
         if spec.cameras:  # the frames travel in every observation (and are recorded): take the limits they need
             client.use_limits(camera_limits(spec.cameras, client.auth.limits, state_dim=max(1024, spec.observation.dim)))
-        if (policy.obs_dim, policy.action_dim) != (spec.observation.dim, spec.action.dim):
+        check_cameras(policy, spec)  # a pixel policy: the robot's cameras and frame sizes, before anything moves
+        do = spec.observation.dim if policy.cameras and policy.obs_dim == 0 else policy.obs_dim  # cameras-only policy
+        if (do, policy.action_dim) != (spec.observation.dim, spec.action.dim):
             raise SpaceMismatchError(f"policy takes Do={policy.obs_dim}, Da={policy.action_dim} but robot {spec.name} has "
                                      f"Do={spec.observation.dim}, Da={spec.action.dim}; deploy a policy trained on this robot's task")
         teleop = None
@@ -152,7 +159,8 @@ def run_deploy(cfg: DictConfig) -> dict:
 
             teleop = KeyboardTeleop(sys.stdin, spec.hold_action, spec.action.low, spec.action.high)
         scheduler = ChunkScheduler(policy, act_steps=cfg.act_steps or policy.act_steps, prefetch=int(cfg.prefetch))
-        scheduler.warmup(np.zeros(spec.observation.dim, np.float32))
+        frames = {c.name: np.zeros(c.shape, np.uint8) for c in spec.cameras} or None
+        scheduler.warmup(Observation(np.zeros(spec.observation.dim, np.float32), 0.0, images=frames))
         loop = ControlLoop(client, scheduler, rate_hz=float(cfg.rate_hz or spec.control_rate_hz), hold_action=spec.hold_action,
                            mode=cfg.mode, scale=float(cfg.scale), teleop=teleop, deadline_frac=float(cfg.deadline_frac))
         stopped, stop_reason = "", ""

@@ -3,7 +3,8 @@
 Per tick ``k`` (period ``1 / rate_hz`` s, scheduled at ``t0 + k / rate_hz``):
 
 1. poll the teleop device (takeover, e-stop, re-arm);
-2. get the policy's action from the :class:`ChunkScheduler` without ever waiting past
+2. get the policy's action (from the state, or for a pixel policy the state and the camera
+   frames of the same observation) from the :class:`ChunkScheduler` without ever waiting past
    the inference deadline (``deadline_frac`` of the period): a slow policy makes the
    loop hold, never stall;
 3. choose the command by mode: ``autonomous`` (the policy's), ``scaled``
@@ -52,25 +53,42 @@ class ChunkScheduler:
     time / period)`` the robot never waits.
 
     Args:
-        infer: the policy, one observation → ``(Ta, Da)`` (``Ta = 1`` for MLP policies).
+        infer: the policy, one observation → ``(Ta, Da)`` (``Ta = 1`` for MLP policies): the state
+            ``(Do,)`` float32, or with ``images`` the whole :class:`Observation` (state and camera frames).
         act_steps: ``Te``, actions executed per chunk (default: all ``Ta``).
         prefetch: remaining actions at which the next inference starts.
+        images: hand ``infer`` the :class:`Observation` (a pixel policy); default: whether ``infer``
+            has non-empty ``cameras`` (a pixel :class:`~robotrl.real_robot.export.DeployPolicy`).
 
     Attributes:
         late: ticks where no action was ready in time (the loop held).
     """
 
-    def __init__(self, infer: Callable[[np.ndarray], np.ndarray], act_steps: int | None = None, prefetch: int = 0):
+    def __init__(self, infer: Callable[..., np.ndarray], act_steps: int | None = None, prefetch: int = 0,
+                 images: bool | None = None):
         self.infer, self.act_steps, self.prefetch = infer, act_steps, int(prefetch)
+        self.images = bool(getattr(infer, "cameras", ())) if images is None else bool(images)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
         self._queue: list[np.ndarray] = []
         self._pending: tuple[int, Future] | None = None
         self.late = 0
 
-    def warmup(self, obs: np.ndarray, n: int = 3) -> None:
+    def _input(self, obs: Observation | np.ndarray):
+        """What ``infer`` takes: the :class:`Observation` itself (``images``) or its state float32 ``(Do,)``.
+
+        Raises:
+            TypeError: ``images`` is set and ``obs`` is a bare state (the frames are needed).
+        """
+        if self.images:
+            if not isinstance(obs, Observation):
+                raise TypeError("this policy reads camera frames: pass the robot's Observation, not its state alone")
+            return obs
+        return np.asarray(obs.state if isinstance(obs, Observation) else obs, np.float32)
+
+    def warmup(self, obs: Observation | np.ndarray, n: int = 3) -> None:
         """Run the policy ``n`` times on the worker thread (first calls are slow: allocation, thread start)."""
         for _ in range(n):
-            self._pool.submit(self.infer, np.asarray(obs, np.float32)).result()
+            self._pool.submit(self.infer, self._input(obs)).result()
 
     def reset(self) -> None:
         """Forget queued actions (a pending inference is left to finish and discarded)."""
@@ -86,10 +104,11 @@ class ChunkScheduler:
         te = chunk.shape[0] if self.act_steps is None else min(self.act_steps, chunk.shape[0])
         self._queue = list(chunk[min(k - k0, te):te])
 
-    def next_action(self, obs: np.ndarray, k: int, wait_until: float) -> np.ndarray | None:
-        """Action for tick ``k`` given the latest ``obs``; ``None`` if none is ready by ``wait_until`` (monotonic s)."""
+    def next_action(self, obs: Observation | np.ndarray, k: int, wait_until: float) -> np.ndarray | None:
+        """Action for tick ``k`` given the latest ``obs`` (an :class:`Observation` or its state ``(Do,)``);
+        ``None`` if none is ready by ``wait_until`` (monotonic s)."""
         if self._pending is None and len(self._queue) <= self.prefetch:
-            self._pending = (k, self._pool.submit(self.infer, np.asarray(obs, np.float32)))
+            self._pending = (k, self._pool.submit(self.infer, self._input(obs)))
         if self._pending is not None:
             k0, fut = self._pending
             if not self._queue:
@@ -210,7 +229,7 @@ class ControlLoop:
                     self.client.estop()
                 if cmd.rearm:
                     self.client.rearm()
-                a_pol = self.scheduler.next_action(obs.state, k, t_sched + self.deadline_frac * self.period)
+                a_pol = self.scheduler.next_action(obs, k, t_sched + self.deadline_frac * self.period)
                 a_cmd, intervention = self._command(a_pol, cmd)
                 t_send = time.perf_counter()
                 ans = self.client.step(a_cmd, deadline=time.time() + self.period, timeout_s=self.period)

@@ -15,10 +15,21 @@ side needs neither the training code nor the statistics. Every export writes
 ``policy_meta.json`` (``obs_dim``, ``action_dim``, ``chunk_len``, ``act_steps``, the
 source class) next to ``policy.torchscript.pt`` and ``policy.onnx``.
 
+Pixel policies (:class:`robotrl.vision.frontend.PixelPolicyFrontend`: ``PixelBCPolicy`` of
+``experiment=bc-pixels``, ``PixelSACPolicy`` of ``experiment=rlpd-pixels``) export through
+:mod:`robotrl.vision.export` (TorchScript ``forward(state (B, Ds), {key: uint8 (B, H, W, C)})``,
+ONNX inputs ``state`` and ``image_0 .. image_{N-1}``). Their ``policy_meta.json`` adds
+``"kind": "pixels"``, ``cameras`` (``[{"name", "key", "shape": [H, W, C]}]`` in the ONNX input
+order; ``name`` is the robot camera the frames come from: the last ``/`` part of the key the
+policy was trained on, ``"pixels/topdown"`` -> ``"topdown"``) and ``state`` (``{"dim": Ds,
+"layout": {"keys", "shapes"} | null}``: the order of the entries of the flat state).
+
 Deploy side: :func:`load_deploy_policy` runs an export with onnxruntime or
 ``torch.jit.load``, or a training checkpoint through :func:`robotrl.policy.load_policy`
 (``weights_only`` loading). Only load TorchScript files you trust: unlike ONNX they hold
-code. Every loader returns a :class:`DeployPolicy`: ``obs (Do,) -> chunk (Ta, Da)``.
+code. Every loader returns a :class:`DeployPolicy`: ``obs (Do,) -> chunk (Ta, Da)``, or for a
+pixel policy ``Observation (state (Ds,), images {camera: uint8 (H, W, C)}) -> chunk (1, Da)``;
+:func:`check_cameras` compares its cameras with a robot's before anything moves.
 """
 
 from __future__ import annotations
@@ -33,7 +44,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from robotrl.errors import CheckpointError
+from robotrl.checkpoint import atomic_write
+from robotrl.errors import CheckpointError, ConfigError, SpaceMismatchError
 
 META = "policy_meta.json"
 TS_FILE = "policy.torchscript.pt"
@@ -55,13 +67,23 @@ class _ChunkOutput(nn.Module):
 def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torchscript", "onnx"), opset: int = 17) -> dict:
     """Export ``policy`` to ``out_dir``; returns ``{"meta": path, "torchscript": path, "onnx": path}``.
 
+    A pixel policy (:class:`robotrl.vision.frontend.PixelPolicyFrontend`) is exported with its
+    image inputs (see the module doc); both files are checked against the policy on random inputs.
+
     Raises:
-        ValueError: unknown format, or the policy lacks ``obs_dim``/``action_dim``.
+        ValueError: unknown format, the policy lacks ``obs_dim``/``action_dim``, or two of a pixel
+            policy's cameras end in the same name.
         RuntimeError: tracing/export failed (the message names the format).
+        RobotRLError: a pixel policy's export failed or differs from the policy
+            (:func:`robotrl.vision.export.export_pixel_onnx`).
     """
+    from robotrl.vision.frontend import PixelPolicyFrontend
+
     bad = set(formats) - {"torchscript", "onnx"}
     if bad:
         raise ValueError(f"unknown export formats {sorted(bad)}; choose from 'torchscript', 'onnx'")
+    if isinstance(policy, PixelPolicyFrontend):
+        return _export_pixel_policy(policy, Path(out_dir), formats, opset)
     if not hasattr(policy, "obs_dim") or not hasattr(policy, "action_dim"):
         raise ValueError("the policy must expose obs_dim and action_dim (the robotrl Policy protocol)")
     out = Path(out_dir)
@@ -94,7 +116,60 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
                 raise RuntimeError(f"ONNX export failed: {exc}; give the policy an export_module()") from exc
             paths["onnx"] = out / ONNX_FILE
     meta["files"] = {k: v.name for k, v in paths.items() if k != "meta"}
-    (out / META).write_text(json.dumps(meta, indent=2, default=str))
+    _write_meta(out, meta)
+    return paths
+
+
+def _write_meta(out: Path, meta: dict) -> None:
+    """Write ``policy_meta.json`` atomically (a reader never sees half of it)."""
+    atomic_write(out / META, lambda f: f.write(json.dumps(meta, indent=2, default=str).encode()))
+
+
+def camera_name(key: str) -> str:
+    """The robot camera a pixel policy's image key reads: its last ``/`` part (``"pixels/topdown"`` -> ``"topdown"``;
+    a policy trained on a robot recording already uses the camera's name)."""
+    return key.rsplit("/", 1)[-1]
+
+
+def pixel_cameras(policy: nn.Module) -> list[dict]:
+    """``[{"name", "key", "shape": [H, W, C]}]`` of a pixel policy, in its image key order.
+
+    Raises:
+        ValueError: two keys end in the same camera name (the robot's frames could not be told apart).
+    """
+    shapes = policy.spec()["image_shapes"]
+    cams = [{"name": camera_name(k), "key": k, "shape": [int(d) for d in v]} for k, v in shapes.items()]
+    names = [c["name"] for c in cams]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"image keys {list(shapes)} name camera(s) {dup} twice; a robot sends one frame per camera name")
+    return cams
+
+
+def _export_pixel_policy(policy: nn.Module, out: Path, formats, opset: int) -> dict:
+    """:func:`export_policy` for a pixel policy: TorchScript and ONNX with image inputs, the bundle's metadata."""
+    from robotrl.vision.export import export_pixel_onnx, export_pixel_torchscript
+
+    policy = policy.eval().cpu()
+    cams = pixel_cameras(policy)
+    spec = policy.spec()
+    ds, da = int(policy.state_dim), int(policy.action_dim)
+    shapes = {c["key"]: tuple(c["shape"]) for c in cams}
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"meta": out / META}
+    if "torchscript" in formats:
+        paths["torchscript"] = export_pixel_torchscript(policy, out / TS_FILE, shapes, ds)
+    if "onnx" in formats:
+        paths["onnx"] = export_pixel_onnx(policy, out / ONNX_FILE, shapes, ds, opset=opset)
+    cls = type(policy)
+    layout = spec.get("state_layout")
+    meta = {"kind": "pixels", "obs_dim": ds, "action_dim": da, "chunk_len": 1, "act_steps": 1,
+            "source": f"{cls.__module__}.{cls.__qualname__}", "spec": spec, "cameras": cams,
+            "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
+            "inputs": {"state": ["B", ds], **{f"image_{i}": ["B", *c["shape"]] for i, c in enumerate(cams)}},
+            "outputs": {"actions": ["B", da]},
+            "files": {k: v.name for k, v in paths.items() if k != "meta"}}
+    _write_meta(out, meta)
     return paths
 
 
@@ -102,10 +177,17 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
 class DeployPolicy:
     """A policy ready for the control loop: ``obs (Do,) -> chunk (Ta, Da)`` float32.
 
+    A pixel policy (``cameras`` not empty) takes the robot's
+    :class:`~robotrl.real_robot.interface.Observation` instead: ``state (Do,)`` (``Do = Ds``, the
+    policy's state size) and ``images {camera name: uint8 (H, W, C)}``, one frame per camera of
+    ``cameras`` (other cameras of the robot are ignored); ``Ta = Te = 1``.
+
     Attributes:
         obs_dim, action_dim, chunk_len, act_steps: ``Do``, ``Da``, ``Ta``, ``Te``.
         backend: ``"onnx"``, ``"torchscript"`` or ``"torch"``.
-        batch_fn: ``(B, Do) -> (B, Ta, Da)``.
+        batch_fn: ``(B, Do) -> (B, Ta, Da)``; for a pixel policy
+            ``(state (B, Do), {camera name: uint8 (B, H, W, C)}) -> (B, 1, Da)``.
+        cameras: ``((name, (H, W, C)), ...)`` the policy reads (empty: a state policy).
     """
 
     obs_dim: int
@@ -113,13 +195,78 @@ class DeployPolicy:
     chunk_len: int
     act_steps: int
     backend: str
-    batch_fn: Callable[[np.ndarray], np.ndarray]
+    batch_fn: Callable[..., np.ndarray]
+    cameras: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs, np.float32).reshape(1, -1)
+    def __call__(self, obs) -> np.ndarray:
+        """One observation -> chunk ``(Ta, Da)``.
+
+        Args:
+            obs: state ``(Do,)`` (or an ``Observation``, whose ``state`` is used) for a state policy; an
+                ``Observation`` (anything with ``state`` and ``images``) for a pixel policy.
+
+        Raises:
+            ValueError / SpaceMismatchError: the state has another size than ``Do``; a pixel policy got no
+                frames, or a camera's frame is missing or not uint8 of the policy's shape.
+        """
+        if self.cameras:
+            state, images = self._pixel_inputs(obs)
+            return self.batch_fn(state, images)[0]
+        obs = np.asarray(getattr(obs, "state", obs), np.float32).reshape(1, -1)
         if obs.shape[1] != self.obs_dim:
             raise ValueError(f"observation has {obs.shape[1]} entries, the policy takes Do={self.obs_dim}")
         return self.batch_fn(obs)[0]
+
+    def _pixel_inputs(self, obs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``Observation`` -> ``(state (1, Do), {camera: uint8 (1, H, W, C)})`` (checked)."""
+        frames = getattr(obs, "images", None)
+        if frames is None:
+            raise SpaceMismatchError(f"this pixel policy reads cameras {[n for n, _ in self.cameras]} but the observation "
+                                     "carries no frames; pass the robot's Observation from a robot with those cameras")
+        state = np.asarray(obs.state, np.float32).reshape(1, -1)
+        if self.obs_dim == 0:
+            state = np.zeros((1, 0), np.float32)
+        elif state.shape[1] != self.obs_dim:
+            raise SpaceMismatchError(f"observation state has {state.shape[1]} entries, the policy takes Ds={self.obs_dim}")
+        images = {}
+        for name, shape in self.cameras:
+            if name not in frames:
+                raise SpaceMismatchError(f"the observation has no frame of camera {name!r} (it has {sorted(frames)}); "
+                                         "the robot must send every camera the policy was trained on")
+            f = np.asarray(frames[name])
+            if f.dtype != np.uint8 or f.shape != tuple(shape):
+                raise SpaceMismatchError(f"camera {name!r} sent {f.dtype} {f.shape}, the policy takes uint8 {tuple(shape)}")
+            images[name] = f[None]
+        return state, images
+
+
+def check_cameras(policy: DeployPolicy, spec) -> None:
+    """Refuse a robot whose cameras differ from a pixel policy's, before anything moves.
+
+    Every camera of ``policy.cameras`` must be in ``spec.cameras`` (a
+    :class:`~robotrl.real_robot.interface.RobotSpec`) with the same ``(H, W, C)``; cameras the
+    policy does not read are fine (their frames are only recorded). A state policy accepts any robot.
+
+    Raises:
+        ConfigError: names each missing camera and each shape that differs, and the way out.
+    """
+    if not policy.cameras:
+        return
+    robot = {c.name: tuple(int(d) for d in c.shape) for c in spec.cameras}
+    problems = []
+    for name, shape in policy.cameras:
+        if name not in robot:
+            problems.append(f"camera {name!r} {tuple(shape)} is missing")
+        elif robot[name] != tuple(shape):
+            problems.append(f"camera {name!r} sends {robot[name]}, the policy takes {tuple(shape)}")
+    if problems:
+        want = [n for n, _ in policy.cameras]
+        sizes = sorted({s[0] for _, s in policy.cameras})
+        hint = f" (the MuJoCo twin: robot.cameras=[{','.join(want)}]" + (f" robot.image_size={sizes[0]})" if len(sizes) == 1 else ")")
+        have = ", ".join(f"{n} {s}" for n, s in robot.items()) or "none"
+        raise ConfigError(f"the policy's cameras differ from robot {spec.name}'s ({have}): {'; '.join(problems)}. "
+                          f"Give the robot the cameras and frame sizes the policy was trained on{hint}, "
+                          "or deploy a policy trained on this robot's cameras; nothing was moved")
 
 
 def load_deploy_policy(path: str | os.PathLike, backend: str = "auto") -> DeployPolicy:
@@ -139,19 +286,25 @@ def load_deploy_policy(path: str | os.PathLike, backend: str = "auto") -> Deploy
     if export_dir is None or backend == "torch":
         return _from_checkpoint(p)
     meta = json.loads((export_dir / META).read_text())
+    pixels = meta.get("kind") == "pixels"
     if p.suffix == ".onnx":
         backend = "onnx"
     elif p.name.endswith(".torchscript.pt"):
         backend = "torchscript"
     if backend == "auto":
         backend = "onnx" if (export_dir / ONNX_FILE).is_file() else "torchscript"
-    if backend == "onnx":
-        fn = _onnx_fn(export_dir / ONNX_FILE)
-    elif backend == "torchscript":
-        fn = _ts_fn(export_dir / TS_FILE)
-    else:
+    if backend not in ("onnx", "torchscript"):
         raise CheckpointError(f"unknown backend {backend!r}; use auto, onnx, torchscript or torch")
-    return DeployPolicy(int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["chunk_len"]), int(meta["act_steps"]), backend, fn)
+    cams: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    if pixels:
+        cams = tuple((str(c["name"]), tuple(int(d) for d in c["shape"])) for c in meta["cameras"])
+        keys = [str(c["key"]) for c in meta["cameras"]]
+        fn = (_onnx_pixel_fn(export_dir / ONNX_FILE, keys) if backend == "onnx"
+              else _ts_pixel_fn(export_dir / TS_FILE, keys))
+    else:
+        fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE)
+    return DeployPolicy(int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["chunk_len"]), int(meta["act_steps"]), backend,
+                        fn, cams)
 
 
 def _onnx_fn(path: Path):
@@ -163,6 +316,42 @@ def _onnx_fn(path: Path):
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     return lambda obs: sess.run(["actions"], {"obs": np.asarray(obs, np.float32)})[0]
+
+
+def _onnx_pixel_fn(path: Path, keys: list[str]):
+    """``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, 1, Da)`` through onnxruntime (inputs ``state``, ``image_i``)."""
+    if not path.is_file():
+        raise CheckpointError(f"no ONNX file at {path}; export with formats=('onnx',)")
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    stored = sess.get_modelmeta().custom_metadata_map.get("image_keys")
+    if stored is not None and stored.split(",") != keys:
+        raise CheckpointError(f"{path} takes images {stored.split(',')} but {META} lists {keys}; export the bundle again")
+    names = [camera_name(k) for k in keys]
+
+    def fn(state, images):
+        feed = {"state": np.asarray(state, np.float32), **{f"image_{i}": np.asarray(images[n], np.uint8) for i, n in enumerate(names)}}
+        return sess.run(["actions"], feed)[0][:, None]
+
+    return fn
+
+
+def _ts_pixel_fn(path: Path, keys: list[str]):
+    """``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, 1, Da)`` through ``torch.jit.load``."""
+    if not path.is_file():
+        raise CheckpointError(f"no TorchScript file at {path}; export with formats=('torchscript',)")
+    mod = torch.jit.load(str(path), map_location="cpu").eval()
+    names = [camera_name(k) for k in keys]
+
+    def fn(state, images):
+        with torch.no_grad():
+            frames = {k: torch.as_tensor(np.asarray(images[n], np.uint8)) for k, n in zip(keys, names)}
+            return mod(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy()[:, None]
+
+    return fn
 
 
 def _ts_fn(path: Path):
@@ -180,7 +369,20 @@ def _ts_fn(path: Path):
 def _from_checkpoint(p: Path) -> DeployPolicy:
     from robotrl.policy import load_policy
 
+    from robotrl.vision.frontend import PixelPolicyFrontend
+
     policy = load_policy(str(p))
+    if isinstance(policy, PixelPolicyFrontend):
+        cams = pixel_cameras(policy)
+        pairs = [(c["key"], c["name"]) for c in cams]
+
+        def pixel_fn(state, images):
+            with torch.no_grad():
+                frames = {k: torch.as_tensor(np.asarray(images[n], np.uint8)) for k, n in pairs}
+                return policy(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy()[:, None]
+
+        return DeployPolicy(int(policy.state_dim), int(policy.action_dim), 1, 1, "torch", pixel_fn,
+                            tuple((c["name"], tuple(c["shape"])) for c in cams))
     wrapped = _ChunkOutput(policy).eval()
 
     def fn(obs):

@@ -108,3 +108,76 @@ def test_diffusion_policy_exports_its_fixed_noise_chain(tmp_path, sampler):
     batch = np.repeat(obs, 3, axis=0)  # fixed noise: identical rows give identical chunks, batch size is dynamic
     out = load_deploy_policy(paths["meta"].parent, "onnx").batch_fn(batch)
     assert out.shape == (3, 4, 3) and np.allclose(out, want, atol=1e-4)
+
+
+def _twin_observations(px: int = 32, n: int = 6):
+    """Observations (state (8,), topdown uint8 (px, px, 3)) of the PointMaze twin, rendered here (OSMesa)."""
+    from robotrl.real_robot.sim import MuJoCoTwin
+
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, cameras=["topdown"], image_size=px)
+    rng = np.random.default_rng(5)
+    with twin:
+        out = [twin.reset(seed=3)]
+        for _ in range(n - 1):
+            twin.send_action(rng.uniform(-1, 1, 2).astype(np.float32))
+            out.append(twin.get_observation())
+    return out, twin.spec()
+
+
+def test_pixel_bundle_matches_the_policy_on_rendered_frames_and_refuses_other_cameras(tmp_path):
+    """A pixel BC policy's bundle (TorchScript, ONNX) and its checkpoint act on the twin's Observations
+    (state + real rendered frames) as the policy does; the metadata names the cameras and the state layout."""
+    import json
+    import os
+
+    os.environ.setdefault("MUJOCO_GL", "osmesa")
+    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    from robotrl.agents.bc.pixels import PixelBCPolicy
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.envs import osmesa_available
+    from robotrl.errors import ConfigError, SpaceMismatchError
+    from robotrl.policy import policy_state
+    from robotrl.real_robot.export import check_cameras
+    from robotrl.real_robot.interface import CameraSpec, Observation
+
+    if not osmesa_available():
+        pytest.skip("headless MuJoCo rendering needs libosmesa6")
+    layout = json.dumps({"keys": ["achieved_goal", "desired_goal", "observation"], "shapes": [[2], [2], [4]]})
+    torch.manual_seed(0)
+    policy = PixelBCPolicy({"pixels/topdown": (32, 32, 3)}, 8, 2, hidden=(32,), channels=8, feature_dim=16, state_layout=layout)
+    rng = np.random.default_rng(0)
+    policy.set_normalizers(ObservationNormalizer(rng.normal(size=8), rng.uniform(0.5, 2, 8)),
+                           ActionScaler(np.array([-1.0, -0.5]), np.array([1.0, 0.5])))
+    policy.eval()
+    paths = export_policy(policy, tmp_path / "bundle")
+    meta = json.loads(paths["meta"].read_text())
+    assert meta["kind"] == "pixels" and meta["cameras"] == [{"name": "topdown", "key": "pixels/topdown", "shape": [32, 32, 3]}]
+    assert meta["state"] == {"dim": 8, "layout": json.loads(layout)} and (meta["obs_dim"], meta["action_dim"]) == (8, 2)
+    ckpt = tmp_path / "policy.pt"
+    save_checkpoint(ckpt, {"policy": policy_state(policy)})
+
+    observations, spec = _twin_observations()
+    assert not np.array_equal(observations[0].images["topdown"], observations[-1].images["topdown"])
+    with torch.no_grad():
+        want = np.stack([policy(torch.as_tensor(o.state)[None], {"pixels/topdown": torch.as_tensor(o.images["topdown"])[None]})
+                         .numpy()[0] for o in observations])
+    assert np.ptp(want, axis=0).min() > 1e-3  # the frames and states change the actions: a real comparison
+    for backend, where in (("onnx", paths["meta"].parent), ("torchscript", paths["meta"].parent), ("torch", ckpt)):
+        dp = load_deploy_policy(where, backend)
+        assert dp.backend == backend and dp.cameras == (("topdown", (32, 32, 3)),) and (dp.chunk_len, dp.act_steps) == (1, 1)
+        got = np.stack([dp(o) for o in observations])
+        assert got.shape == (len(observations), 1, 2)
+        np.testing.assert_allclose(got[:, 0], want, atol=1e-4, rtol=0)
+        check_cameras(dp, spec)  # the twin's 32 px topdown camera: accepted
+        with pytest.raises(SpaceMismatchError, match="carries no frames"):
+            dp(Observation(observations[0].state, 0.0))
+        with pytest.raises(SpaceMismatchError, match=r"uint8 \(32, 32, 3\)"):
+            dp(Observation(observations[0].state, 0.0, images={"topdown": np.zeros((64, 64, 3), np.uint8)}))
+    import dataclasses
+
+    other = dataclasses.replace(spec, cameras=(CameraSpec("topdown", (64, 64, 3), 100.0), CameraSpec("wrist", (32, 32, 3), 100.0)))
+    with pytest.raises(ConfigError, match=r"'topdown' sends \(64, 64, 3\), the policy takes \(32, 32, 3\).*robot.image_size=32"):
+        check_cameras(dp, other)
+    with pytest.raises(ConfigError, match=r"'topdown' \(32, 32, 3\) is missing.*robot.cameras=\[topdown\]"):
+        check_cameras(dp, dataclasses.replace(spec, cameras=()))
+    check_cameras(load_deploy_policy(export_policy(_bc(), tmp_path / "state")["meta"].parent), other)  # state policy: any robot
