@@ -172,7 +172,8 @@ def run_deploy(cfg: DictConfig) -> dict:
                 break
         scheduler.close()
         steps = [s for log in logs for s in log.steps]
-        summary = {"robot": spec.name, "mode": cfg.mode, "episodes": len(logs), "stopped": stopped, "stop_reason": stop_reason,
+        summary = {"robot": spec.name, "mode": cfg.mode, "backend": policy.backend,
+                   "policy_cameras": [name for name, _ in policy.cameras], "episodes": len(logs), "stopped": stopped, "stop_reason": stop_reason,
                    "success_rate": float(sum(log.success for log in logs) / max(1, len(logs))),
                    "returns": [log.ret for log in logs], "successes": [log.success for log in logs],
                    "steps": len(steps), "late_inference": scheduler.late, "missed_deadlines": loop.missed,

@@ -9,6 +9,7 @@
     robotrl eval checkpoint=runs/bc-ppo_pointmaze-umaze/<time>
     robotrl bench quick                             # benchmark suite (plain options, not Hydra)
     robotrl convert --from lerobot ./my_lerobot_ds --to minari robot/my-task-v0   # plain options
+    robotrl export runs/bc-ppo_pointmaze-umaze/<time> ./bundle    # deploy bundle (TorchScript + ONNX), plain options
 
 Errors in the input (missing dataset, mismatched spaces, bad checkpoint, ...) print one
 line ``robotrl: error: ...`` and exit with status 2; nothing is overwritten.
@@ -29,6 +30,7 @@ CONFIG_PATH = "pkg://robotrl.configs"
 USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,online-demo} [hydra overrides ...]
        robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-readme] [--record]
        robotrl convert --from {lerobot,minari} SRC --to {minari,lerobot} DST [--root DIR] [--fps F] [--codec C] [--overwrite]
+       robotrl export CHECKPOINT OUT_DIR [--formats {torchscript,onnx} ...] [--opset N] [--overwrite]
 
   train     pretrain (and optionally fine-tune online) an agent; no overrides = default experiment
   collect   generate a Minari dataset with a recipe (robotrl collect list=true lists them)
@@ -40,8 +42,9 @@ USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,
   online-demo   robot server (twin) + learner + actor on this machine: robotrl online-demo
   bench     benchmark suite: quick (< 30 min) or full tier, tables, plots, README block, regression check
   convert   LeRobotDataset (v3.0: parquet + mp4) <-> Minari dataset; robotrl convert --help lists its options
+  export    a checkpoint's policy as a deploy bundle (TorchScript + ONNX + policy_meta.json; pixel policies with their cameras)
 
-Each subcommand but bench and convert accepts Hydra overrides and Hydra flags (--cfg job, -m, --help);
+Each subcommand but bench, convert and export accepts Hydra overrides and Hydra flags (--cfg job, -m, --help);
 robotrl bench --help lists its options."""
 
 
@@ -235,8 +238,42 @@ def _convert() -> None:
     print(f"written: {out}")
 
 
+def _export() -> None:
+    """``robotrl export CHECKPOINT OUT_DIR``: the deploy bundle of a training checkpoint's policy
+    (:func:`robotrl.real_robot.export.export_policy`: TorchScript, ONNX, ``policy_meta.json``; a pixel
+    policy's bundle names its cameras and state layout). Prints ``{"files": {...}, "cameras": [...]}``;
+    exit 2 with one ``robotrl: error:`` line on a bad checkpoint, a failed export, or an existing bundle
+    in ``OUT_DIR`` without ``--overwrite``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="robotrl export", description=(
+        "Write the policy of a robotrl checkpoint (file or run directory) as a deploy bundle for `robotrl deploy "
+        "checkpoint=OUT_DIR`: policy.torchscript.pt, policy.onnx and policy_meta.json, normalisers inside."))
+    p.add_argument("checkpoint", help="training checkpoint (.pt) or run directory")
+    p.add_argument("out_dir", help="bundle directory (created)")
+    p.add_argument("--formats", nargs="+", default=["torchscript", "onnx"], choices=["torchscript", "onnx"])
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset")
+    p.add_argument("--overwrite", action="store_true", help="replace a bundle already in OUT_DIR")
+    a = p.parse_args(sys.argv[1:])
+    from robotrl.policy import load_policy
+    from robotrl.real_robot.export import META, export_policy
+
+    if (Path(a.out_dir) / META).exists() and not a.overwrite:
+        _fail(ConfigError(f"{a.out_dir} already holds a deploy bundle ({META}); choose another OUT_DIR or pass --overwrite"))
+    try:
+        paths = export_policy(load_policy(a.checkpoint), a.out_dir, formats=tuple(a.formats), opset=a.opset)
+    except RobotRLError as exc:
+        _fail(exc)
+        return
+    except (ValueError, RuntimeError) as exc:
+        _fail(ConfigError(f"cannot export {a.checkpoint}: {exc}"))
+        return
+    meta = json.loads(paths["meta"].read_text())
+    print(json.dumps({"files": {k: str(v) for k, v in paths.items()}, "cameras": meta.get("cameras", [])}, indent=2))
+
+
 _COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main,
-             "robot-server": _robot_server, "deploy": _deploy, "bench": _bench, "convert": _convert,
+             "robot-server": _robot_server, "deploy": _deploy, "bench": _bench, "convert": _convert, "export": _export,
              "actor": _online("actor"), "learner": _online("learner"), "online-demo": _online("online-demo")}
 
 

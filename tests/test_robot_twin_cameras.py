@@ -5,7 +5,9 @@ ZeroMQ they arrive bit-exact, and limits too small for them are a clear error, n
 
 from __future__ import annotations
 
+import json
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -79,21 +81,38 @@ def test_camera_frames_over_the_bridge_codec_need_the_raised_limits():
 
 
 PX = 128  # one 128 px RGB frame (49 152 bytes and elements) exceeds the state-sized default limits (16 384 elements)
-# the twin steps as fast as asked (no wall-clock pacing), a 0.5 s step window (10 periods at 20 Hz) and a watchdog that
-# never fires between two steps of the test: the server's episode is then exactly the commands the client sent
-CAM_SERVER = ["robot.cameras=[topdown]", f"robot.image_size={PX}", "robot.realtime=false", "robot.safety.rate_hz=20",
-              "robot.safety.watchdog_s=30", "deadline_periods=10"]
 
 
-@pytest.fixture(scope="module")
-def cam_server(tmp_path_factory):
-    """A real ``robotrl robot-server`` process serving the PointMaze twin with a 128 px ``topdown`` camera."""
+def cam_server_args(px: int = PX) -> list[str]:
+    """``robot-server`` overrides of the PointMaze twin with one ``px`` px ``topdown`` camera.
+
+    The twin steps as fast as asked (no wall-clock pacing), a 0.5 s step window (10 periods at 20 Hz) and a watchdog
+    that never fires between two steps of the test: the server's episode is then exactly the commands the client sent.
+    """
+    return ["robot.cameras=[topdown]", f"robot.image_size={px}", "robot.realtime=false", "robot.safety.rate_hz=20",
+            "robot.safety.watchdog_s=30", "deadline_periods=10"]
+
+
+CAM_SERVER = cam_server_args()
+
+
+@contextmanager
+def camera_server(tmp_path_factory, px: int = PX):
+    """A real ``robotrl robot-server`` process serving the PointMaze twin with a ``px`` px ``topdown`` camera;
+    yields ``(ServerProcess, key bytes)``."""
     from robotrl.real_robot.launch import ServerProcess
     from robotrl.real_robot.protocol import load_key, write_key_file
 
     key_file = write_key_file(tmp_path_factory.mktemp("key") / "robot.key")
-    with ServerProcess(key_file, CAM_SERVER) as srv:
+    with ServerProcess(key_file, cam_server_args(px)) as srv:
         yield srv, load_key(key_file)
+
+
+@pytest.fixture(scope="module")
+def cam_server(tmp_path_factory):
+    """:func:`camera_server` at 128 px."""
+    with camera_server(tmp_path_factory) as served:
+        yield served
 
 
 def test_camera_frames_through_a_live_server_match_the_twin_rendered_locally(cam_server):
@@ -156,9 +175,9 @@ def test_default_limits_are_a_clear_error_naming_camera_limits_on_both_ends(cam_
     RobotServer(twin, sup, key, limits=camera_limits(twin.spec().cameras)).close()
 
 
-def _reset_frames(seeds):
+def _reset_frames(seeds, px: int = PX):
     """The twin's first observation (state, topdown frame) for each seed, rendered in this process."""
-    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, cameras=["topdown"], image_size=PX)
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, cameras=["topdown"], image_size=px)
     with twin:
         return [(o.state, o.images["topdown"]) for o in (twin.reset(seed=s) for s in seeds)]
 
@@ -230,3 +249,111 @@ def test_robotrl_deploy_raises_its_limits_and_records_the_frames(cam_server, tmp
     for row, t0, (s0, f0) in zip(starts, data.episode_starts, _reset_frames([40, 41])):
         np.testing.assert_array_equal(data.images["topdown"][row], f0)  # the recorded frames are the twin's renders
         np.testing.assert_array_equal(data.observations[t0], s0)
+
+
+# ---- a pixel policy deployed end to end: camera dataset -> pixel BC -> `robotrl export` -> `robotrl deploy` ----------
+PIX = 32  # the policy's frames: 32 px top-down renders
+PIX_TRAIN = ["experiment=bc-pixels", "dataset.id=robotrl/pointmaze/umaze-slow-pixdeploy-v1",
+             "dataset.recipe_args.num_steps=1500", f"dataset.recipe_args.image_size={PIX}", "+dataset.recipe_args.ref_episodes=2",
+             "trainer.offline_steps=300", "trainer.eval_every=100000", "trainer.checkpoint_every=300", "trainer.eval_episodes=1",
+             "trainer.eval_envs=1", "trainer.batch_size=16", "trainer.progress=false", "torch_threads=1",
+             "agent.model.channels=8", "agent.model.hidden=[64,64]", "device=cpu",
+             "agent.model.pooling=flatten"]  # after 300 updates its actions depend on the frames ~100x more than spatial softmax's
+
+
+def _robotrl(*args: str, timeout: float = 300):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "robotrl.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pixel_bundle(minari_module_root, tmp_path_factory):
+    """A pixel BC run (300 updates on a generated 1 500-step PointMaze camera dataset, 32 px) and its
+    deploy bundle written by a ``robotrl export`` process: ``(run_dir, bundle_dir)``."""
+    from hydra import compose, initialize_config_module
+
+    from robotrl.experiment import build_trainer
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="train", overrides=PIX_TRAIN)
+    run_dir = tmp_path_factory.mktemp("pixbc")
+    build_trainer(cfg, run_dir).fit()
+    bundle = run_dir / "bundle"
+    res = _robotrl("export", str(run_dir), str(bundle))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert '"name": "topdown"' in res.stdout and (bundle / "policy.onnx").is_file() and (bundle / "policy.torchscript.pt").is_file()
+    again = _robotrl("export", str(run_dir), str(bundle))  # an existing bundle is never overwritten silently
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    return run_dir, bundle
+
+
+def _deploy(bundle, srv, *extra: str):
+    return _robotrl("deploy", f"checkpoint={bundle}", f"endpoint={srv.endpoint}", f"key_file={srv.key_file}", "rate_hz=5",
+                    "deadline_frac=0.9", "link_timeout_s=30", *extra)
+
+
+def test_robotrl_deploy_runs_a_pixel_bundle_on_the_frames_the_robot_sent(pixel_bundle, minari_module_root, tmp_path_factory,
+                                                                         tmp_path):
+    """`robotrl deploy` of the exported pixel BC bundle (ONNX) on a robot-server twin with the 32 px camera it was
+    trained on: every action the policy chose is the in-process policy's on the recorded state and frame of that step,
+    and the robot applied it."""
+    import minari
+    import torch
+
+    from robotrl.policy import load_policy
+
+    run_dir, bundle = pixel_bundle
+    with camera_server(tmp_path_factory, PIX) as (srv, _):
+        res = _deploy(bundle, srv, "episodes=2", "seed=60", "max_steps=8", "dataset_id=robot/cams/pixdeploy-v0",
+                      f"dataset_root={minari_module_root}", f"output={tmp_path / 'summary.json'}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ds = minari.load_dataset("robot/cams/pixdeploy-v0")
+    assert ds.total_episodes == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["backend"] == "onnx" and summary["policy_cameras"] == ["topdown"] and summary["stopped"] == "max_steps"
+    policy = load_policy(str(run_dir))
+    chosen, blind = 0, []
+    for ep, (s0, f0) in zip(ds.iterate_episodes(), _reset_frames([60, 61], PIX)):
+        state, frames = ep.observations["state"][:-1], ep.observations["topdown"][:-1]
+        assert frames.dtype == np.uint8 and frames.shape[1:] == (PIX, PIX, 3)
+        np.testing.assert_array_equal(frames[0], f0)  # the twin's renders, sent over the bridge
+        np.testing.assert_array_equal(state[0], s0)
+        pol = ep.infos["policy_action"][1:]
+        live = np.isfinite(pol).all(axis=1)  # the steps whose action the policy had ready in time
+        with torch.no_grad():
+            want = policy(torch.as_tensor(state[live]), {"pixels/topdown": torch.as_tensor(frames[live])}).numpy()
+            blank = policy(torch.as_tensor(state[live]), {"pixels/topdown": torch.zeros_like(torch.as_tensor(frames[live]))}).numpy()
+        np.testing.assert_allclose(pol[live], want, atol=1e-5, rtol=0)  # onnxruntime vs torch: float rounding only
+        blind.append(np.abs(blank - want).max(initial=0.0))
+        unchanged = live & ~ep.infos["safety_modified"][1:].astype(bool) & ~ep.infos["held"][1:].astype(bool)
+        np.testing.assert_allclose(ep.actions[unchanged], pol[unchanged], atol=1e-6, rtol=0)  # what the robot applied
+        np.testing.assert_allclose(ep.infos["requested_action"][1:][live], pol[live], atol=1e-6, rtol=0)
+        chosen += int(live.sum())
+        assert not np.array_equal(frames[0], frames[-1])  # the ball moved in the pictures
+    assert chosen > 0
+    assert max(blind) > 1e-4  # blank frames change the actions 10x the tolerance: the comparison above sees the frames
+
+
+def test_robotrl_deploy_refuses_a_pixel_bundle_on_other_cameras_before_any_step(pixel_bundle, cam_server, tmp_path):
+    """The 32 px bundle on the 128 px camera robot: exit 2 naming the camera, both shapes and the fix; the robot
+    server counted no step, and nothing was recorded."""
+    from robotrl.real_robot.client import RobotClient
+
+    _, bundle = pixel_bundle
+    srv, key = cam_server
+
+    def server_steps():
+        with RobotClient(srv.endpoint, key, timeout_s=10.0, link_timeout_s=30.0) as c:
+            c.hello()
+            return c.status()["steps"]
+
+    before = server_steps()
+    res = _deploy(bundle, srv, "episodes=1", "max_steps=5", "dataset_id=robot/cams/refused-v0", f"dataset_root={tmp_path}")
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    err = res.stderr
+    assert "camera 'topdown' sends (128, 128, 3), the policy takes (32, 32, 3)" in err, err[-3000:]
+    assert "robot.cameras=[topdown] robot.image_size=32" in err and "nothing was moved" in err
+    assert server_steps() == before  # not one step
+    assert not (tmp_path / "robot").exists()
