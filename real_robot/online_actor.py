@@ -251,7 +251,7 @@ class OnlineActor:
             if self.reward_fn is not None:  # the success classifier's reward instead of the robot's
                 r, ok, _ = self.reward_fn(nxt.state)
                 end = bool(nxt.terminated) or (ok and getattr(self.reward_fn, "end_on_success", False))
-                nxt = Observation(nxt.state, nxt.timestamp, r, end, bool(nxt.truncated), ok)
+                nxt = Observation(nxt.state, nxt.timestamp, r, end, bool(nxt.truncated), ok, nxt.images)
             over = (self.max_steps is not None and k + 1 >= self.max_steps) or \
                 (self.max_duration_s is not None and time.monotonic() - t_ep >= self.max_duration_s)
             trunc = bool(nxt.truncated) or (over and not nxt.terminated)
@@ -263,6 +263,10 @@ class OnlineActor:
                    "safety_modified": bool(set(flags) - {"hold"}), "held": a_cmd is None,
                    "learner_connected": bool(connected), "weights_version": self.holder.version,
                    "time": time.time(), "rtt_s": rtt, "jitter_s": t_start - t_sched if self.period else 0.0}
+            if self.spec.cameras:  # frames for the recording (the learner link sends TRANSITION_FIELDS only):
+                row["next_images"] = nxt.images  # each step's next frames, and the reset's in the episode's first row
+                if not rows:
+                    row["images"] = obs.images
             self.next_n += 1
             stats["lost"] += not connected
             stats["held"] += a_cmd is None

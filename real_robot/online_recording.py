@@ -21,7 +21,12 @@ class EpisodeRecorder:
     arrays with ``T+1`` entries (reset entry first, as Minari's infos): ``requested_action``,
     ``policy_action`` (NaN where none), ``intervention``, ``safety_modified``, ``held``,
     ``success``, ``learner_connected``, ``weights_version``, ``n`` (link index), ``step``,
-    ``time``, ``rtt_s``, ``jitter_s``.
+    ``time``, ``rtt_s``, ``jitter_s``. A robot with cameras (:attr:`RobotSpec.cameras`) adds
+    ``frames_<camera>`` uint8 ``(T+1, H, W, C)`` (each step's frames, then the final observation's),
+    taken from the rows: the episode's first row carries ``images`` (the reset's frames) and every
+    row ``next_images`` (``{camera: uint8 (H, W, C)}``), in the journal too, so a recovered episode
+    keeps them; :meth:`to_minari` writes them as ``Dict`` observations ``{"state", "<camera>"}``
+    like :func:`robotrl.real_robot.recording.to_episode`.
     """
 
     def __init__(self, directory: str | os.PathLike, spec: RobotSpec):
@@ -93,6 +98,7 @@ class EpisodeRecorder:
                "info_requested_action": np.concatenate([nan, np.stack([r["requested"] for r in rows])]),
                "info_policy_action": np.concatenate([nan, np.stack([r["policy_action"] for r in rows])]),
                "seed": np.asarray(-1 if seed is None else seed, np.int64)}
+        out.update(self._frames(rows))
         for k, dt in (("intervention", bool), ("safety_modified", bool), ("held", bool), ("success", bool),
                       ("learner_connected", bool), ("weights_version", np.int64), ("n", np.int64), ("step", np.int64),
                       ("time", np.float64), ("rtt_s", np.float64), ("jitter_s", np.float64)):
@@ -104,14 +110,39 @@ class EpisodeRecorder:
         self.journal_path.unlink(missing_ok=True)
         return path
 
+    def _frames(self, rows: list[dict]) -> dict[str, np.ndarray]:
+        """``{"frames_<camera>": uint8 (T+1, H, W, C)}`` of an episode's rows (empty for a robot without cameras,
+        or rows recorded without frames).
+
+        Raises:
+            ValueError: a camera of the spec is missing from a row's frames or has another shape or dtype.
+        """
+        if not self.spec.cameras or rows[0].get("images") is None:
+            return {}
+        seq = [rows[0]["images"]] + [r.get("next_images") for r in rows]
+        out = {}
+        for cam in self.spec.cameras:
+            missing = [t for t, im in enumerate(seq) if not im or cam.name not in im]
+            if missing:
+                raise ValueError(f"robot {self.spec.name} lists camera {cam.name!r} but observations {missing[:5]} of the "
+                                 "episode carry no frame of it; the driver must send every camera's frame with every observation")
+            frames = np.stack([np.asarray(im[cam.name]) for im in seq])
+            if frames.dtype != np.uint8 or frames.shape[1:] != tuple(cam.shape):
+                raise ValueError(f"camera {cam.name!r} sent {frames.dtype} frames of shape {frames.shape[1:]}, its "
+                                 f"CameraSpec says uint8 {tuple(cam.shape)}")
+            out[f"frames_{cam.name}"] = frames
+        return out
+
     def load(self, episode: int) -> dict[str, np.ndarray]:
         return load_arrays(self.dir / f"ep_{episode:06d}.npz")
 
     def to_minari(self, dataset_id: str, root: str | os.PathLike | None = None, provenance: dict | None = None) -> Path:
-        """(Re)write every recorded episode as Minari dataset ``dataset_id`` (replacing an older version of it).
+        """(Re)write every recorded episode as Minari dataset ``dataset_id`` (replacing an older version of it);
+        episodes with camera frames become ``Dict`` observations ``{"state": (T+1, Do), "<camera>": uint8 (T+1, H, W, C)}``.
 
         Raises:
             DatasetFormatError: no episode recorded yet.
+            ValueError: some episodes carry camera frames and others do not.
         """
         from robotrl.data.writer import Episode
         from robotrl.real_robot.recording import record_episodes
@@ -121,7 +152,9 @@ class EpisodeRecorder:
             z = self.load(i)
             infos = {k[5:]: z[k] for k in z if k.startswith("info_")}
             seed = int(z["seed"])
-            eps.append(Episode(z["observations"], z["actions"], z["rewards"], z["terminations"], z["truncations"],
+            frames = {k[7:]: z[k] for k in z if k.startswith("frames_")}
+            obs = {"state": z["observations"], **frames} if frames else z["observations"]
+            eps.append(Episode(obs, z["actions"], z["rewards"], z["terminations"], z["truncations"],
                                infos=infos, seed=None if seed < 0 else seed))
         return record_episodes(dataset_id, eps, self.spec, root=root, provenance=provenance, overwrite=True,
                                description=f"online RL episodes on {self.spec.name} (robotrl actor)")

@@ -73,13 +73,19 @@ class RemoteRobot:
     """A robot server through a :class:`~robotrl.real_robot.client.RobotClient` (safety runs on the server).
 
     Args:
-        client: the robot link (``hello`` done here).
+        client: the robot link (``hello`` done here; for a robot with cameras its limits are raised to
+            :func:`~robotrl.real_robot.protocol.camera_limits` of them).
         step_timeout_s: how long one step waits for its answer (s).
     """
 
     def __init__(self, client, step_timeout_s: float = 0.5):
+        from robotrl.real_robot.protocol import camera_limits
+
         self.client, self.step_timeout_s = client, float(step_timeout_s)
         self._spec = client.hello()
+        if self._spec.cameras:  # the frames travel in every observation: take the limits they need (as robotrl deploy)
+            client.use_limits(camera_limits(self._spec.cameras, client.auth.limits,
+                                            state_dim=max(1024, self._spec.observation.dim)))
 
     def spec(self) -> RobotSpec:
         return self._spec

@@ -357,3 +357,63 @@ def test_robotrl_deploy_refuses_a_pixel_bundle_on_other_cameras_before_any_step(
     assert "robot.cameras=[topdown] robot.image_size=32" in err and "nothing was moved" in err
     assert server_steps() == before  # not one step
     assert not (tmp_path / "robot").exists()
+
+
+def test_online_actor_records_the_frames_through_a_live_server_and_recovers_them_from_its_journal(cam_server, tmp_path):
+    """The online actor on the 128 px camera server (RemoteRobot raises its limits after hello): its episode files
+    and Minari dataset hold every frame the server sent, bit-exact to the twin replayed here with the applied
+    actions; an episode left in the journal (the actor died before writing it) is recovered with its frames."""
+    from robotrl.agents.bc.policy import BCPolicy
+    from robotrl.data import ReplayBuffer, load_dataset
+    from robotrl.policy import policy_state
+    from robotrl.real_robot.client import RobotClient
+    from robotrl.real_robot.learner_link import Weights
+    from robotrl.real_robot.online import EpisodeRecorder, OnlineActor, RemoteRobot
+
+    srv, key = cam_server
+    ps = policy_state(BCPolicy(8, 2, hidden=(16,)))
+    robot = RemoteRobot(RobotClient(srv.endpoint, key, timeout_s=10.0, link_timeout_s=30.0), step_timeout_s=10.0)
+    spec = robot.spec()
+    rec = EpisodeRecorder(tmp_path / "actor", spec)
+    actor = OnlineActor(robot, None, rec, rate_hz=0, explore=True, max_steps=5, seed=30,
+                        initial=Weights(0, ps["target"], ps["kwargs"], ps["state_dict"], 0.0, 0.0))
+    died = RuntimeError("the actor died before writing its episode")
+
+    def dead_write(*args, **kw):
+        raise died
+
+    try:
+        actor.run_episode()  # episode 0: written at its end
+        rec.write = dead_write  # episode 1: only the journal is left behind
+        with pytest.raises(RuntimeError, match="died"):
+            actor.run_episode()
+    finally:
+        robot.close()
+    assert rec.journal_path.exists()
+    again = EpisodeRecorder(tmp_path / "actor", spec)  # a restarted actor
+    assert len(again.recover()) == 5 and again.episodes_done() == [0, 1]
+
+    for ep, seed in ((0, 30), (1, 31)):
+        z = again.load(ep)
+        frames = z["frames_topdown"]
+        assert frames.dtype == np.uint8 and frames.shape == (6, PX, PX, 3) and z["observations"].shape == (6, 8)
+        twin = MuJoCoTwin("pointmaze-umaze", realtime=False, cameras=["topdown"], image_size=PX)
+        with twin:  # the server's episode is exactly the applied commands: replay them here
+            o = twin.reset(seed=seed)
+            want_f, want_s = [o.images["topdown"]], [o.state]
+            for a in z["actions"]:
+                twin.send_action(a)
+                o = twin.get_observation()
+                want_f.append(o.images["topdown"])
+                want_s.append(o.state)
+        np.testing.assert_array_equal(frames, np.stack(want_f))
+        np.testing.assert_array_equal(z["observations"], np.stack(want_s))
+        assert not np.array_equal(frames[0], frames[-1])
+
+    data = load_dataset(again.to_minari("robot/cams/online-v0", root=tmp_path / "minari"))
+    M = data.num_transitions
+    assert data.obs_layout.keys == ("state",) and data.images["topdown"].shape == (M + 2, PX, PX, 3)
+    np.testing.assert_array_equal(data.images["topdown"], np.concatenate([again.load(i)["frames_topdown"] for i in (0, 1)]))
+    batch = ReplayBuffer.from_offline(data).sample(M, indices=np.arange(M))
+    np.testing.assert_array_equal(batch.next_images()["topdown"].numpy(),
+                                  np.concatenate([again.load(i)["frames_topdown"][1:] for i in (0, 1)]))
