@@ -13,8 +13,13 @@ never typed in:
 
 The saved policy holds the encoder, the normaliser, the action scaler and the state layout, so
 ``robotrl eval checkpoint=<run>`` rebuilds the same camera env (recorded under ``derived.eval_env``) and runs it on
-raw ``Dict`` observations. Online (pixel RLPD), the trainer's loop splits the env's observations with the same
-:class:`~robotrl.vision.obs.PixelLayout` and stores each frame once in the online buffer.
+raw ``Dict`` observations. Online (pixel RLPD, pixel WSRL), the trainer's loop splits the env's observations with
+the same :class:`~robotrl.vision.obs.PixelLayout` and stores each frame once in the online buffer.
+
+Warm starts (pixel WSRL from pixel Cal-QL/CQL: ``trainer.init_from``, ``trainer.init_parts``): the pretraining run
+must have seen the same cameras at the same frame size, with the same state/action sizes and networks
+(:data:`PIXEL_ARCHITECTURE_KEYS`); :func:`check_pixel_warm_start` refuses any other with a :class:`ConfigError`
+that names each difference and the way out, before training starts.
 """
 
 from __future__ import annotations
@@ -97,6 +102,70 @@ def camera_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, Any]
     return {"pixels": cams, "size": size}
 
 
+#: ``agent.model`` keys that shape a pixel Q-learning agent's networks: a warm start needs them equal.
+PIXEL_ARCHITECTURE_KEYS = ("encoder", "pooling", "feature_dim", "channels", "hidden", "act", "critic_hidden",
+                           "num_critics", "critic_layer_norm", "obs_clip")
+
+
+def check_pixel_warm_start(source: str | Path, agent_target: str, model: dict[str, Any],
+                           image_shapes: dict[str, list[int]], state_dim: int, action_dim: int) -> None:
+    """Refuse a pixel warm start whose pretraining run differs from this run in what the weights depend on.
+
+    Args:
+        source: ``trainer.init_from`` (a run directory or checkpoint file written by ``robotrl train``).
+        agent_target: this run's ``agent.model._target_`` (the pretraining run's must be the same class).
+        model: this run's resolved ``agent.model``.
+        image_shapes: this run's cameras ``{key: [H, W, C]}`` (from its dataset).
+        state_dim, action_dim: this run's ``Ds`` and ``Da``.
+
+    Raises:
+        ConfigError: another agent class, other cameras or frame size, other ``Ds``/``Da``, or an
+            architecture key of :data:`PIXEL_ARCHITECTURE_KEYS` that differs; the message names each
+            difference (pretraining run, this run) and the way out.
+        CheckpointError: the checkpoint cannot be read (a missing one is left to the warm start's own error).
+    """
+    from robotrl.checkpoint import load_checkpoint
+
+    path = Path(str(source))
+    if not path.exists():
+        return  # the runner's warm start names the missing checkpoint
+    recorded = load_checkpoint(path).get("config") or {}
+    theirs = (recorded.get("agent") or {}).get("model") or {}
+    derived = recorded.get("derived") or {}
+    if theirs.get("_target_") != agent_target:
+        raise ConfigError(f"trainer.init_from={source} was trained by {theirs.get('_target_')!r}, not {agent_target!r}: "
+                          "pixel WSRL warm-starts from a pixel Cal-QL/CQL run (experiment=calql-pixels)")
+    diff: dict[str, tuple[Any, Any]] = {}
+    have_cams = {k: list(v) for k, v in (derived.get("image_shapes") or {}).items()}
+    if have_cams != image_shapes:
+        diff["cameras {key: [H, W, C]}"] = (have_cams, image_shapes)
+    for name, mine in (("state size Ds", state_dim), ("action size Da", action_dim)):
+        key = "obs_dim" if name.startswith("state") else "action_dim"
+        if derived.get(key) != mine:
+            diff[name] = (derived.get(key), mine)
+    arch = {k: (theirs.get(k), model.get(k)) for k in PIXEL_ARCHITECTURE_KEYS if theirs.get(k) != model.get(k)}
+    if diff or arch:
+        shown = {**diff, **{f"agent.model.{k}": v for k, v in arch.items()}}
+        fixes = []
+        if diff:
+            fixes.append("fine-tune on the pretraining run's camera dataset (its cameras, frame size and env): "
+                         f"dataset.id={(recorded.get('dataset') or {}).get('id')}")
+        if arch:
+            fixes.append("set " + " ".join(f"agent.model.{k}={_override(v[0])}" for k, v in arch.items())
+                         + " (the pretraining run's)")
+        fixes.append("or pretrain again with this run's settings (experiment=calql-pixels) and point trainer.init_from at it")
+        raise ConfigError(f"trainer.init_from={source} was pretrained with other cameras/networks than this run; "
+                          f"differences (pretraining run, this run): {shown}. Its weights cannot be loaded: "
+                          + "; ".join(fixes))
+
+
+def _override(value: Any) -> str:
+    """A value as a Hydra command-line override writes it (lists without spaces)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override(v) for v in value) + "]"
+    return "null" if value is None else str(value)
+
+
 def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
     """Dataset, camera envs, normalisers, pixel agent, buffers and the off-policy trainer of a camera run.
 
@@ -108,8 +177,9 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
         a :class:`~robotrl.runner.Runner` over :class:`~robotrl.trainer.OffPolicyLoop` (``fit() -> summary``).
 
     Raises:
-        ConfigError: as :func:`camera_args` and :func:`robotrl.experiment.task_env_args`; an on-policy or
-            warm-started pixel run (not supported); online steps for an agent without ``explore`` (pixel BC).
+        ConfigError: as :func:`camera_args` and :func:`robotrl.experiment.task_env_args`; an on-policy pixel run,
+            or a warm start of an agent without ``load_parts`` (pixel BC) or from an incompatible pretraining run
+            (:func:`check_pixel_warm_start`); online steps for an agent without ``explore`` (pixel BC).
         DatasetNotFoundError, SpaceMismatchError: the dataset is missing or does not fit the env.
     """
     from hydra.utils import instantiate
@@ -123,9 +193,9 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
         torch.set_num_threads(int(cfg.torch_threads))
     set_seed(int(cfg.seed))
     device, tcfg = resolve_device(cfg.device), trainer_config(cfg)
-    if cfg.agent.get("onpolicy") is not None or tcfg.init_from:
-        raise ConfigError(f"agent={cfg.agent.name} trains off-policy from scratch or from its dataset: drop "
-                          "trainer.init_from / the onpolicy section (pixel warm starts are not supported yet)")
+    if cfg.agent.get("onpolicy") is not None:
+        raise ConfigError(f"agent={cfg.agent.name} trains off-policy from scratch or from its dataset: drop the "
+                          "onpolicy section (on-policy pixel agents are not built yet)")
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
     task = task_env_args(cfg.env, data)  # the data's MDP
     cams = camera_args(cfg.env, data)
@@ -147,6 +217,13 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
                         action_scaler=action_scaler_for(action_space, data),
                         state_layout=layout.state.to_json() if layout.state is not None else None,
                         device=device, seed=int(cfg.seed), _convert_="all")
+    if tcfg.init_from:
+        if not hasattr(agent, "load_parts"):
+            raise ConfigError(f"agent={cfg.agent.name} cannot be warm-started (trainer.init_from): pixel warm starts "
+                              "are pixel WSRL's (experiment=wsrl-pixels from experiment=calql-pixels); drop trainer.init_from")
+        check_pixel_warm_start(tcfg.init_from, str(cfg.agent.model._target_),
+                               OmegaConf.to_container(cfg.agent.model, resolve=True),  # type: ignore[arg-type]
+                               {k: list(v) for k, v in layout.image_shapes.items()}, state_dim, action_dim)
     if tcfg.online_steps > 0 and not hasattr(agent, "explore"):
         raise ConfigError(f"agent={cfg.agent.name} learns offline only (it has no exploration): set "
                           "trainer.online_steps=0, or learn online from cameras with experiment=rlpd-pixels")

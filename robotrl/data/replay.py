@@ -21,9 +21,18 @@ until its successor arrives) keeps its next frame separately, so memory is about
 frame per transition instead of two (and a quarter of a float32 copy). Sampled frames
 come back uint8 in ``Batch.extras`` as ``"obs/<key>"`` and ``"next_obs/<key>"``
 (see :meth:`Batch.images`); sequence windows stack frames by index.
+
+Every frame write also gets a process-wide unique id (``frame_uid``): a slot that is
+overwritten, a separately kept next frame and a buffer restored from a checkpoint all get
+fresh ids, never an old one. Transition batches carry them as int64 ``"obs_uid"`` /
+``"next_obs_uid"`` ``(B,)`` in ``Batch.extras``, so a frozen encoder's features can be
+cached per stored frame (:class:`robotrl.vision.cache.FrozenFeatureCache`) and are never
+served for a frame that has been replaced.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import torch
@@ -36,6 +45,17 @@ from robotrl.errors import BatchSizeError
 __all__ = ["ReplayBuffer"]
 
 _NO_LINK = -1
+_UID_LOCK = threading.Lock()
+_UID_NEXT = 0
+
+
+def new_frame_uids(n: int) -> np.ndarray:
+    """``n`` fresh frame ids, int64 ``(n,)``, unique within the process (never reused)."""
+    global _UID_NEXT
+    with _UID_LOCK:
+        start = _UID_NEXT
+        _UID_NEXT += int(n)
+    return np.arange(start, start + int(n), dtype=np.int64)
 
 
 class ReplayBuffer:
@@ -103,6 +123,8 @@ class ReplayBuffer:
         self.frames = {k: np.zeros((C, *shape), np.uint8) for k, shape in self.image_shapes.items()}
         # next-observation frames that no successor slot holds: slot -> {key: (H, W, C)}
         self._final: dict[int, dict[str, np.ndarray]] = {}
+        self.frame_uid = np.full(C if self.image_shapes else 0, -1, np.int64)  # id of each slot's frame write
+        self._final_uid: dict[int, int] = {}  # id of each separately kept next frame
 
     def image_bytes(self) -> int:
         """Bytes held by the stored camera frames (slot frames plus separately kept next frames)."""
@@ -130,6 +152,7 @@ class ReplayBuffer:
         if self._final:
             for s in set(self._final).intersection(slots.tolist()):
                 del self._final[s]
+                self._final_uid.pop(s, None)
         self.ptr = int((self.ptr + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.total_added += n
@@ -186,13 +209,17 @@ class ReplayBuffer:
         if self.image_shapes:
             for k in self.image_shapes:
                 self.frames[k][slots] = imgs[k]
+            self.frame_uid[slots] = new_frame_uids(N)
+            final_uids = new_frame_uids(N).tolist()
             for r, slot in enumerate(slots.tolist()):
                 self._final[slot] = {k: nimgs[k][r].copy() for k in self.image_shapes}
+                self._final_uid[slot] = final_uids[r]
             for r in np.flatnonzero(ok):  # the predecessor's next frame is this step's frame: keep it once
                 pred = int(last[r])
                 pend = self._final.get(pred)
                 if pend is not None and all(np.array_equal(pend[k], imgs[k][r]) for k in self.image_shapes):
                     del self._final[pred]
+                    self._final_uid.pop(pred, None)
         for row in np.flatnonzero(term | trunc):
             self._close_episode(int(slots[row]))
             self._open_episode[env_ids[row]] = -1
@@ -246,6 +273,20 @@ class ReplayBuffer:
         for k in self.image_shapes:
             out[f"obs/{k}"] = self.frames[k][idx]
             out[f"next_obs/{k}"] = self._next_frames(k, next_idx_of)
+        if np.ndim(idx) == 1:  # transitions: the frames' ids (sequence windows carry none)
+            out["obs_uid"] = self.frame_uid[idx]
+            out["next_obs_uid"] = self._next_uids(next_idx_of)
+        return out
+
+    def _next_uids(self, idx: np.ndarray) -> np.ndarray:
+        """int64 ``(B,)``: the id of the next observation's frame of each slot (as :meth:`_next_frames` reads it)."""
+        flat = np.asarray(idx).reshape(-1)
+        out = self.frame_uid[np.where(self.next_idx[flat] >= 0, self.next_idx[flat], flat)].copy()
+        if self._final_uid:
+            for j, slot in enumerate(flat.tolist()):
+                uid = self._final_uid.get(slot)
+                if uid is not None:
+                    out[j] = uid
         return out
 
     def add_offline(self, data: OfflineData) -> None:
@@ -287,8 +328,10 @@ class ReplayBuffer:
         if self.image_shapes:
             for k in self.image_shapes:
                 self.frames[k][slots] = data.images[k][data.image_index]
+            self.frame_uid[slots] = new_frame_uids(M)
             for m in np.flatnonzero(is_last).tolist():
                 self._final[int(slots[m])] = {k: data.images[k][data.image_index[m] + 1].copy() for k in self.image_shapes}
+                self._final_uid[int(slots[m])] = int(new_frame_uids(1)[0])
 
     @classmethod
     def from_offline(cls, data: OfflineData, *, capacity: int | None = None, **kwargs) -> "ReplayBuffer":
@@ -467,3 +510,6 @@ class ReplayBuffer:
             slots = np.asarray(state["final_slots"]).tolist()
             self._final = {int(s): {k: np.asarray(state[f"final_frames/{k}"])[j].copy() for k in self.image_shapes}
                            for j, s in enumerate(slots)}
+            self.frame_uid[:] = -1
+            self.frame_uid[:n] = new_frame_uids(n)  # restored frames: fresh ids (no cache may hold them)
+            self._final_uid = dict(zip((int(s) for s in slots), new_frame_uids(len(slots)).tolist()))

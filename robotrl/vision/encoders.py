@@ -279,7 +279,55 @@ class PixelEncoder(nn.Module):
                 raise ValueError(f"camera {k!r} frames are {tuple(x.shape[2:])}, the encoder was built for {self.image_shapes[k][:2]}")
             if self.training and self.augment_pad > 0:
                 x = random_shift(x, self.augment_pad)
-            parts.append(self.pools[f"cam{i}"](self.trunks[f"cam{i}"](x)))
+            parts.append(self._head(i, self._stem(i, x)))
+        return self._finish(parts, state, detach)
+
+    def cacheable(self) -> bool:
+        """Whether the trunk's output per frame is a fixed function of the frame: a frozen trunk and no random
+        shift (``freeze`` and ``augment_pad == 0``), so :meth:`stem` may be cached per stored frame."""
+        return bool(self.freeze) and self.augment_pad == 0
+
+    def _pool_is_fixed(self, i: int) -> bool:
+        return not any(True for _ in self.pools[f"cam{i}"].parameters())
+
+    def _stem(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Trunk (and parameter-free pooling) of camera ``i`` on float ``(B, C, H, W)``."""
+        y = self.trunks[f"cam{i}"](x)
+        return self.pools[f"cam{i}"](y) if self._pool_is_fixed(i) else y
+
+    def _head(self, i: int, y: torch.Tensor) -> torch.Tensor:
+        """The trainable pooling of camera ``i`` on its stem output (identity when pooling has no parameters)."""
+        return y if self._pool_is_fixed(i) else self.pools[f"cam{i}"](y)
+
+    @torch.no_grad()
+    def stem(self, key: str, frames: torch.Tensor) -> torch.Tensor:
+        """The frozen part of camera ``key`` on uint8 ``(B, H, W, C)`` frames, no random shift: the trunk's
+        pooled output ``(B, P)`` (``flatten``: ``P = K·h·w``; ``spatial_softmax``: ``2K``) or, for the
+        learned ``spatial_embedding`` pooling, the feature map ``(B, K, h, w)``. What
+        :class:`robotrl.vision.cache.FrozenFeatureCache` stores per frame.
+
+        Raises:
+            ValueError: frames not uint8 ``(B, H, W, C)``; an unknown camera (``KeyError``).
+        """
+        return self._stem(self.keys.index(key), to_float_chw(frames))
+
+    def forward_from_stems(self, stems: Mapping[str, torch.Tensor], state: torch.Tensor | None = None, *,
+                           detach: bool = False) -> torch.Tensor:
+        """:meth:`forward` from precomputed :meth:`stem` outputs ``{key: (B, ...)}`` (a frozen trunk's cached
+        features): the trainable pooling, the projection and the state -> ``(B, F + Ds)``.
+
+        Raises:
+            ValueError: a camera missing, or the encoder is not :meth:`cacheable` (its stem changes per call).
+        """
+        if not self.cacheable():
+            raise ValueError("forward_from_stems needs a frozen trunk without random shift (freeze=True, augment_pad=0)")
+        missing = [k for k in self.keys if k not in stems]
+        if missing:
+            raise ValueError(f"PixelEncoder expects stems of cameras {missing}; got {sorted(stems)}")
+        return self._finish([self._head(i, stems[k]) for i, k in enumerate(self.keys)], state, detach)
+
+    def _finish(self, parts: list[torch.Tensor], state: torch.Tensor | None, detach: bool) -> torch.Tensor:
+        """Projection of the pooled cameras and the appended state."""
         z = self.project(torch.cat(parts, dim=-1))
         if self.state_dim:
             if state is None or (not torch.jit.is_tracing() and state.shape[-1] != self.state_dim):
