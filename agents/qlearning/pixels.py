@@ -140,6 +140,8 @@ class PixelSACAgent:
         self.policy.to(self.device)
         self.critic.to(self.device)
         self.target_encoder = copy.deepcopy(enc).requires_grad_(False)
+        if enc.freeze:  # a frozen trunk is its own target: one module, so cached features serve both passes
+            self.target_encoder.trunks = enc.trunks
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(np.log(init_alpha)), device=self.device, requires_grad=True)
         self.action_dim = int(action_dim)
@@ -186,6 +188,13 @@ class PixelSACAgent:
         if self.feature_cache is not None and uids is not None:
             return encoder.forward_from_stems(self.feature_cache.stems(images, uids), state)
         return encoder(images, state)
+
+    def _polyak_pairs(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(targets, sources) of the Polyak update: target encoder and critic, less a shared frozen trunk (its
+        own target: never written, so its cached features stay valid)."""
+        pairs = [(t, s) for t, s in zip([*self.target_encoder.parameters(), *self.target_critic.parameters()],
+                                        [*self.policy.encoder.parameters(), *self.critic.parameters()]) if t is not s]
+        return [t for t, _ in pairs], [s for _, s in pairs]
 
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """One critic, actor and temperature step on a transition batch with cameras.
@@ -252,8 +261,7 @@ class PixelSACAgent:
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_opt.step()
-        polyak_update_(list(self.target_encoder.parameters()) + list(self.target_critic.parameters()),
-                       list(p.encoder.parameters()) + list(self.critic.parameters()), self.tau)
+        polyak_update_(*self._polyak_pairs(), self.tau)
         p.eval()
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "alpha": alpha,
                 "q": q.detach().mean(), **{k: v.detach() for k, v in extra.items()}}
@@ -307,7 +315,8 @@ class PixelSACAgent:
         for actor and critic); ``policy`` = the actor head, the state normaliser and the action scaler;
         ``critic`` = the ensemble and its target; ``temperature`` = ``log α``; ``optimizers`` = the three Adam
         states (moments and step counts; this agent's configured learning rates kept), as WSRL's reference
-        restores the whole pretrained train state (zhouzypaul/wsrl ``finetune.py``). A cached feature store is
+        restores the whole pretrained train state (zhouzypaul/wsrl ``finetune.py``). With ``freeze_encoder`` the
+        target encoder shares the loaded trunk (a frozen trunk is its own target); a cached feature store is
         cleared when the encoder changes.
 
         Raises:
@@ -318,9 +327,9 @@ class PixelSACAgent:
             if part not in PARTS:
                 raise ValueError(f"unknown part {part!r}; choose from {PARTS}")
         pol = state["policy"]
-        if "encoder" in parts:
-            self.policy.encoder.load_state_dict({k[len("encoder."):]: v for k, v in pol.items() if k.startswith("encoder.")})
+        if "encoder" in parts:  # the target first: a frozen trunk it shares then holds the online trunk's weights
             self.target_encoder.load_state_dict(state["target_encoder"])
+            self.policy.encoder.load_state_dict({k[len("encoder."):]: v for k, v in pol.items() if k.startswith("encoder.")})
             if self.feature_cache is not None:
                 self.feature_cache.clear()
         if "policy" in parts:
