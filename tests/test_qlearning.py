@@ -263,6 +263,32 @@ def test_bfloat16_on_a_device_without_native_bf16_warns_with_the_way_out():
         assert not any("bf16" in m for m in msgs)
 
 
+def test_plain_sac_fine_tuning_a_pretrained_critic_without_layer_norm_warns_with_the_way_out():
+    """WSRL's warm start from a critic without LayerNorm collapsed at the onset on Hopper
+    (bench_wsrl_warmstart.py): the switch to online SAC and a SAC warm start of the critic say so."""
+    import functools
+    import warnings
+
+    def ln_warnings(fn) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+        return [str(w.message) for w in caught if "critic_layer_norm" in str(w.message)]
+
+    for ln in (False, True):
+        one_run = _agent("calql", online_algo="sac", critic_layer_norm=ln)  # WSRL in one run: Cal-QL, then SAC
+        msgs = ln_warnings(one_run.start_online)
+        assert (len(msgs) == 1 and "critic_layer_norm=true" in msgs[0]) if not ln else not msgs
+        assert one_run.algo == "sac"
+        pretrained = _agent("cql", critic_layer_norm=ln).state_dict()
+        online = _agent("sac", critic_layer_norm=ln)  # experiment=wsrl: trainer.init_parts from a CQL run
+        msgs = ln_warnings(functools.partial(online.load_parts, pretrained, ["policy", "critic", "temperature"]))
+        assert len(msgs) == (0 if ln else 1)
+    plain = _agent("cql", critic_layer_norm=False).state_dict()
+    assert not ln_warnings(lambda: _agent("cql", critic_layer_norm=False).load_parts(plain, ["critic"]))  # stays conservative
+    assert not ln_warnings(_agent("calql", critic_layer_norm=False).start_online)
+
+
 # ---------------------------------------------------------------- fused float32 critic pass
 def _plain_copy(critic: EnsembleCritic) -> EnsembleCritic:
     ref = copy.deepcopy(critic)

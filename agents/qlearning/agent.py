@@ -118,6 +118,7 @@ class QLAgent:
         self.device = torch.device(device)
         self.algo, self.action_dim = algo, int(action_dim)
         self.online_algo = online_algo
+        self.critic_layer_norm = bool(critic_layer_norm)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         with torch.random.fork_rng(devices=[]):  # seeded network initialisation, global RNG untouched
             torch.manual_seed(seed)
@@ -195,7 +196,26 @@ class QLAgent:
         """Called by the trainer when its online phase starts (also on resume): from then on
         the updates follow ``online_algo`` (e.g. WSRL in one run: Cal-QL offline, SAC online)."""
         if self.online_algo is not None:
+            if self.online_algo == "sac" and self.algo != "sac":
+                self._check_warm_start_network()
             self.algo = self.online_algo
+
+    def _check_warm_start_network(self) -> None:
+        """Warn when plain SAC is about to fine-tune a pretrained critic that has no LayerNorm.
+
+        Measured on Hopper medium (``benchmarks/bench_wsrl_warmstart.py``, 3 seeds per network,
+        one CQL checkpoint each): WSRL from 2 critic heads without LayerNorm fell to 6–8 normalised
+        points from the CQL policy's 18 within 3–4k steps after its warmup and swung between 3 and
+        100 afterwards; the same run with LayerNorm in the critic heads never went below its
+        offline score. LayerNorm bounds the critic's extrapolation to the actions the online
+        actor tries (Ball et al. 2023, RLPD; WSRL's reference network has it in every head).
+        """
+        if not self.critic_layer_norm:
+            warnings.warn("plain SAC is fine-tuning a pretrained critic without LayerNorm "
+                          "(agent.model.critic_layer_norm=false): WSRL's warm start from such a critic collapsed at "
+                          "the onset on Hopper (benchmarks/bench_wsrl_warmstart.py); pretrain and fine-tune with "
+                          "agent.model.critic_layer_norm=true, as WSRL's reference network does", RuntimeWarning,
+                          stacklevel=3)
 
     @property
     def needs_mc_returns(self) -> bool:
@@ -416,6 +436,8 @@ class QLAgent:
             elif p == "critic":
                 self.critic.load_state_dict(state["critic"])
                 self.critic_target.load_state_dict(state["critic_target"])
+                if self.algo == "sac" and (self.online_algo or "sac") == "sac":
+                    self._check_warm_start_network()
             elif p == "temperature":
                 with torch.no_grad():
                     self.log_alpha.copy_(state["log_alpha"])
