@@ -1,28 +1,35 @@
-"""WSRL's warm start on locomotion: the pretrained Adam state (WSRL's reference) vs a fresh Adam.
+"""WSRL's warm start on locomotion: what holds it — optimizer state and network (LayerNorm).
 
 Issue 11 saw WSRL on Walker2d medium fall from its CQL policy's score to near zero within
-the first few hundred updates after its warmup. One of the suspects it names is the optimizer
-state: WSRL's reference (zhouzypaul/wsrl ``finetune.py``) restores the whole pretrained
-train state with ``flax.training.checkpoints.restore_checkpoint(target=agent)``, Adam moments
-included, while robotrl's ``experiment=wsrl`` used to load the networks and the temperature
-only, so every online update started from a fresh Adam. This benchmark measures both, from
-ONE CQL checkpoint, through the real ``robotrl train`` commands:
+the first few hundred updates after its warmup, and named suspects. This benchmark measures
+them on Hopper medium through the real ``robotrl train`` commands, one arm per suspect
+(``--arms``, indices of ``ARMS``):
 
+- 0 / 1: the optimizer state. WSRL's reference (zhouzypaul/wsrl ``finetune.py``) restores the
+  whole pretrained train state (``flax.training.checkpoints.restore_checkpoint(target=agent)``),
+  Adam moments included: ``init_parts=[policy, critic, temperature, optimizers]`` (arm 0, the
+  default) vs a fresh Adam (arm 1). Both on 2 critic heads without LayerNorm.
+- 0 / 2 / 3: the network. No LayerNorm (arm 0), LayerNorm in the critic heads and the actor
+  (arm 2: WSRL's network, ``add_redq_config`` / ``locomotion_wsrl``), in the critic heads only
+  (arm 3: robotrl's ``configs/agent/sac.yaml``). Each network gets its own CQL pretraining.
+
+Steps:
 1. ``robotrl collect recipe=hopper-medium`` (``--dataset-steps`` steps, skipped when present);
-2. ``robotrl train experiment=cql env=hopper`` (``--cql-steps`` updates; skipped when done);
-3. per seed, ``robotrl train experiment=wsrl`` twice: ``init_parts=[policy, critic, temperature,
-   optimizers]`` (the default, as the reference) and ``init_parts=[policy, critic, temperature]``
-   (fresh Adam), ``--workers`` runs at a time;
+2. per network, ``robotrl train experiment=cql env=hopper`` (``--cql-steps`` updates; skipped when done);
+3. per seed and arm, ``robotrl train experiment=wsrl`` from that network's checkpoint,
+   ``--workers`` runs at a time (finished runs are kept, a killed one resumes from its checkpoint);
 4. the runs' reports as one learning result (:func:`robotrl.bench.sweep.sweep_to_learning`).
 
-CPU-sized, said so in the result: a 2-head critic without LayerNorm (the issue's Walker2d run
-had 2 critics; WSRL's 10 LayerNorm heads make a CQL update ~13x slower on 2 cores, see
-``bench_qlearning.py``), ``critic_init=data`` (the critic starts at the data's Monte-Carlo
-return scale: 10k CQL updates cannot propagate a ~160-return horizon from a zero start, see
-``QLAgent.init_from_data``), 10k CQL updates (reference 250k-1M), 200k-step dataset.
+CPU-sized, said so in the result: 2 critic heads (WSRL: 10, min over 2 random; the issue's
+Walker2d run had 2), ``critic_init=data`` (the critic starts at the data's Monte-Carlo return
+scale: 10k CQL updates cannot propagate a ~160-return horizon from a zero start, see
+``QLAgent.init_from_data``), 10k CQL updates (reference 250k-1M), 200k-step dataset,
+``--matmul-dtype bfloat16`` where the CPU has native bf16 (same learning, ``qlearning_precision``).
 
-Command (this machine, 2 cores, ~1 h):
-    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 --workers 2 --out wsrl_warmstart_hopper.json
+Commands (this machine, 2 cores):
+    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --out wsrl_warmstart_hopper.json   # ~1 h
+    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --arms 0 2 3 --matmul-dtype bfloat16 \
+        --online-steps 25000 --out wsrl_layernorm_hopper.json                                                # ~1.5 h
 """
 
 from __future__ import annotations
