@@ -44,8 +44,8 @@ from pathlib import Path
 from _common import RESULTS_DIR
 
 ARMS = {  # method name -> (trainer.init_parts, network: a key of NETS)
-    "WSRL, pretrained Adam (reference)": ("[policy,critic,temperature,optimizers]", "plain"),
-    "WSRL, fresh Adam": ("[policy,critic,temperature]", "plain"),
+    "WSRL, no LayerNorm, pretrained Adam (reference restore)": ("[policy,critic,temperature,optimizers]", "plain"),
+    "WSRL, no LayerNorm, fresh Adam": ("[policy,critic,temperature]", "plain"),
     "WSRL, LayerNorm critic and actor (reference network)": ("[policy,critic,temperature,optimizers]", "layernorm"),
     "WSRL, LayerNorm critic only": ("[policy,critic,temperature,optimizers]", "critic_ln"),
 }
@@ -129,6 +129,10 @@ def main() -> None:
     for run in doc["runs"]:  # sweep_job is the run's directory, arm<i>_s<seed>
         run["method"] = run["family"] = names[int(run["sweep_job"].split("_")[0][3:])]
         run["first_update_step"] = args.warmup  # the onset dip is measured after WSRL's no-update warmup
+        after = [score for step, score, *_ in run["curve"] if step > args.warmup]
+        # the locomotion limit: no evaluation after the warmup more than 10 points below the offline score
+        run["lowest_after_warmup_minus_offline"] = min(after) - run["offline_score"] if after else None
+        run["mean_last5"] = sum(s for _, s, *_ in run["curve"][-5:]) / len(run["curve"][-5:])
     doc["setup"] = {"pretraining": f"CQL, {args.cql_steps} updates, one checkpoint per network for all its runs",
                     "network": {name: NET_DOC[net] + ", critic_init=data (CPU-sized; module doc)" for _, name, _, net in arms},
                     "matmul_dtype": args.matmul_dtype, "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4,
