@@ -115,23 +115,15 @@ class EpisodeRecorder:
         or rows recorded without frames).
 
         Raises:
-            ValueError: a camera of the spec is missing from a row's frames or has another shape or dtype.
+            ValueError: as :func:`robotrl.real_robot.recording.camera_frames` (a camera missing from a row's
+                frames, of another shape or dtype, or named ``state``).
         """
         if not self.spec.cameras or rows[0].get("images") is None:
             return {}
+        from robotrl.real_robot.recording import camera_frames
+
         seq = [rows[0]["images"]] + [r.get("next_images") for r in rows]
-        out = {}
-        for cam in self.spec.cameras:
-            missing = [t for t, im in enumerate(seq) if not im or cam.name not in im]
-            if missing:
-                raise ValueError(f"robot {self.spec.name} lists camera {cam.name!r} but observations {missing[:5]} of the "
-                                 "episode carry no frame of it; the driver must send every camera's frame with every observation")
-            frames = np.stack([np.asarray(im[cam.name]) for im in seq])
-            if frames.dtype != np.uint8 or frames.shape[1:] != tuple(cam.shape):
-                raise ValueError(f"camera {cam.name!r} sent {frames.dtype} frames of shape {frames.shape[1:]}, its "
-                                 f"CameraSpec says uint8 {tuple(cam.shape)}")
-            out[f"frames_{cam.name}"] = frames
-        return out
+        return {f"frames_{name}": frames for name, frames in camera_frames(self.spec, seq).items()}
 
     def load(self, episode: int) -> dict[str, np.ndarray]:
         return load_arrays(self.dir / f"ep_{episode:06d}.npz")

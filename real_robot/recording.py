@@ -31,10 +31,15 @@ from robotrl.real_robot.control import EpisodeLog
 from robotrl.real_robot.interface import RobotSpec
 
 
-def _frames(log: EpisodeLog, spec: RobotSpec) -> dict[str, np.ndarray]:
-    """``{camera: uint8 (T+1, H, W, C)}`` of a logged episode: each step's frames, then the final observation's."""
+def camera_frames(spec: RobotSpec, obs_images: list[dict | None]) -> dict[str, np.ndarray]:
+    """``{camera: uint8 (T+1, H, W, C)}``: the frames of an episode's ``T+1`` observations, checked against
+    ``spec.cameras`` (``obs_images[t]`` is observation ``t``'s ``{camera: frame}``).
+
+    Raises:
+        ValueError: a camera named ``state`` (it would collide with the state vector's key), a camera
+            missing from an observation, or frames of another dtype or shape than its ``CameraSpec``.
+    """
     out = {}
-    obs_images = [s.images for s in log.steps] + [log.final_obs.images]
     for cam in spec.cameras:
         if cam.name == "state":
             raise ValueError("a camera named 'state' collides with the state vector's key in the recording; rename it")
@@ -42,12 +47,17 @@ def _frames(log: EpisodeLog, spec: RobotSpec) -> dict[str, np.ndarray]:
         if missing:
             raise ValueError(f"robot {spec.name} lists camera {cam.name!r} but observations {missing[:5]} of the episode "
                              "carry no frame of it; the driver must send every camera's frame with every observation")
-        frames = np.stack([np.asarray(im[cam.name]) for im in obs_images])
+        frames = np.stack([np.asarray(im[cam.name]) for im in obs_images])  # type: ignore[index]
         if frames.dtype != np.uint8 or frames.shape[1:] != tuple(cam.shape):
             raise ValueError(f"camera {cam.name!r} sent {frames.dtype} frames of shape {frames.shape[1:]}, its CameraSpec "
                              f"says uint8 {tuple(cam.shape)}")
         out[cam.name] = frames
     return out
+
+
+def _frames(log: EpisodeLog, spec: RobotSpec) -> dict[str, np.ndarray]:
+    """``{camera: uint8 (T+1, H, W, C)}`` of a logged episode: each step's frames, then the final observation's."""
+    return camera_frames(spec, [s.images for s in log.steps] + [log.final_obs.images])
 
 
 def to_episode(log: EpisodeLog, spec: RobotSpec) -> Episode:

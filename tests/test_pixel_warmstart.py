@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import torch
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
-from hydra import compose, initialize_config_module  # noqa: E402
+from pixel_runs import cli_env, compose_train, run_robotrl  # noqa: E402
 
 from robotrl.agents.qlearning.pixels import PixelSACAgent  # noqa: E402
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_checkpoint  # noqa: E402
@@ -40,20 +39,6 @@ SMALL = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=1
 CALQL = ["experiment=calql-pixels", *DATA, *SMALL]
 WSRL = ["experiment=wsrl-pixels", *DATA, *SMALL]
 PRETRAIN_STEPS = 20
-
-
-def _env(root: Path) -> dict:
-    return {**os.environ, "MINARI_DATASETS_PATH": str(root), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-
-
-def _robotrl(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "robotrl.cli", *args], env=_env(root), capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def _compose(overrides: list[str]):
-    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
 
 
 def _assert_same_tensors(a, b, where: str = "") -> None:
@@ -76,7 +61,7 @@ def _assert_same_tensors(a, b, where: str = "") -> None:
 def pretrained(minari_module_root, tmp_path_factory) -> Path:
     """A pixel Cal-QL run through `robotrl train` (its camera dataset generated on first use)."""
     run_dir = tmp_path_factory.mktemp("pixwarm") / "calql"
-    res = _robotrl(["train", *CALQL, f"trainer.offline_steps={PRETRAIN_STEPS}", f"trainer.eval_every={PRETRAIN_STEPS}",
+    res = run_robotrl(["train", *CALQL, f"trainer.offline_steps={PRETRAIN_STEPS}", f"trainer.eval_every={PRETRAIN_STEPS}",
                     f"trainer.checkpoint_every={PRETRAIN_STEPS}", f"run_dir={run_dir}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     return run_dir
@@ -98,7 +83,7 @@ def test_wsrl_pixels_starts_from_the_calql_pixels_weights_stores_frames_checkpoi
     base = [*WSRL, f"trainer.init_from={pretrained}", f"trainer.online_warmup_steps={warmup}",
             f"trainer.num_envs={n_envs}", "trainer.eval_every=10", "trainer.checkpoint_every=10", f"run_dir={run_dir}"]
     # the warmup only (no update yet): the run's state is the pretrained one, Adam moments and all
-    res = _robotrl(["train", *base, f"trainer.online_steps={warmup}"], minari_module_root)
+    res = run_robotrl(["train", *base, f"trainer.online_steps={warmup}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     start = load_checkpoint(run_dir)
     assert start["updates"] == 0 and start["step"] == warmup
@@ -114,7 +99,7 @@ def test_wsrl_pixels_starts_from_the_calql_pixels_weights_stores_frames_checkpoi
     assert int(buf["size"]) == warmup * n_envs
 
     # the same run goes on: resumed (never warm-started again), now updating at UTD 2
-    res = _robotrl(["train", *base, "trainer.online_steps=20"], minari_module_root)
+    res = run_robotrl(["train", *base, "trainer.online_steps=20"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "report.json").read_text())["summary"]
     assert summary["resumed"] is True and summary["gradient_updates"] == (20 - warmup) * 2
@@ -124,7 +109,7 @@ def test_wsrl_pixels_starts_from_the_calql_pixels_weights_stores_frames_checkpoi
     enc = [k for k in pre["agent"]["policy"] if k.startswith("encoder.trunks")]
     assert enc and any(not torch.equal(pre["agent"]["policy"][k], after["agent"]["policy"][k]) for k in enc)
 
-    out = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
+    out = run_robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
     assert out.returncode == 0, out.stderr[-3000:]
     metrics = json.loads((run_dir / "eval.json").read_text())
     assert metrics["episodes"] == 2 and metrics["step"] == 20 and 0.0 <= metrics["success_rate"] <= 1.0
@@ -136,9 +121,9 @@ def test_a_killed_wsrl_pixels_run_resumes(pretrained, minari_module_root, tmp_pa
     base = [*WSRL, f"trainer.init_from={pretrained}", "trainer.online_warmup_steps=5", "trainer.eval_every=1000000",
             "trainer.checkpoint_every=10", f"run_dir={run_dir}"]
     killed_at = kill_after_checkpoint([sys.executable, "-m", "robotrl.cli", "train", *base,
-                                       "trainer.online_steps=1000000"], _env(minari_module_root), run_dir, min_step=20)
+                                       "trainer.online_steps=1000000"], cli_env(minari_module_root), run_dir, min_step=20)
     assert killed_at >= 20 and killed_at % 10 == 0
-    res = _robotrl(["train", *base, f"trainer.online_steps={killed_at + 10}"], minari_module_root)
+    res = run_robotrl(["train", *base, f"trainer.online_steps={killed_at + 10}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "report.json").read_text())["summary"]
     assert summary["resumed"] is True and summary["gradient_updates"] == (killed_at + 10 - 5) * 2
@@ -150,25 +135,25 @@ def test_a_killed_wsrl_pixels_run_resumes(pretrained, minari_module_root, tmp_pa
 def test_a_pretraining_run_with_other_networks_or_cameras_is_refused(pretrained, minari_module_root, tmp_path):
     wsrl = [*WSRL, f"trainer.init_from={pretrained}", "trainer.online_steps=10"]
     with pytest.raises(ConfigError, match=r"'agent.model.channels': \(8, 4\).*set agent.model.channels=8"):
-        build_trainer(_compose([*wsrl, "agent.model.channels=4"]), tmp_path / "a")
+        build_trainer(compose_train([*wsrl, "agent.model.channels=4"]), tmp_path / "a")
     with pytest.raises(ConfigError, match=r"agent.model.critic_hidden.*set agent.model.critic_hidden=\[32,32\]"):
-        build_trainer(_compose([*wsrl, "agent.model.critic_hidden=[64,64]"]), tmp_path / "b")
+        build_trainer(compose_train([*wsrl, "agent.model.critic_hidden=[64,64]"]), tmp_path / "b")
     # a pretraining run on a 64 px camera (its recorded config says so) cannot start a 32 px run
     state = load_checkpoint(pretrained)
     state["config"]["derived"]["image_shapes"] = {"pixels/topdown": [64, 64, 3]}
     other = save_checkpoint(tmp_path / "other64.pt", state)
     with pytest.raises(ConfigError, match=r"cameras \{key: \[H, W, C\]\}.*\[64, 64, 3\].*\[32, 32, 3\].*dataset.id="):
-        build_trainer(_compose([*WSRL, f"trainer.init_from={other}", "trainer.online_steps=10"]), tmp_path / "c")
+        build_trainer(compose_train([*WSRL, f"trainer.init_from={other}", "trainer.online_steps=10"]), tmp_path / "c")
     # pixel BC cannot be warm-started
     with pytest.raises(ConfigError, match="cannot be warm-started"):
-        build_trainer(_compose(["experiment=bc-pixels", *DATA, *SMALL[:-4], f"trainer.init_from={pretrained}",
+        build_trainer(compose_train(["experiment=bc-pixels", *DATA, *SMALL[:-4], f"trainer.init_from={pretrained}",
                                 "trainer.offline_steps=10"]), tmp_path / "d")
     assert not (tmp_path / "a" / "checkpoints").exists()
 
 
 @needs_osmesa
 def test_wsrl_pixels_with_a_frozen_pretrained_encoder_caches_its_features(pretrained, minari_module_root, tmp_path):
-    cfg = _compose([*WSRL, f"trainer.init_from={pretrained}", "trainer.online_steps=16", "trainer.online_warmup_steps=8",
+    cfg = compose_train([*WSRL, f"trainer.init_from={pretrained}", "trainer.online_steps=16", "trainer.online_warmup_steps=8",
                     "trainer.eval_every=1000", "trainer.checkpoint_every=1000", "agent.model.freeze_encoder=true",
                     "agent.model.augment_pad=0", "agent.model.cache_features=true"])
     trainer = build_trainer(cfg, tmp_path / "frozen")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ import pytest
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
-from hydra import compose, initialize_config_module  # noqa: E402
+from pixel_runs import cli_env, compose_train, run_robotrl  # noqa: E402
 
 from robotrl.checkpoint import load_checkpoint  # noqa: E402
 from robotrl.envs import make_env_from_args, osmesa_available  # noqa: E402
@@ -37,23 +35,9 @@ BC = ["experiment=bc-pixels", *DATA, *SMALL]
 RLPD = ["experiment=rlpd-pixels", *DATA, *SMALL, "agent.model.critic_hidden=[64,64]"]
 
 
-def _env(root: Path) -> dict:
-    return {**os.environ, "MINARI_DATASETS_PATH": str(root), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-
-
-def _robotrl(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "robotrl.cli", *args], env=_env(root), capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def _compose(overrides: list[str]):
-    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
 def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(minari_module_root, tmp_path):
     run_dir = tmp_path / "bc"
-    res = _robotrl(["train", *BC, "trainer.offline_steps=40", "trainer.eval_every=20", "trainer.checkpoint_every=20",
+    res = run_robotrl(["train", *BC, "trainer.offline_steps=40", "trainer.eval_every=20", "trainer.checkpoint_every=20",
                     f"run_dir={run_dir}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "generating it with recipe pointmaze-umaze-slow" in res.stdout  # the camera dataset, on first use
@@ -86,7 +70,7 @@ def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(mina
     finally:
         env.close()
 
-    out = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
+    out = run_robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
     assert out.returncode == 0, out.stderr[-3000:]
     metrics = json.loads((run_dir / "eval.json").read_text())
     assert metrics["episodes"] == 2 and metrics["step"] == 40
@@ -94,14 +78,14 @@ def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(mina
 
 
 def test_other_cameras_than_the_datas_are_refused_clearly(minari_module_root, tmp_path):
-    res = _robotrl(["train", *BC, "env.cameras=[free]", "trainer.offline_steps=10", f"run_dir={tmp_path / 'x'}"],
+    res = run_robotrl(["train", *BC, "env.cameras=[free]", "trainer.offline_steps=10", f"run_dir={tmp_path / 'x'}"],
                    minari_module_root)
     assert res.returncode == 2
     assert "env.cameras=['free'] differs from the cameras dataset" in res.stderr and "env.cameras=[topdown]" in res.stderr
     assert not (tmp_path / "x" / "checkpoints").exists()
     with pytest.raises(ConfigError, match=r"env.image_size=64 differs from the frame size \[32, 32\]"):
-        build_trainer(_compose([*BC, "env.image_size=64", "device=cpu"]), tmp_path / "y")
-    build_trainer(_compose([*BC, "env.cameras=[topdown]", "env.image_size=32", "device=cpu"]), tmp_path / "z")  # equal: fine
+        build_trainer(compose_train([*BC, "env.image_size=64", "device=cpu"]), tmp_path / "y")
+    build_trainer(compose_train([*BC, "env.cameras=[topdown]", "env.image_size=32", "device=cpu"]), tmp_path / "z")  # equal: fine
 
 
 @pytest.mark.slow
@@ -109,9 +93,9 @@ def test_killed_bc_pixels_run_resumes(minari_module_root, tmp_path, kill_after_c
     run_dir = tmp_path / "killed"
     base = [*BC, "trainer.eval_every=1000000", "trainer.checkpoint_every=25", f"run_dir={run_dir}"]
     killed_at = kill_after_checkpoint([sys.executable, "-m", "robotrl.cli", "train", *base,
-                                       "trainer.offline_steps=1000000"], _env(minari_module_root), run_dir, min_step=50)
+                                       "trainer.offline_steps=1000000"], cli_env(minari_module_root), run_dir, min_step=50)
     assert killed_at >= 50 and killed_at % 25 == 0
-    res = _robotrl(["train", *base, f"trainer.offline_steps={killed_at + 25}"], minari_module_root)
+    res = run_robotrl(["train", *base, f"trainer.offline_steps={killed_at + 25}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "report.json").read_text())["summary"]
     assert summary["resumed"] is True and summary["gradient_updates"] == killed_at + 25
@@ -120,7 +104,7 @@ def test_killed_bc_pixels_run_resumes(minari_module_root, tmp_path, kill_after_c
 def test_rlpd_pixels_stores_camera_frames_online_and_its_checkpoint_evaluates(minari_module_root, tmp_path):
     run_dir = tmp_path / "rlpd"
     steps, warmup, n_envs = 40, 10, 2
-    cfg = _compose([*RLPD, f"trainer.online_steps={steps}", f"trainer.online_warmup_steps={warmup}",
+    cfg = compose_train([*RLPD, f"trainer.online_steps={steps}", f"trainer.online_warmup_steps={warmup}",
                     f"trainer.num_envs={n_envs}", "trainer.eval_every=40", "trainer.checkpoint_every=40", "device=cpu"])
     trainer = build_trainer(cfg, run_dir)
     summary = trainer.fit()
@@ -136,7 +120,7 @@ def test_rlpd_pixels_stores_camera_frames_online_and_its_checkpoint_evaluates(mi
     # the symmetric batches mixed camera rows from the offline dataset (offline_ratio 0.5)
     assert trainer.offline.image_shapes == online.image_shapes
 
-    out = _robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
+    out = run_robotrl(["eval", f"checkpoint={run_dir}", "episodes=2", "num_envs=2"], minari_module_root)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((run_dir / "eval.json").read_text())["step"] == steps
 
@@ -145,11 +129,11 @@ def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_
     """The online buffer's frames go into the checkpoint and come back: 15 + 15 online steps continue the buffer."""
     base = [*RLPD, "trainer.online_warmup_steps=5", "trainer.num_envs=1", "trainer.eval_every=1000",
             "trainer.checkpoint_every=15", "device=cpu"]
-    first = build_trainer(_compose([*base, "trainer.online_steps=15"]), tmp_path / "r")
+    first = build_trainer(compose_train([*base, "trainer.online_steps=15"]), tmp_path / "r")
     first.fit()
     key = "pixels/topdown"
     saved = first.online.frames[key][: first.online.size].copy()
-    second = build_trainer(_compose([*base, "trainer.online_steps=30"]), tmp_path / "r")
+    second = build_trainer(compose_train([*base, "trainer.online_steps=30"]), tmp_path / "r")
     summary = second.fit()
     assert summary["resumed"] is True and summary["gradient_updates"] == (30 - 5) * 2
     assert second.online.size == 30
@@ -158,7 +142,7 @@ def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_
 
 def test_pixel_bc_with_online_steps_is_refused(minari_module_root, tmp_path):
     with pytest.raises(ConfigError, match="learns offline only.*experiment=rlpd-pixels"):
-        build_trainer(_compose([*BC, "trainer.online_steps=10", "device=cpu"]), tmp_path / "o")
+        build_trainer(compose_train([*BC, "trainer.online_steps=10", "device=cpu"]), tmp_path / "o")
 
 
 def test_a_dataset_without_cameras_is_refused_for_pixel_agents(minari_module_root):
@@ -170,7 +154,7 @@ def test_a_dataset_without_cameras_is_refused_for_pixel_agents(minari_module_roo
     from robotrl.experiment import ensure_dataset
     from robotrl.experiment_pixels import camera_args
 
-    cfg = _compose(BC)
+    cfg = compose_train(BC)
     data = load_dataset(ensure_dataset(cfg.dataset))
     env_cfg = OmegaConf.create({"cameras": None, "image_size": None})
     assert camera_args(env_cfg, data) == {"pixels": ["topdown"], "size": [32, 32]}
