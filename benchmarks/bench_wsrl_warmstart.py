@@ -40,6 +40,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from statistics import fmean
 
 from _common import RESULTS_DIR
 
@@ -67,6 +68,12 @@ def _run(argv: list[str], log: Path) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         subprocess.run([sys.executable, "-m", "robotrl.cli", *argv], stdout=f, stderr=subprocess.STDOUT, check=True)
+
+
+def _run_all(jobs: list[tuple[list[str], Path]], workers: int) -> None:
+    """Run ``(argv, log)`` jobs with :func:`_run`, ``workers`` at a time; raises the first failure."""
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        list(pool.map(lambda job: _run(*job), jobs))
 
 
 def _dataset(dataset_id: str, steps: int, root: Path) -> None:
@@ -103,12 +110,10 @@ def main() -> None:
     arms = [(i, name, *ARMS[name]) for i, name in enumerate(ARMS) if i in args.arms]
     nets = sorted({net for *_, net in arms})
     pretrain = {net: root / f"pretrain_{net}" for net in nets}
-    with ThreadPoolExecutor(max(1, args.workers)) as pool:  # one CQL pretraining per network
-        list(pool.map(lambda net: _run(["train", "experiment=cql", *common, *NETS[net],
-                                        f"trainer.offline_steps={args.cql_steps}", "trainer.eval_every=2000",
-                                        "trainer.checkpoint_every=2000", f"run_dir={pretrain[net]}"],
-                                       root / f"pretrain_{net}.log"),
-                      [net for net in nets if not (pretrain[net] / "report.json").exists()]))  # killed: resumes
+    _run_all([(["train", "experiment=cql", *common, *NETS[net], f"trainer.offline_steps={args.cql_steps}",
+                "trainer.eval_every=2000", "trainer.checkpoint_every=2000", f"run_dir={pretrain[net]}"],
+               root / f"pretrain_{net}.log")  # one CQL pretraining per network; a killed one resumes
+              for net in nets if not (pretrain[net] / "report.json").exists()], args.workers)
     jobs = []
     for seed in args.seeds:
         for i, _name, parts, net in arms:
@@ -118,8 +123,7 @@ def main() -> None:
                               f"seed={seed}", f"trainer.init_parts={parts}", f"trainer.online_steps={args.online_steps}",
                               f"trainer.online_warmup_steps={args.warmup}", f"trainer.eval_every={args.eval_every}",
                               "trainer.checkpoint_every=5000", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
-    with ThreadPoolExecutor(max(1, args.workers)) as pool:
-        list(pool.map(lambda job: _run(*job), jobs))
+    _run_all(jobs, args.workers)
 
     from robotrl.bench.sweep import sweep_to_learning
 
@@ -132,7 +136,7 @@ def main() -> None:
         after = [score for step, score, *_ in run["curve"] if step > args.warmup]
         # the issue's locomotion limit: no evaluation after the warmup more than 10 points below the offline score
         run["lowest_after_warmup_minus_offline"] = min(after) - run["offline_score"] if after else None
-        run["mean_last5"] = sum(s for _, s, *_ in run["curve"][-5:]) / len(run["curve"][-5:])
+        run["mean_last5"] = fmean(score for _, score, *_ in run["curve"][-5:])
     doc["setup"] = {"pretraining": f"CQL, {args.cql_steps} updates, one checkpoint per network for all its runs",
                     "network": {name: NET_DOC[net] + ", critic_init=data (CPU-sized; module doc)" for _, name, _, net in arms},
                     "matmul_dtype": args.matmul_dtype, "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4,

@@ -215,8 +215,7 @@ class QLAgent:
             warnings.warn("plain SAC is fine-tuning a pretrained critic without LayerNorm "
                           "(agent.model.critic_layer_norm=false): WSRL's warm start from such a critic fell 10-15 normalised "
                           "points below its offline score on Hopper (benchmarks/bench_wsrl_warmstart.py); pretrain and "
-                          "fine-tune with "
-                          "agent.model.critic_layer_norm=true, as WSRL's reference network does", RuntimeWarning,
+                          "fine-tune with agent.model.critic_layer_norm=true, as WSRL's reference network does", RuntimeWarning,
                           stacklevel=3)
 
     @property
