@@ -134,7 +134,7 @@ def run_deploy(cfg: DictConfig) -> dict:
     from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
     from robotrl.real_robot.export import check_cameras, load_deploy_policy
     from robotrl.real_robot.interface import Observation
-    from robotrl.real_robot.protocol import Limits, camera_limits
+    from robotrl.real_robot.protocol import Limits
     from robotrl.real_robot.recording import record_dataset
     from robotrl.real_robot.rt import set_rt_priority
 
@@ -146,8 +146,7 @@ def run_deploy(cfg: DictConfig) -> dict:
     logs, summary = [], {}
     try:
         spec = client.hello()
-        if spec.cameras:  # the frames travel in every observation (and are recorded): take the limits they need
-            client.use_limits(camera_limits(spec.cameras, client.auth.limits, state_dim=max(1024, spec.observation.dim)))
+        client.use_camera_limits()  # the frames travel in every observation (and are recorded)
         check_cameras(policy, spec)  # a pixel policy: the robot's cameras and frame sizes, before anything moves
         do = spec.observation.dim if policy.cameras and policy.obs_dim == 0 else policy.obs_dim  # cameras-only policy
         if (do, policy.action_dim) != (spec.observation.dim, spec.action.dim):

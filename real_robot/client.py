@@ -31,7 +31,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from robotrl.real_robot.interface import Observation, ProtocolError, RobotConnectionError, RobotSpec
-from robotrl.real_robot.protocol import Authenticator, Limits, check_camera_limits, key_fingerprint
+from robotrl.real_robot.protocol import Authenticator, Limits, camera_limits, check_camera_limits, key_fingerprint
 
 _IDEMPOTENT = {"hello", "observe", "status", "heartbeat", "estop", "rearm", "acquire"}
 _WITH_OBS = {"reset", "step", "observe"}  # answers that carry an observation (camera frames included)
@@ -136,6 +136,13 @@ class RobotClient:
         self._drain_monitor()
         self._close_socket()
         self._connect()
+
+    def use_camera_limits(self) -> None:
+        """After :meth:`hello`: receive the robot's camera frames, i.e. :meth:`use_limits` with
+        :func:`~robotrl.real_robot.protocol.camera_limits` of ``spec.cameras`` (room for a state of
+        ``max(1024, Do)`` floats); nothing for a robot without cameras."""
+        if self.spec is not None and self.spec.cameras:
+            self.use_limits(camera_limits(self.spec.cameras, self.auth.limits, state_dim=max(1024, self.spec.observation.dim)))
 
     def reconnect(self) -> None:
         """Close and reopen the socket (drops queued messages)."""

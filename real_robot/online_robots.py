@@ -79,13 +79,9 @@ class RemoteRobot:
     """
 
     def __init__(self, client, step_timeout_s: float = 0.5):
-        from robotrl.real_robot.protocol import camera_limits
-
         self.client, self.step_timeout_s = client, float(step_timeout_s)
         self._spec = client.hello()
-        if self._spec.cameras:  # the frames travel in every observation: take the limits they need (as robotrl deploy)
-            client.use_limits(camera_limits(self._spec.cameras, client.auth.limits,
-                                            state_dim=max(1024, self._spec.observation.dim)))
+        client.use_camera_limits()  # the frames travel in every observation (as in robotrl deploy)
 
     def spec(self) -> RobotSpec:
         return self._spec
