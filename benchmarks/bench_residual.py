@@ -172,10 +172,12 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
 
 def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int, run_dir: Path,
                   eval_episodes: int, warmup: int, utd: int, critic_n: int = 10, hidden: int = 256,
-                  success_termination: bool = True, eval_every: int | None = None) -> dict:
+                  success_termination: bool = True, eval_every: int | None = None,
+                  overrides: list[str] | None = None) -> dict:
     """ResFiT (TD3 residual, the experiment's reference defaults) for ``budget`` env steps, demos at offline ratio 0.5.
 
-    ``eval_every``: env steps between the trainer's evaluations (final-step success, ``curve``); default: at the end."""
+    ``eval_every``: env steps between the trainer's evaluations (final-step success, ``curve``); default: at the end.
+    ``overrides``: further Hydra overrides of the run (after this function's own), e.g. ``agent.model.residual_scale=0.2``."""
     from robotrl.experiment import build_trainer
 
     cfg = _compose(["experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
@@ -184,7 +186,7 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
                     f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
                     f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
                     f"trainer.eval_every={eval_every or budget}", f"trainer.checkpoint_every={budget}",
-                    f"trainer.eval_episodes={eval_episodes}"])
+                    f"trainer.eval_episodes={eval_episodes}", *(overrides or [])])
     t = time.time()
     trainer = build_trainer(cfg, run_dir)
     # `robotrl train` has no success-termination switch yet: swap in training envs that end at success
@@ -258,6 +260,9 @@ def main() -> None:
                    help="training episodes run to the time limit instead of ending at success")
     p.add_argument("--offpolicy-eval-every", type=int, default=None,
                    help="env steps between the off-policy residual's evaluations (its curve; default: at the end)")
+    p.add_argument("--offpolicy-overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="Hydra overrides of the off-policy residual's run, applied last (recorded in the result's args), "
+                        "e.g. agent.model.residual_scale=0.2 agent.gamma=0.98")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--methods", nargs="+", default=["residual_ppo", "residual_offpolicy", "full_ppo"])
@@ -293,7 +298,7 @@ def main() -> None:
                 elif m == "residual_offpolicy":
                     r = run_offpolicy(args.task, args.demos, base_dir, seed, args.offpolicy_budget or args.budget, rd,
                                       args.eval_episodes, args.warmup, args.utd, args.critic_n, args.hidden,
-                                      args.success_termination, args.offpolicy_eval_every)
+                                      args.success_termination, args.offpolicy_eval_every, args.offpolicy_overrides)
                 else:
                     r = run_onpolicy(m, args.task, args.demos, base_dir, seed, args.budget, args.num_envs, rd,
                                      args.eval_episodes, args.steps_per_iter, args.gamma, args.success_termination)
