@@ -367,6 +367,22 @@ def test_sweep_converter_names_methods_by_swept_overrides_and_counts_online_step
     assert "iql (agent.model.lr=3e-4)" in learning_table(doc)
     with pytest.raises(BenchError):
         sweep_to_learning(tmp_path / "empty", benchmark="x", argv=[], command="")
+    with pytest.raises(BenchError, match="success"):  # a metric the evaluations do not report is refused
+        sweep_to_learning(tmp_path, benchmark="hp", argv=[], command="", metric="success")
+
+
+def test_sweep_converter_takes_the_metric_asked_for_over_the_normalised_score(tmp_path):
+    from robotrl.bench.sweep import sweep_to_learning
+
+    d = tmp_path / "0"
+    d.mkdir()
+    hist = [{"phase": "offline", "step": 0, "normalized_score": 40.0, "success_rate": 0.2},
+            {"phase": "online", "step": 100, "normalized_score": 90.0, "success_rate": 0.7, "success_metric": "final step"}]
+    (d / "report.json").write_text(json.dumps({"config": {"agent": {"name": "dppo", "onpolicy": {}}, "seed": 0},
+                                               "history": hist, "summary": {"wall_time_s": 1.0}}))
+    assert sweep_to_learning(tmp_path, benchmark="b", argv=[], command="")["metric"] == "normalized_score"
+    doc = sweep_to_learning(tmp_path, benchmark="b", argv=[], command="", metric="success")
+    assert doc["metric"] == "success" and doc["runs"][0]["curve"] == [[0, 0.2], [100, 0.7]]
 
 
 def test_repo_root_needs_a_source_checkout(tmp_path, monkeypatch):

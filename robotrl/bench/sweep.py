@@ -44,17 +44,20 @@ def _metric(histories: list[list[dict]]) -> str:
     return "return"
 
 
-def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str], command: str) -> dict:
+def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str], command: str,
+                      metric: str | None = None) -> dict:
     """The learning document of every run in a ``robotrl train -m`` sweep directory.
 
     Per run: ``offline_score`` = the last offline evaluation (None without offline phase),
     ``curve`` = the online evaluations at online env steps (the offline score at step 0
     first), ``wall_s`` = the run's training wall time. The metric is the normalised score
     when every evaluation has one, else the success rate when every evaluation has one,
-    else the return.
+    else the return; ``metric`` (``"normalized_score"``, ``"success"`` or ``"return"``) picks one instead,
+    e.g. ``"success"`` on goal tasks whose datasets also record reference returns (Fetch).
 
     Raises:
-        BenchError: no ``*/report.json`` under ``sweep_dir`` (the sweep failed).
+        BenchError: no ``*/report.json`` under ``sweep_dir`` (the sweep failed), or ``metric`` is not one of the
+            three or some evaluation lacks it.
     """
     sweep_dir = Path(sweep_dir)
     reports = sorted(sweep_dir.glob("*/report.json"), key=lambda p: (len(p.parent.name), p.parent.name))
@@ -63,7 +66,11 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
     docs = [json.loads(p.read_text()) for p in reports]
     overrides = [_overrides(p.parent) for p in reports]
     varying = sorted(k for k in set().union(*overrides) if k != "seed" and len({o.get(k) for o in overrides}) > 1)
-    metric = _metric([d["history"] for d in docs])
+    if metric is None:
+        metric = _metric([d["history"] for d in docs])
+    elif metric not in _KEYS or not all(_finite(e.get(_KEYS[metric])) for d in docs for e in d["history"]):
+        raise BenchError(f"metric {metric!r}: pick one of {sorted(_KEYS)} that every evaluation of the runs under "
+                         f"{sweep_dir} reports")
     key = _KEYS[metric]
     runs, budgets, tasks = [], set(), set()
     for doc, ov in zip(docs, overrides):
