@@ -218,6 +218,6 @@ def test_bases_that_do_not_fit_the_camera_run_are_refused(pixel_base, tmp_path):
 
     chunked = _saved(tmp_path, DiffusionPolicy(3, 2, action_horizon=4, act_steps=4, denoising_steps=2,
                                                denoiser_kwargs={"hidden": [8]}), "chunked")
-    with pytest.raises(ConfigError, match=r"executes chunks.*base_overrides=\{act_steps: 1\}"):
+    with pytest.raises(ConfigError, match=r"executes chunks.*base_overrides=\{act_steps:1\}"):
         _agent(chunked)
     assert _agent(chunked, base_overrides={"act_steps": 1}).policy.base.Te == 1  # the way out works

@@ -51,7 +51,7 @@ from robotrl.vision.frontend import PixelPolicyFrontend
 
 __all__ = ["PixelResidualPolicy", "PixelResidualAgent", "check_base_fits"]
 
-_CHUNK_FIX = "load it with agent.model.base_overrides={act_steps: 1} (a diffusion base trained with obs_horizon 1)"
+_CHUNK_FIX = "load it with agent.model.base_overrides={act_steps:1} (a diffusion base trained with obs_horizon 1)"
 
 
 def _shapes(image_shapes: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
