@@ -1,6 +1,7 @@
 """ResFiT on cameras (`robotrl train experiment=residual-offpolicy-pixels`): a residual on a frozen pixel BC or state BC
 base, starting exactly at the base, the base frozen, the shared encoder's actor gradient stopped, the saved policy
-acting on raw Dict observations, bases that do not fit the camera run refused.
+acting on raw Dict observations (and `robotrl eval` / `robotrl export` with image inputs), bases that do not fit the
+camera run refused.
 
 Real processes, real MuJoCo renders (OSMesa) and real Minari datasets generated through the dataset configs (PointMaze
 UMaze, the same recipe with a 32x32 top-down camera and without, 600 steps each); tiny networks and budgets.
@@ -104,6 +105,12 @@ def test_residual_pixels_on_a_pixel_base_trains_checkpoints_and_evaluates(pixel_
     assert out.returncode == 0, out.stderr[-3000:]
     metrics = json.loads((run_dir / "eval.json").read_text())
     assert metrics["episodes"] == 2 and 0.0 <= metrics["success_rate"] <= 1.0
+    # exported with image inputs (TorchScript and ONNX, each checked against the policy by the export itself)
+    out = run_robotrl(["export", str(run_dir), str(tmp_path / "bundle")], minari_module_root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    meta = json.loads((tmp_path / "bundle" / "policy_meta.json").read_text())
+    assert meta["kind"] == "pixels" and meta["obs_dim"] == 8 and meta["action_dim"] == 2
+    assert (tmp_path / "bundle" / "policy.onnx").is_file() and (tmp_path / "bundle" / "policy.torchscript.pt").is_file()
 
 
 def _base_actions(kind: str, source, obs: dict, space) -> np.ndarray:
