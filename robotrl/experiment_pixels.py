@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from robotrl.data import ObservationNormalizer, check_spaces, load_dataset
 from robotrl.data.dataset import OfflineData
 from robotrl.data.spaces import flat_dim, split_images
-from robotrl.errors import ConfigError
+from robotrl.errors import ConfigError, RobotRLError
 from robotrl.experiment_parts import action_scaler_for, offline_buffer, reward_transform
 from robotrl.runner import Runner
 from robotrl.utils import resolve_device, set_seed
@@ -166,6 +166,25 @@ def _override(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
+def _instantiate_agent(model: DictConfig, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate(model, **kwargs)``; a robotrl error raised by the agent's constructor (a residual's
+    base that does not fit the run: :func:`robotrl.agents.residual.pixels.check_base_fits`) comes out as itself, not
+    wrapped in Hydra's ``InstantiationException``.
+
+    Raises:
+        RobotRLError: the constructor's own (``ConfigError``, ``CheckpointError``, ...).
+    """
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(model, **kwargs, _convert_="all")
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, RobotRLError):
+            raise exc.__cause__ from None
+        raise
+
+
 def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
     """Dataset, camera envs, normalisers, pixel agent, buffers and the off-policy trainer of a camera run.
 
@@ -182,8 +201,6 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
             (:func:`check_pixel_warm_start`); online steps for an agent without ``explore`` (pixel BC).
         DatasetNotFoundError, SpaceMismatchError: the dataset is missing or does not fit the env.
     """
-    from hydra.utils import instantiate
-
     from robotrl.envs import make_env_from_args
     from robotrl.experiment import ensure_dataset, eval_env_args, needs_dataset, task_env_args, trainer_config
     from robotrl.trainer import Trainer
@@ -212,11 +229,11 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
     if state_dim:
         obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip")) \
             if data is not None else ObservationNormalizer.identity(state_dim)
-    agent = instantiate(cfg.agent.model, image_shapes={k: list(v) for k, v in layout.image_shapes.items()},
-                        state_dim=state_dim, action_dim=action_dim, obs_normalizer=obs_norm,
-                        action_scaler=action_scaler_for(action_space, data),
-                        state_layout=layout.state.to_json() if layout.state is not None else None,
-                        device=device, seed=int(cfg.seed), _convert_="all")
+    agent = _instantiate_agent(cfg.agent.model, image_shapes={k: list(v) for k, v in layout.image_shapes.items()},
+                               state_dim=state_dim, action_dim=action_dim, obs_normalizer=obs_norm,
+                               action_scaler=action_scaler_for(action_space, data),
+                               state_layout=layout.state.to_json() if layout.state is not None else None,
+                               device=device, seed=int(cfg.seed))
     if tcfg.init_from:
         if not hasattr(agent, "load_parts"):
             raise ConfigError(f"agent={cfg.agent.name} cannot be warm-started (trainer.init_from): pixel warm starts "

@@ -1,12 +1,13 @@
 """Residual RL on a frozen base policy: ``base`` (loaders: robotrl checkpoints, SB3 .zip),
 ``policy`` (deployable :class:`ResidualPolicy`), ``ppo`` (ResiP), ``offpolicy`` (ResFiT /
-Policy Decorator), ``envs`` (success as termination for training envs)."""
+Policy Decorator), ``pixels`` (ResFiT on cameras), ``envs`` (success as termination for training envs)."""
 
 from robotrl.agents.residual.base import SB3BasePolicy, load_base, load_sb3_base
 from robotrl.agents.residual.envs import SuccessTermination, make_success_terminating_envs, terminate_at_success
 from robotrl.agents.residual.offpolicy import ResidualOffPolicyAgent
+from robotrl.agents.residual.pixels import PixelResidualAgent, PixelResidualPolicy
 from robotrl.agents.residual.policy import ResidualPolicy
 from robotrl.agents.residual.ppo import ResidualPPOAgent
 
-__all__ = ["ResidualOffPolicyAgent", "ResidualPolicy", "ResidualPPOAgent", "SB3BasePolicy", "SuccessTermination",
-           "load_base", "load_sb3_base", "make_success_terminating_envs", "terminate_at_success"]
+__all__ = ["PixelResidualAgent", "PixelResidualPolicy", "ResidualOffPolicyAgent", "ResidualPolicy", "ResidualPPOAgent",
+           "SB3BasePolicy", "SuccessTermination", "load_base", "load_sb3_base", "make_success_terminating_envs", "terminate_at_success"]

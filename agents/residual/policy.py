@@ -45,6 +45,14 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 HEADS = ("gaussian", "tanh", "tanh_gaussian")
 
 
+def combine_delta(base_raw: torch.Tensor, delta: torch.Tensor, scaler: ActionScaler) -> torch.Tensor:
+    """Raw ``clip(a_base + δ · (high - low)/2, low, high)`` ``(B, Da)`` for raw base actions ``(B, Da)`` and an
+    offset ``δ (B, Da)`` in normalised action units (the addition is in raw units: ``δ = 0`` gives ``a_base``
+    bit for bit). Shared by the state and the camera residual policies."""
+    a = base_raw + delta * (0.5 * (scaler.high - scaler.low))
+    return torch.maximum(torch.minimum(a, scaler.high), scaler.low)
+
+
 class ResidualPolicy(nn.Module):
     """``(B, Do)`` raw observation → ``(B, Da)`` raw action = frozen base + scaled residual.
 
@@ -195,9 +203,7 @@ class ResidualPolicy(nn.Module):
     def combine_delta(self, base_raw: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """Raw ``clip(a_base + δ · (high - low)/2, low, high)`` for an offset ``δ (B, Da)`` already in
         normalised action units (``δ = α r`` plus any exploration noise, which ResFiT adds there)."""
-        sc = self.action_scaler
-        a = base_raw + delta * (0.5 * (sc.high - sc.low))
-        return torch.maximum(torch.minimum(a, sc.high), sc.low)
+        return combine_delta(base_raw, delta, self.action_scaler)
 
     def combine_normalized(self, base_raw: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """The combined action in ``[-1, 1]`` (what critics score), differentiable in ``r``."""
