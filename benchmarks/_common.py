@@ -134,6 +134,27 @@ def write_json(name: str | Path, payload: dict) -> Path:
     return atomic(Path(name) if Path(name).is_absolute() else RESULTS_DIR / name, payload)
 
 
+def run_cli(argv: list[str], log: Path) -> None:
+    """Run one ``robotrl`` command (``python -m robotrl.cli *argv``), its output in ``log``.
+
+    Raises:
+        subprocess.CalledProcessError: the command failed (its output is in ``log``).
+    """
+    import subprocess
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        subprocess.run([sys.executable, "-m", "robotrl.cli", *argv], stdout=f, stderr=subprocess.STDOUT, check=True)
+
+
+def run_cli_all(jobs: list[tuple[list[str], Path]], workers: int) -> None:
+    """Run ``(argv, log)`` jobs with :func:`run_cli`, ``workers`` at a time; raises the first failure."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        list(pool.map(lambda job: run_cli(*job), jobs))
+
+
 def command_line() -> str:
     """The command that started this benchmark, as typed from the repository root."""
     return "python " + " ".join(sys.argv)

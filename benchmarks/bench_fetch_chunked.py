@@ -34,12 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _common import RESULTS_DIR
+from _common import RESULTS_DIR, run_cli, run_cli_all
 
 PRETRAIN = {"dppo": "diffusion", "reinflow": "flow", "ppo": "bc"}  # fine-tuning experiment -> its pretraining
 LABELS = {"dppo": "DPPO (diffusion BC)", "reinflow": "ReinFlow (flow BC)", "ppo": "Gaussian PPO (MLP BC)"}
@@ -51,19 +49,6 @@ COLLECTION = {  # the same envs, episodes per iteration and discount for every m
     "ppo": [f"agent.onpolicy.num_envs={NUM_ENVS}", f"agent.onpolicy.steps_per_iter={CHUNKS * ACT_STEPS}",
             f"agent.gamma={GAMMA_CHUNK ** (1 / ACT_STEPS):.6f}"],
 }
-
-
-def _run(argv: list[str], log: Path) -> None:
-    """Run one ``robotrl`` command, its output in ``log``; raises ``CalledProcessError`` on failure."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:
-        subprocess.run([sys.executable, "-m", "robotrl.cli", *argv], stdout=f, stderr=subprocess.STDOUT, check=True)
-
-
-def _run_all(jobs: list[tuple[list[str], Path]], workers: int) -> None:
-    """Run ``(argv, log)`` jobs with :func:`_run`, ``workers`` at a time; raises the first failure."""
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        list(pool.map(lambda job: _run(*job), jobs))
 
 
 def main() -> None:
@@ -89,17 +74,17 @@ def main() -> None:
     import minari
 
     if dataset_id not in minari.list_local_datasets():
-        _run(["collect", "recipe=fetch-push-noisy", f"num_episodes={args.demos}", f"dataset_id={dataset_id}",
+        run_cli(["collect", "recipe=fetch-push-noisy", f"num_episodes={args.demos}", f"dataset_id={dataset_id}",
               "+ref_episodes=20"], root / "collect.log")
     common = ["env=fetch-push", "dataset=fetch-push-noisy", f"dataset.id={dataset_id}", "dataset.generate=false",
               "trainer.progress=false", "torch_threads=1"]
     pre = {(m, s): root / "pretrain" / f"{PRETRAIN[m]}_s{s}" for m in args.methods for s in args.seeds}
-    _run_all([(["train", f"experiment={PRETRAIN[m]}", *common, f"seed={s}", f"trainer.offline_steps={args.bc_updates}",
+    run_cli_all([(["train", f"experiment={PRETRAIN[m]}", *common, f"seed={s}", f"trainer.offline_steps={args.bc_updates}",
                 f"trainer.eval_every={args.bc_updates}", f"trainer.checkpoint_every={args.bc_updates}",
                 f"trainer.eval_episodes={args.eval_episodes}", f"run_dir={d}"], d.with_suffix(".log"))
               for (m, s), d in pre.items() if not (d / "report.json").exists()], args.workers)
     online = root / "online"
-    _run_all([(["train", f"experiment={m}", *common, *COLLECTION[m], f"seed={s}", f"trainer.init_from={pre[m, s]}",
+    run_cli_all([(["train", f"experiment={m}", *common, *COLLECTION[m], f"seed={s}", f"trainer.init_from={pre[m, s]}",
                 f"agent.onpolicy.max_env_steps={args.env_steps}", "agent.onpolicy.iterations=1000000",
                 f"agent.onpolicy.eval_every={args.eval_every}", f"agent.onpolicy.checkpoint_every={args.eval_every}",
                 f"agent.onpolicy.eval_episodes={args.eval_episodes}", f"run_dir={online / f'{m}_s{s}'}"],

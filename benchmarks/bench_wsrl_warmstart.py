@@ -36,13 +36,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import fmean
 
-from _common import RESULTS_DIR
+from _common import RESULTS_DIR, run_cli, run_cli_all
 
 ARMS = {  # method name -> (trainer.init_parts, network: a key of NETS)
     "WSRL, no LayerNorm, pretrained Adam (reference restore)": ("[policy,critic,temperature,optimizers]", "plain"),
@@ -63,24 +61,11 @@ NET_DOC = {"plain": "2 critic heads 256x256 without LayerNorm, actor without Lay
            "critic_ln": "2 critic heads 256x256 with LayerNorm, actor without LayerNorm"}
 
 
-def _run(argv: list[str], log: Path) -> None:
-    """Run one ``robotrl`` command, its output in ``log``; raises ``CalledProcessError`` on failure."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:
-        subprocess.run([sys.executable, "-m", "robotrl.cli", *argv], stdout=f, stderr=subprocess.STDOUT, check=True)
-
-
-def _run_all(jobs: list[tuple[list[str], Path]], workers: int) -> None:
-    """Run ``(argv, log)`` jobs with :func:`_run`, ``workers`` at a time; raises the first failure."""
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        list(pool.map(lambda job: _run(*job), jobs))
-
-
 def _dataset(dataset_id: str, steps: int, root: Path) -> None:
     import minari
 
     if dataset_id not in minari.list_local_datasets():
-        _run(["collect", "recipe=hopper-medium", f"num_steps={steps}", f"dataset_id={dataset_id}"], root / "collect.log")
+        run_cli(["collect", "recipe=hopper-medium", f"num_steps={steps}", f"dataset_id={dataset_id}"], root / "collect.log")
 
 
 def main() -> None:
@@ -110,7 +95,7 @@ def main() -> None:
     arms = [(i, name, *ARMS[name]) for i, name in enumerate(ARMS) if i in args.arms]
     nets = sorted({net for *_, net in arms})
     pretrain = {net: root / f"pretrain_{net}" for net in nets}
-    _run_all([(["train", "experiment=cql", *common, *NETS[net], f"trainer.offline_steps={args.cql_steps}",
+    run_cli_all([(["train", "experiment=cql", *common, *NETS[net], f"trainer.offline_steps={args.cql_steps}",
                 "trainer.eval_every=2000", "trainer.checkpoint_every=2000", f"run_dir={pretrain[net]}"],
                root / f"pretrain_{net}.log")  # one CQL pretraining per network; a killed one resumes
               for net in nets if not (pretrain[net] / "report.json").exists()], args.workers)
@@ -123,7 +108,7 @@ def main() -> None:
                               f"seed={seed}", f"trainer.init_parts={parts}", f"trainer.online_steps={args.online_steps}",
                               f"trainer.online_warmup_steps={args.warmup}", f"trainer.eval_every={args.eval_every}",
                               "trainer.checkpoint_every=5000", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
-    _run_all(jobs, args.workers)
+    run_cli_all(jobs, args.workers)
 
     from robotrl.bench.sweep import sweep_to_learning
 

@@ -81,6 +81,28 @@ from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.networks import polyak_update_, squashed_gaussian
 
 
+def noisy_scaled_residual(r: torch.Tensor, scale: float, std: float, clip: float | None,
+                          gen: torch.Generator) -> torch.Tensor:
+    """ResFiT's ``TruncatedNormal(α r, std).sample(clip)``: ``clip(α r + ε, ±1)`` ``(B, Da)`` in normalised action
+    units, ``ε ~ N(0, std²)`` clamped to ``±clip`` (``None``: unclamped, as ResFiT's exploration).
+
+    Args:
+        r: the residual actor's tanh output ``(B, Da)`` in ``[-1, 1]``.
+        scale: α, the residual scale.
+        gen: the agent's generator (its device is the noise's).
+    """
+    eps = std * torch.randn(r.shape, generator=gen, device=r.device)
+    eps = eps if clip is None else eps.clamp(-clip, clip)
+    return (scale * r + eps).clamp(-1.0, 1.0)
+
+
+def base_plus_noise(scaler, base_raw: torch.Tensor, std: float, gen: torch.Generator) -> torch.Tensor:
+    """ResFiT's warm-up collection: raw base actions ``(B, Da)`` plus ``N(0, std²)`` in normalised units, clipped to
+    the action bounds; ``scaler`` is the policy's :class:`~robotrl.data.ActionScaler`."""
+    a = scaler.normalize(base_raw) + std * torch.randn(base_raw.shape, generator=gen, device=base_raw.device)
+    return scaler.unnormalize(a.clamp(-1.0, 1.0))
+
+
 class ResidualOffPolicyAgent:
     """ResFiT: TD3- or SAC-style residual actor, ensemble critic on the combined action.
 
@@ -183,13 +205,8 @@ class ResidualOffPolicyAgent:
         return self.policy.base_action(obs)
 
     # ------------------------------------------------------------------ actor pieces
-    def _noise(self, shape, std: float, clip: float | None = None) -> torch.Tensor:
-        eps = std * torch.randn(shape, generator=self.gen, device=self.device)
-        return eps if clip is None else eps.clamp(-clip, clip)
-
     def _noisy_delta(self, r: torch.Tensor, std: float, clip: float | None) -> torch.Tensor:
-        """ResFiT's ``TruncatedNormal(α r, std).sample(clip)``: ``clip(α r + ε, ±1)`` in normalised action units."""
-        return (self.policy.residual_scale * r + self._noise(r.shape, std, clip)).clamp(-1.0, 1.0)
+        return noisy_scaled_residual(r, self.policy.residual_scale, std, clip, self.gen)
 
     def _residual(self, x: torch.Tensor, *, deterministic: bool,
                   net: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -217,8 +234,7 @@ class ResidualOffPolicyAgent:
         sc = self.policy.action_scaler
         self.num_explore += 1
         if self.num_explore <= self.base_noise_steps:
-            a = sc.normalize(base_raw) + self.base_noise_std * torch.randn(base_raw.shape, generator=self.gen, device=self.device)
-            return sc.unnormalize(a.clamp(-1, 1)).cpu().numpy()
+            return base_plus_noise(sc, base_raw, self.base_noise_std, self.gen).cpu().numpy()
         x = self.policy.features(o, base_raw)
         r, _ = self._residual(x, deterministic=self.actor == "td3")
         if self.actor == "td3":  # noise on the scaled residual (env action units), unclipped as ResFiT's act

@@ -42,6 +42,7 @@ from torch import nn
 from robotrl.agents.qlearning.loss import critic_td_loss, subset_min, td_target
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import base_descriptor, build_base, load_base
+from robotrl.agents.residual.offpolicy import base_plus_noise, noisy_scaled_residual
 from robotrl.agents.residual.policy import combine_delta
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
@@ -290,10 +291,7 @@ class PixelResidualAgent:
 
     # ------------------------------------------------------------------ noise
     def _noisy_delta(self, r: torch.Tensor, std: float, clip: float | None) -> torch.Tensor:
-        """``clip(α r + ε, ±1)`` ``(B, Da)``, ``ε ~ N(0, std²)`` (clipped to ``±clip``) in normalised action units."""
-        eps = std * torch.randn(r.shape, generator=self.gen, device=self.device)
-        eps = eps if clip is None else eps.clamp(-clip, clip)
-        return (self.policy.residual_scale * r + eps).clamp(-1.0, 1.0)
+        return noisy_scaled_residual(r, self.policy.residual_scale, std, clip, self.gen)
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
@@ -306,9 +304,7 @@ class PixelResidualAgent:
         self.num_explore += 1
         sc = p.action_scaler
         if self.num_explore <= self.base_noise_steps:
-            a = sc.normalize(base_raw) + self.base_noise_std * torch.randn(base_raw.shape, generator=self.gen,
-                                                                          device=self.device)
-            return sc.unnormalize(a.clamp(-1.0, 1.0)).cpu().numpy()
+            return base_plus_noise(sc, base_raw, self.base_noise_std, self.gen).cpu().numpy()
         r = p.residual_action(p.encode(state, images), base_raw)
         return p.combine_delta(base_raw, self._noisy_delta(r, self.explore_std, None)).cpu().numpy()
 
