@@ -12,8 +12,11 @@ Messages (``type``; every body also carries ``actor_id`` on requests):
 ==============  =====  ===================================================================
 ``hello``       req    ``actor_id, spec (RobotSpec dict), version`` → ``welcome``
 ``welcome``     rep    ``have (int, -1 none)``: the highest transition index of this actor
-                       the learner holds durably; ``version``: its latest weights version
-``batch``       req    ``actor_id, first, n, arrays...`` (:data:`TRANSITION_FIELDS`) → ``ack``
+                       the learner holds durably; ``version``: its latest weights version;
+                       ``frames`` (bool): the learner trains on the robot's camera frames (send them)
+``batch``       req    ``actor_id, first, n, arrays...`` (:data:`TRANSITION_FIELDS`; to a learner that
+                       asked for ``frames``, also ``frames/<camera>``, ``next_frames/<camera>``
+                       uint8 ``(n, H, W, C)``) → ``ack``
 ``ack``         rep    ``received``: highest index of the actor held (in memory);
                        ``durable``: highest index held in the learner's last checkpoint
 ``sync``        req    ask for a checkpoint now (end of a run) → ``ack`` once it is written
@@ -56,16 +59,20 @@ from robotrl.real_robot.link_codec import (  # noqa: F401  (re-exported: the lin
     SpillQueue,
     arrays_to_state,
     atomic_write_bytes,
+    camera_link_limits,
     check_batch,
+    frame_fields,
+    frame_rows,
     link_limits,
     stack_transitions,
     state_to_arrays,
+    without_frames,
 )
 from robotrl.real_robot.protocol import Authenticator, Limits
 
 __all__ = ["TRANSITION_FIELDS", "ActorLink", "Dedup", "LearnerEndpoint", "SpillQueue", "Weights", "arrays_to_state",
-           "atomic_write_bytes", "check_batch", "link_limits", "load_weights", "save_weights", "stack_transitions",
-           "state_to_arrays"]
+           "atomic_write_bytes", "camera_link_limits", "check_batch", "frame_fields", "frame_rows", "link_limits",
+           "load_weights", "save_weights", "stack_transitions", "state_to_arrays", "without_frames"]
 
 
 # ----------------------------------------------------------------------------- actor side
@@ -137,9 +144,14 @@ class ActorLink:
         spec: the robot's :class:`~robotrl.real_robot.interface.RobotSpec` as a dict.
         spill_dir: where unacknowledged batches are kept.
         learner_id: the learner's id (bound into every message's MAC).
-        batch_size, flush_s: batching (transitions, s).
+        batch_size, flush_s: batching (transitions, s); a camera robot's batches hold at most
+            :func:`frame_rows` transitions (their frames fit one message).
         ack_timeout_s, link_timeout_s, heartbeat_s: resend, loss and ping periods (s).
-        limits: :func:`link_limits`.
+        limits: :func:`link_limits`; raised here for the frames of ``spec``'s cameras (:func:`camera_link_limits`).
+
+    A camera robot's transitions carry their frames (``images`` / ``next_images`` in the rows): they are spilled
+    with them and sent to a learner whose ``welcome`` asks for ``frames``; a learner of states gets the batches
+    without them.
         weights_file: keep the newest weights here (:func:`save_weights`; ``None``: not kept).
 
     Attributes:
@@ -158,7 +170,12 @@ class ActorLink:
             raise ConfigError(f"actor_id must be 1..64 characters, got {actor_id!r}")
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        self.limits = limits or link_limits()
+        from robotrl.real_robot.interface import RobotSpec
+
+        cameras = RobotSpec.from_dict(spec).cameras if isinstance(spec, dict) and spec.get("cameras") else ()
+        self.limits = camera_link_limits(cameras, limits or link_limits())  # the deliberate raise for frames
+        if cameras:
+            batch_size = min(int(batch_size), frame_rows(cameras, self.limits))
         self.endpoint, self.actor_id, self.spec, self.learner_id = endpoint, actor_id, spec, learner_id
         self.auth = Authenticator(key, ident=f"{actor_id}.{secrets.token_hex(4)}", limits=self.limits, role="client")
         self.batch_size, self.flush_s = int(batch_size), float(flush_s)
@@ -176,6 +193,7 @@ class ActorLink:
         self._cursor = -1  # highest index sent in the current learner session (resends restart below)
         self._inflight: tuple[int, float] | None = None  # (last index of the batch in flight, sent at)
         self._welcomed = False
+        self.learner_wants_frames = False  # the learner's welcome says whether it trains on the frames
         self._epoch = ""
         self._last_heard = 0.0
         self._last_hello = 0.0
@@ -334,6 +352,8 @@ class ActorLink:
         if self._inflight is None:
             cols = self.spill.first_after(max(self._cursor, self.acked))
             if cols is not None:
+                if not self.learner_wants_frames:
+                    cols = without_frames(cols)
                 if self._send("batch", cols):
                     last = int(cols["n"][-1])
                     self._inflight = (last, now)
@@ -358,6 +378,7 @@ class ActorLink:
             have = int(b.get("have", -1))
             self.welcomes += 1
             self._welcomed = self.connected = True
+            self.learner_wants_frames = bool(b.get("frames", False))
             self.error = None
             # the learner holds everything through `have` durably (its checkpoint): resend after it
             self.acked = self.durable = have

@@ -1,16 +1,19 @@
 """Message codecs and on-disk queues of the actor ↔ learner link (:mod:`~robotrl.real_robot.learner_link`).
 
 What travels and how it is checked, independent of the sockets: the transition columns of a
-``batch`` message (:data:`TRANSITION_FIELDS`, :func:`stack_transitions`, :func:`check_batch`),
+``batch`` message (:data:`TRANSITION_FIELDS`, :func:`stack_transitions`, :func:`check_batch`; a camera robot's frames as
+``frames/<camera>`` and ``next_frames/<camera>`` uint8 ``(n, H, W, C)`` beside them, :func:`frame_fields`),
 weights as named arrays (:func:`state_to_arrays`, :func:`arrays_to_state`; never pickles),
-the link's size limits (:func:`link_limits`), the learner's per-actor de-duplication
+the link's size limits (:func:`link_limits`, raised deliberately for frames by :func:`camera_link_limits`), the learner's per-actor de-duplication
 (:class:`Dedup`) and the actor's spill directory of unacknowledged batches (:class:`SpillQueue`).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -49,6 +52,49 @@ def link_limits(max_message_bytes: int = 64 << 20, max_elems: int = 1 << 24, max
                   max_elems=int(max_elems), max_len=4096, max_skew_s=float(max_skew_s))
 
 
+def _frame_shapes(cameras) -> list[tuple[int, ...]]:
+    return [tuple(int(d) for d in getattr(c, "shape", c)) for c in cameras]
+
+
+def frame_rows(cameras, limits: Limits) -> int:
+    """Transitions with frames that fit one ``batch`` message under ``limits``: each row carries its
+    observation's and its next observation's frame of every camera, and a batch may fill half of
+    ``max_bytes`` with them (the rest: the state columns and the envelope). At least 1.
+
+    Args:
+        cameras: :class:`~robotrl.real_robot.interface.CameraSpec` items (or ``(H, W, C)`` shapes).
+        limits: the link's :class:`Limits` (:func:`link_limits`).
+    """
+    per_row = 2 * sum(math.prod(s) for s in _frame_shapes(cameras))
+    return max(1, (limits.max_bytes // 2) // per_row) if per_row else 65536
+
+
+def camera_link_limits(cameras, base: Limits) -> Limits:
+    """The link's limits raised deliberately for a camera robot's frames (as
+    :func:`~robotrl.real_robot.protocol.camera_limits` raises the bridge's): ``max_elems`` to hold the frames of
+    :func:`frame_rows` transitions of the largest camera in one array ``(n, H, W, C)``. ``max_bytes`` stays the
+    configured bound (``max_message_bytes``); the actor cuts its batches to :func:`frame_rows` rows, so a batch of
+    frames always fits it. Actor and learner compute the same limits from the same cameras and ``max_message_bytes``.
+
+    Returns:
+        a new :class:`Limits` (``base`` itself when there is no camera).
+    """
+    shapes = _frame_shapes(cameras)
+    if not shapes:
+        return base
+    need = frame_rows(shapes, base) * max(math.prod(s) for s in shapes)
+    return dataclasses.replace(base, max_elems=max(base.max_elems, need))
+
+
+def frame_fields(cameras) -> dict[str, tuple[int, ...]]:
+    """The camera columns of a ``batch`` message: ``{"frames/<camera>" and "next_frames/<camera>": (H, W, C)}``
+    (uint8 ``(n, H, W, C)`` each: transition ``t``'s observation frame and its next observation's)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for c in cameras:
+        out[f"frames/{c.name}"] = out[f"next_frames/{c.name}"] = tuple(int(d) for d in c.shape)
+    return out
+
+
 # ----------------------------------------------------------------------------- weights
 def state_to_arrays(state_dict) -> tuple[list[str], list[np.ndarray]]:
     """A module's ``state_dict`` as names and float32/int64/bool NumPy arrays (never pickled).
@@ -84,8 +130,14 @@ def arrays_to_state(names: list[str], arrays: list[np.ndarray]) -> dict:
 
 
 # ----------------------------------------------------------------------------- transitions
-def check_batch(body: dict, obs_dim: int, action_dim: int) -> int:
+def check_batch(body: dict, obs_dim: int, action_dim: int, cameras=()) -> int:
     """Validate a ``batch`` body's arrays; returns its number of rows ``n``.
+
+    Args:
+        body: the message body.
+        obs_dim, action_dim: ``Do``, ``Da``.
+        cameras: the :class:`~robotrl.real_robot.interface.CameraSpec` items whose frames the batch must carry
+            (:func:`frame_fields`; empty: frames are not checked, a learner of states ignores them).
 
     Raises:
         ProtocolError: a field missing, of the wrong dtype or shape, or indices not increasing.
@@ -100,15 +152,36 @@ def check_batch(body: dict, obs_dim: int, action_dim: int) -> int:
             got = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
             raise ProtocolError(f"batch field {name!r} must be {np.dtype(dtype)} {shape}, got {got}; "
                                 "actor and learner must run the same robotrl version and robot spec")
+    for name, shape in frame_fields(cameras).items():
+        a = body.get(name)
+        if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.shape != (n, *shape):
+            got = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise ProtocolError(f"batch field {name!r} must be uint8 {(n, *shape)}, got {got}; the actor's robot must "
+                                "send the cameras this learner trains on, at the same frame size")
     if n > 1 and not np.all(np.diff(body["n"]) > 0):
         raise ProtocolError("batch transition indices n must increase")
     return n
 
 
 def stack_transitions(rows: list[dict]) -> dict[str, np.ndarray]:
-    """Rows (one dict per transition, keys :data:`TRANSITION_FIELDS`) → column arrays ``(n, ...)``."""
-    return {name: np.asarray(np.stack([np.asarray(r[name]) for r in rows]), np.dtype(dtype))
-            for name, (dtype, _) in TRANSITION_FIELDS.items()}
+    """Rows (one dict per transition, keys :data:`TRANSITION_FIELDS`) → column arrays ``(n, ...)``.
+
+    Rows of a camera robot also carry ``images`` and ``next_images`` ``{camera: uint8 (H, W, C)}`` (the frames taken
+    with ``obs`` and ``next_obs``): they become ``frames/<camera>`` and ``next_frames/<camera>`` uint8 ``(n, H, W, C)``
+    when every row has both.
+    """
+    out = {name: np.asarray(np.stack([np.asarray(r[name]) for r in rows]), np.dtype(dtype))
+           for name, (dtype, _) in TRANSITION_FIELDS.items()}
+    if all(r.get("images") is not None and r.get("next_images") is not None for r in rows):
+        for cam in rows[0]["images"]:
+            out[f"frames/{cam}"] = np.stack([np.asarray(r["images"][cam], np.uint8) for r in rows])
+            out[f"next_frames/{cam}"] = np.stack([np.asarray(r["next_images"][cam], np.uint8) for r in rows])
+    return out
+
+
+def without_frames(cols: dict) -> dict:
+    """A batch's columns less its camera frames (for a learner that trains on states)."""
+    return {k: v for k, v in cols.items() if not (k.startswith("frames/") or k.startswith("next_frames/"))}
 
 
 class Dedup:

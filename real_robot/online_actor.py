@@ -28,7 +28,10 @@ LOST_MODES = ("continue", "hold")
 class PolicyHolder:
     """The actor's current policy, rebuilt from pushed :class:`Weights`.
 
-    Only classes under ``robotrl.agents.`` are built (:func:`robotrl.policy.policy_class`).
+    Only classes under ``robotrl.agents.`` are built (:func:`robotrl.policy.policy_class`). A pixel policy
+    (:class:`~robotrl.vision.frontend.PixelPolicyFrontend`: pixel RLPD/SAC, the pixel residual) acts on the robot's
+    state ``(Ds,)`` and camera frames ``{camera: uint8 (H, W, C)}``; it must see exactly the robot's cameras at their
+    frame size (its ``image_shapes`` ``{"pixels/<camera>": [H, W, C]}``), else :meth:`load` refuses it.
 
     Args:
         explore: sample from a stochastic policy's distribution (tanh-Gaussian ``actor.sample``)
@@ -37,23 +40,48 @@ class PolicyHolder:
             added in normalised action units (``[-1, 1]``), as ResFiT adds it to the scaled residual.
         seed: seed of the exploration noise.
         explore_std: that noise's standard deviation (normalised action units).
+        cameras: the robot's :class:`~robotrl.real_robot.interface.CameraSpec` items (empty: a state-only robot).
     """
 
-    def __init__(self, explore: bool = True, seed: int = 0, explore_std: float = 0.1):
+    def __init__(self, explore: bool = True, seed: int = 0, explore_std: float = 0.1, cameras=()):
         self.explore, self.explore_std = bool(explore), float(explore_std)
         self.gen = torch.Generator().manual_seed(int(seed))
         self.policy: torch.nn.Module | None = None
         self.version = -1
         self._key: tuple | None = None
+        self.cameras = tuple(cameras)
+        self.pixels = False  # the policy reads camera frames
+
+    def check_cameras(self, w: Weights) -> None:
+        """Refuse weights of a pixel policy whose cameras or frame size differ from the robot's.
+
+        Raises:
+            ConfigError: names the camera shapes of both and the way out.
+        """
+        from robotrl.real_robot.online_pixels import camera_shapes, mismatch
+
+        want = w.kwargs.get("image_shapes") if isinstance(w.kwargs, dict) else None
+        if want is None:
+            return  # a state policy: it ignores the frames
+        diff = mismatch({str(k): list(v) for k, v in dict(want).items()}, camera_shapes(self.cameras))
+        if diff:
+            raise ConfigError(f"the learner's pixel policy {w.target.rsplit('.', 1)[-1]} (version {w.version}) sees "
+                              f"{diff[0]} ({{key: [H, W, C]}}), this actor's robot sends {diff[1]}: start the actor "
+                              "with the learner's cameras and frame size (for the twin robot.cameras=[...] "
+                              "robot.image_size=N), or the learner with this robot's config and demonstrations "
+                              "recorded with its cameras")
 
     def load(self, w: Weights) -> None:
         """Use weights ``w`` from now on.
 
         Raises:
             CheckpointError: a class outside ``robotrl.agents.`` or weights that do not fit it.
+            ConfigError: a pixel policy for other cameras or another frame size than the robot's (:meth:`check_cameras`).
         """
         from robotrl.policy import policy_class
+        from robotrl.vision.frontend import PixelPolicyFrontend
 
+        self.check_cameras(w)
         key = (w.target, json.dumps(w.kwargs, sort_keys=True, default=str))
         if self.policy is None or key != self._key:
             self.policy = policy_class(w.target)(**w.kwargs)
@@ -63,14 +91,35 @@ class PolicyHolder:
         except RuntimeError as exc:
             raise CheckpointError(f"pushed weights do not fit {w.target}: {exc}") from exc
         self.policy.eval()
+        self.pixels = isinstance(self.policy, PixelPolicyFrontend)
         self.version = w.version
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Action ``(Da,)`` float32 for ``obs (Do,)``."""
+    def act(self, obs: np.ndarray, images: dict | None = None) -> np.ndarray:
+        """Action ``(Da,)`` float32 for the state ``obs (Ds,)`` (and, for a pixel policy, the robot's frames
+        ``images`` ``{camera: uint8 (H, W, C)}`` of that observation).
+
+        Raises:
+            ConfigError: a pixel policy without frames (the robot sent none).
+        """
         p = self.policy
         x = torch.as_tensor(np.asarray(obs, np.float32))[None]
-        if self.explore and hasattr(p, "actor") and hasattr(p.actor, "sample") and hasattr(p, "obs_normalizer"):
+        if self.pixels:
+            if images is None:
+                raise ConfigError("the pixel policy needs the robot's camera frames, and this observation carries none")
+            from robotrl.real_robot.online_pixels import policy_images
+
+            imgs = {k: torch.as_tensor(np.array(v, np.uint8))[None] for k, v in policy_images(images).items()}
+            if self.explore and hasattr(p, "actor") and hasattr(p.actor, "sample"):  # pixel SAC / RLPD
+                a, _ = p.actor.sample(p.features(x, imgs), self.gen)
+                y = p.action_scaler.unnormalize(a)
+            elif self.explore and self.explore_std > 0:  # the pixel residual (TD3): noise in normalised units
+                a = p.action_scaler.normalize(p(x, imgs))
+                a = a + self.explore_std * torch.randn(a.shape, generator=self.gen)
+                y = p.action_scaler.unnormalize(a.clamp(-1.0, 1.0))
+            else:
+                y = p(x, imgs)
+        elif self.explore and hasattr(p, "actor") and hasattr(p.actor, "sample") and hasattr(p, "obs_normalizer"):
             a, _ = p.actor.sample(p.obs_normalizer(x), self.gen)
             y = p.action_scaler.unnormalize(a)
         elif self.explore and self.explore_std > 0 and hasattr(p, "action_scaler"):
@@ -148,7 +197,7 @@ class OnlineActor:
         self.period = 1.0 / rate_hz if rate_hz > 0 else 0.0
         self.teleop, self.on_learner_lost = teleop, on_learner_lost
         self.max_steps, self.wait_weights_s, self.seed = max_steps, float(wait_weights_s), int(seed)
-        self.holder = PolicyHolder(explore, seed, explore_std)
+        self.holder = PolicyHolder(explore, seed, explore_std, self.spec.cameras)
         if initial is not None:
             self.holder.load(initial)
             if link is not None:
@@ -223,7 +272,7 @@ class OnlineActor:
             connected = self.link is None or self.link.connected
             a_pol = None
             if self.holder.policy is not None and (connected or self.on_learner_lost == "continue"):
-                a_pol = self.holder.act(obs.state)
+                a_pol = self.holder.act(obs.state, obs.images)
             a_cmd = cmd.action if cmd.engaged and cmd.action is not None else a_pol
             t_send = time.perf_counter()
             try:
@@ -263,10 +312,8 @@ class OnlineActor:
                    "safety_modified": bool(set(flags) - {"hold"}), "held": a_cmd is None,
                    "learner_connected": bool(connected), "weights_version": self.holder.version,
                    "time": time.time(), "rtt_s": rtt, "jitter_s": t_start - t_sched if self.period else 0.0}
-            if self.spec.cameras:  # frames for the recording (the learner link sends TRANSITION_FIELDS only):
-                row["next_images"] = nxt.images  # each step's next frames, and the reset's in the episode's first row
-                if not rows:
-                    row["images"] = obs.images
+            if self.spec.cameras:  # the frames taken with obs and next_obs: recorded, and sent to a pixel learner
+                row["images"], row["next_images"] = obs.images, nxt.images
             self.next_n += 1
             stats["lost"] += not connected
             stats["held"] += a_cmd is None

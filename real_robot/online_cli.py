@@ -73,8 +73,15 @@ def build_learner(cfg: DictConfig):
     from robotrl.data.replay import ReplayBuffer
     from robotrl.errors import SpaceMismatchError
     from robotrl.real_robot.factory import make_robot
-    from robotrl.real_robot.learner_link import LearnerEndpoint, link_limits
+    from robotrl.real_robot.learner_link import LearnerEndpoint, camera_link_limits, link_limits
     from robotrl.real_robot.online import OnlineLearner
+    from robotrl.real_robot.online_pixels import (
+        camera_shapes,
+        check_demo_cameras,
+        drop_frames,
+        is_pixel_agent,
+        with_policy_cameras,
+    )
     from robotrl.utils import resolve_device, set_seed
 
     if cfg.get("torch_threads"):
@@ -91,28 +98,52 @@ def build_learner(cfg: DictConfig):
     if data is not None and (data.obs_dim, data.action_dim) != (do, da):
         raise SpaceMismatchError(f"demos {cfg.demos} have Do={data.obs_dim}, Da={data.action_dim} but robot {spec.name} "
                                  f"has Do={do}, Da={da}; record demonstrations on this robot")
+    pixels = is_pixel_agent(cfg.agent)
+    image_shapes = camera_shapes(spec.cameras) if pixels else None
+    if pixels and not spec.cameras:
+        raise ConfigError(f"agent={cfg.agent.name} learns from camera frames, and robot {spec.name} has no camera: give "
+                          "the robot its cameras (for the twin robot.cameras=[topdown] robot.image_size=64, on the "
+                          "learner and the actor), or train a state agent (agent=rlpd, agent=residual-offpolicy)")
+    if data is not None:
+        if pixels:
+            check_demo_cameras(data, spec.cameras, spec.name, str(cfg.demos))
+            data = with_policy_cameras(data)
+        else:
+            data = drop_frames(data)  # a state agent learns from the flat observations only
     obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip")) \
         if data is not None else ObservationNormalizer.identity(do)
     low, high = spec.action.low_array, spec.action.high_array
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
         raise ConfigError(f"robot {spec.name} has unbounded actions; the policy needs bounds (set them in the robot config)")
     scaler = ActionScaler(low, high)
-    agent = instantiate(cfg.agent.model, obs_dim=do, action_dim=da, obs_normalizer=obs_norm, action_scaler=scaler,
-                        device=device, seed=int(cfg.seed), _convert_="all")
+    if pixels:  # built as robotrl train builds pixel agents; the robot's cameras, state (Ds = Do) and actions
+        from robotrl.experiment_pixels import _instantiate_agent
+
+        if "base" in cfg.agent.model and not cfg.agent.model.base:
+            raise ConfigError(f"agent={cfg.agent.name} trains a residual on a frozen base: set agent.model.base=<a "
+                              "bc-pixels run (the robot's cameras and frame size) or a state base run / checkpoint>")
+        agent = _instantiate_agent(cfg.agent.model, image_shapes=image_shapes, state_dim=do, action_dim=da,
+                                   obs_normalizer=obs_norm, action_scaler=scaler, state_layout=None, device=device,
+                                   seed=int(cfg.seed))
+    else:
+        agent = instantiate(cfg.agent.model, obs_dim=do, action_dim=da, obs_normalizer=obs_norm, action_scaler=scaler,
+                            device=device, seed=int(cfg.seed), _convert_="all")
     if hasattr(agent, "set_base") and getattr(agent.policy, "base", None) is None:
         raise ConfigError(f"agent={cfg.agent.name} trains a residual on a frozen base: set agent.model.base=<BC or "
                           "diffusion checkpoint / run dir> (a chunked base also needs agent.model.base_overrides="
                           "{act_steps: 1})")
     n_demo = data.num_transitions if data is not None else 0
+    shapes = {k: tuple(v) for k, v in image_shapes.items()} if image_shapes else None
     demos = ReplayBuffer(n_demo + int(cfg.intervention_capacity), do, da, gamma=gamma, num_envs=int(cfg.max_actors),
-                         device=device, seed=int(cfg.seed) + 1)
+                         device=device, seed=int(cfg.seed) + 1, image_shapes=shapes)
     if data is not None:
         if (r_scale, r_bias) != (1.0, 0.0):
             data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))
         demos.add_offline(data)
     t = cfg.trainer
+    limits = link_limits(int(cfg.max_message_bytes))
     endpoint = LearnerEndpoint(cfg.endpoint, key, learner_id=cfg.learner_id,
-                               limits=link_limits(int(cfg.max_message_bytes)))
+                               limits=camera_link_limits(spec.cameras, limits) if pixels else limits)
     learner = OnlineLearner(agent, endpoint, spec, demos=demos, online_capacity=int(t.online_buffer_size),
                             run_dir=cfg.run_dir, batch_size=int(t.batch_size), utd=int(t.utd),
                             offline_ratio=float(t.offline_ratio), warmup=int(t.online_warmup_steps),
@@ -120,10 +151,17 @@ def build_learner(cfg: DictConfig):
                             push_period_s=float(cfg.push_period_s), checkpoint_every_s=float(cfg.checkpoint_every_s),
                             interventions_to_demos=bool(cfg.interventions_to_demos), reward_scale=r_scale,
                             reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=gamma, seed=int(cfg.seed),
-                            pushed_weights_dir=cfg.pushed_weights_dir)
+                            pushed_weights_dir=cfg.pushed_weights_dir, pixels=pixels)
     resumed = learner.resume()
     if not resumed and cfg.init_from:
         from robotrl.warmstart import warm_start
+
+        if pixels:  # pixel WSRL from a pixel Cal-QL/CQL run: the same cameras, sizes and networks
+            from robotrl.experiment_pixels import check_pixel_warm_start
+
+            check_pixel_warm_start(cfg.init_from, str(cfg.agent.model._target_),
+                                   OmegaConf.to_container(cfg.agent.model, resolve=True),  # type: ignore[arg-type]
+                                   image_shapes or {}, do, da)
 
         warm_start(agent, cfg.init_from, list(cfg.init_parts) if cfg.init_parts else None)
     offline_steps = int(t.get("offline_steps") or 0)
@@ -217,6 +255,7 @@ def run_actor(cfg: DictConfig) -> dict:
         raise ConfigError(f"robot_link must be local or remote, got {cfg.robot_link!r}")
     spec = robot.spec()
     work = Path(cfg.work_dir)
+    # a camera robot's frames travel with its transitions to a pixel learner: ActorLink raises its limits for them
     link = ActorLink(cfg.learner, key, cfg.actor_id, spec.to_dict(), work / "spill", learner_id=cfg.learner_id,
                      batch_size=int(cfg.batch_size), flush_s=float(cfg.flush_s), ack_timeout_s=float(cfg.ack_timeout_s),
                      link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)),

@@ -101,9 +101,13 @@ MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaz
 
 
 def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
-                            seed: int = 0) -> Path:
+                            seed: int = 0, cameras: list[str] | tuple[str, ...] = (), image_size: int = 64) -> Path:
     """Demonstrations of the scripted "human" (the P-D controller to the goal) on the twin, as a
     Minari dataset at ``path`` (``demos=<path>`` for the learner).
+
+    With ``cameras`` (the twin's, rendered at ``image_size`` px) the dataset has ``Dict`` observations
+    ``{"state": (T+1, Do), "<camera>": uint8 (T+1, H, W, C)}`` as the actor records them: demonstrations for a
+    pixel learner (``agent=rlpd-pixels``) on the twin with the same cameras.
 
     Raises:
         DatasetExistsError: ``path`` already holds a dataset.
@@ -114,17 +118,21 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
     from robotrl.real_robot.teleop import pointmaze_controller
 
     ctrl = pointmaze_controller()
-    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs(maze, reward))
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs(maze, reward),
+                      cameras=tuple(cameras), image_size=image_size)
     twin.connect()
     eps = []
     try:
         for i in range(episodes):
             o = twin.reset(seed + i)
             obs, acts, rews, terms, truncs, succ = [o.state], [], [], [], [], [o.success]
+            frames = {c: [o.images[c]] for c in cameras}
             for _ in range(max_steps):
                 acts.append(twin.send_action(ctrl(o.state)))
                 o = twin.get_observation()
                 obs.append(o.state)
+                for c in cameras:
+                    frames[c].append(o.images[c])
                 rews.append(o.reward)
                 terms.append(o.terminated)
                 truncs.append(o.truncated)
@@ -132,7 +140,9 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
                 if o.terminated or o.truncated:
                     break
             truncs[-1] = truncs[-1] or not terms[-1]
-            eps.append(Episode(np.asarray(obs, np.float32), np.asarray(acts, np.float32), np.asarray(rews, np.float64),
+            states = np.asarray(obs, np.float32)
+            observations = {"state": states, **{c: np.stack(f) for c, f in frames.items()}} if cameras else states
+            eps.append(Episode(observations, np.asarray(acts, np.float32), np.asarray(rews, np.float64),
                                np.asarray(terms, bool), np.asarray(truncs, bool), infos={"success": np.asarray(succ, bool)},
                                seed=seed + i))
         spec = twin.spec()

@@ -56,6 +56,11 @@ class OnlineLearner:
         seed: sampling seed.
         pushed_weights_dir: if set, every pushed version is also saved as ``v<version>.npz``
             (for checking what an actor acted with).
+        pixels: the agent learns from the robot's camera frames (a pixel agent: ``batch.images()``
+            ``{"pixels/<camera>": uint8 (B, H, W, C)}`` beside the state ``(B, Ds)``): actors are asked for
+            their frames (``welcome``'s ``frames``), must send every camera of ``spec`` at its frame size, and
+            both buffers store each frame once (uint8, the replay buffer's image storage; ``demos`` must have
+            been built with the same ``image_shapes``).
 
     Raises:
         ConfigError: ``offline_ratio > 0`` without demonstrations, or bad periods.
@@ -66,8 +71,9 @@ class OnlineLearner:
                  offline_ratio: float = 0.5, warmup: int = 256, updates_per_transition: float = 1.0,
                  push_period_s: float = 2.0, checkpoint_every_s: float = 30.0, interventions_to_demos: bool = True,
                  reward_scale: float = 1.0, reward_bias: float = 0.0, max_actors: int = 4, gamma: float = 0.99,
-                 seed: int = 0, pushed_weights_dir: str | os.PathLike | None = None):
+                 seed: int = 0, pushed_weights_dir: str | os.PathLike | None = None, pixels: bool = False):
         from robotrl.data.mixing import MixedSampler
+        from robotrl.real_robot.online_pixels import camera_shapes
 
         if offline_ratio > 0 and demos is None:
             raise ConfigError(f"offline_ratio={offline_ratio} needs a demonstration buffer (it may start empty and "
@@ -79,8 +85,15 @@ class OnlineLearner:
         self.run_dir = Path(run_dir)
         self.ckpt_path = self.run_dir / "checkpoints" / "latest.pt"
         self.demos = demos
+        self.pixels = bool(pixels)
+        if self.pixels and not spec.cameras:
+            raise ConfigError(f"a pixel learner needs a robot with cameras; {spec.name} has none")
+        self.image_shapes = {k: tuple(v) for k, v in camera_shapes(spec.cameras).items()} if self.pixels else {}
+        if self.pixels and demos is not None and demos.image_shapes != self.image_shapes:
+            raise ConfigError(f"the demonstration buffer stores cameras {demos.image_shapes}, the robot sends "
+                              f"{self.image_shapes}; build it with the robot's cameras")
         self.online = ReplayBuffer(online_capacity, self.do, self.da, gamma=gamma, num_envs=max_actors, seed=seed,
-                                   device=getattr(agent, "device", "cpu"))
+                                   device=getattr(agent, "device", "cpu"), image_shapes=self.image_shapes or None)
         self.online_keys = np.full((online_capacity, 2), -1, np.int64)  # (episode, step) per online slot, for audits
         self.sampler = MixedSampler(demos if demos is not None else self.online, self.online, offline_ratio)
         self.batch_size, self.utd = int(batch_size), int(utd)
@@ -201,11 +214,23 @@ class OnlineLearner:
                               f"trains for {self.spec.name} with Do={self.do}, Da={self.da}: start the learner with the "
                               "actor's robot config"})
                 return
+            if self.pixels:
+                from robotrl.real_robot.online_pixels import camera_shapes, mismatch
+
+                diff = mismatch(camera_shapes(spec.cameras), self.image_shapes)
+                if diff:
+                    self.ep.reply(actor, "error", {"code": "spec_mismatch", "text":
+                                  f"actor robot {spec.name} sends cameras {diff[0]} ({{key: [H, W, C]}}); this learner "
+                                  f"trains a pixel policy on {diff[1]}: start the actor with the learner's cameras and "
+                                  "frame size (for the twin robot.cameras=[...] robot.image_size=N), or the learner "
+                                  "with the actor's robot config and demonstrations recorded with its cameras"})
+                    return
             if self._slot(actor) is None:
                 self.ep.reply(actor, "error", {"code": "too_many_actors", "text":
                               f"this learner serves max_actors={self.max_actors}; raise it"})
                 return
-            self.ep.reply(actor, "welcome", {"have": self.durable.get(actor, -1), "version": self.version})
+            self.ep.reply(actor, "welcome", {"have": self.durable.get(actor, -1), "version": self.version,
+                                             "frames": self.pixels})
             self._pushed.pop(actor, None)
             self.push(only=actor)
         elif t == "batch":
@@ -213,7 +238,7 @@ class OnlineLearner:
                 self.ep.reply(actor, "error", {"code": "hello_first", "text": "say hello first (learner restarted)"})
                 return
             try:
-                check_batch(b, self.do, self.da)
+                check_batch(b, self.do, self.da, self.spec.cameras if self.pixels else ())
             except ProtocolError as exc:
                 self.ep.reply(actor, "error", {"code": "bad_batch", "text": str(exc)})
                 return
@@ -238,6 +263,11 @@ class OnlineLearner:
         slot = self.slots[actor]
         idx = np.flatnonzero(keep)
         r = (self.reward_scale * b["reward"] + self.reward_bias).astype(np.float32)
+        cams = [k[len("pixels/"):] for k in self.image_shapes]  # the batch's frames/<camera> → the agent's pixels/<camera>
+
+        def frames(prefix: str, i: int) -> dict | None:
+            return {f"pixels/{c}": b[f"{prefix}/{c}"][i:i + 1] for c in cams} if cams else None
+
         for i in idx:  # rows in order: the buffer links each actor's steps into episodes
             last = self.dedup.last.get(actor)
             if last is not None and int(b["episode"][i]) != last[0] and self._open_ep.get(actor) is not None:
@@ -249,13 +279,14 @@ class OnlineLearner:
                 acc = self._ep_acc.pop(actor, {})
                 self.episode_log.append({"actor": actor, "episode": last[0], **acc, "ingested": self.ingested, "cut": True})
             pos = self.online.ptr
+            imgs, next_imgs = frames("frames", i), frames("next_frames", i)
             self.online.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i], b["truncated"][i],
-                            env_ids=[slot])
+                            env_ids=[slot], images=imgs, next_images=next_imgs)
             self.online_keys[pos] = (b["episode"][i], b["step"][i])
             interv = bool(b["intervention"][i])
             if interv and self.interventions_to_demos and self.demos is not None:
                 self.demos.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i],
-                               b["truncated"][i], env_ids=[slot])
+                               b["truncated"][i], env_ids=[slot], images=imgs, next_images=next_imgs)
                 self.interventions += 1
             elif interv:
                 self.interventions += 1
@@ -329,7 +360,8 @@ class OnlineLearner:
         return m
 
     def push(self, only: str | None = None) -> int:
-        """Send the current policy weights to every actor (or ``only`` one) that lacks them; returns how many got them."""
+        """Send the current policy weights to every accepted actor (or ``only`` one) that lacks them; returns how many
+        got them. An actor refused at ``hello`` (another robot spec or cameras) gets none."""
         from robotrl.policy import policy_state
 
         if self._policy_changed:
@@ -347,7 +379,7 @@ class OnlineLearner:
             if self.pushed_weights_dir is not None:
                 save_arrays(self.pushed_weights_dir / f"v{self.version}.npz", dict(zip(names, arrays)))
         sent = 0
-        for actor in ([only] if only else list(self.ep.peers)):
+        for actor in ([only] if only else [a for a in self.ep.peers if a in self.slots]):  # greeted and accepted only
             if self._pushed.get(actor) == self.version:
                 continue
             if self.ep.reply(actor, "weights", {**self._payload, "sent_at": time.time()}):

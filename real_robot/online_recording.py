@@ -23,9 +23,10 @@ class EpisodeRecorder:
     ``success``, ``learner_connected``, ``weights_version``, ``n`` (link index), ``step``,
     ``time``, ``rtt_s``, ``jitter_s``. A robot with cameras (:attr:`RobotSpec.cameras`) adds
     ``frames_<camera>`` uint8 ``(T+1, H, W, C)`` (each step's frames, then the final observation's),
-    taken from the rows: the episode's first row carries ``images`` (the reset's frames) and every
-    row ``next_images`` (``{camera: uint8 (H, W, C)}``), in the journal too, so a recovered episode
-    keeps them; :meth:`to_minari` writes them as ``Dict`` observations ``{"state", "<camera>"}``
+    taken from the rows: every row carries ``images`` and ``next_images`` (``{camera: uint8 (H, W, C)}``,
+    the frames taken with ``obs`` and ``next_obs``; the learner link sends both to a pixel learner). The journal
+    keeps each frame once (the first row's ``images``, every row's ``next_images``; :meth:`recover` gives each
+    recovered row its ``images`` back from its predecessor), so a recovered episode keeps them; :meth:`to_minari` writes them as ``Dict`` observations ``{"state", "<camera>"}``
     like :func:`robotrl.real_robot.recording.to_episode`.
     """
 
@@ -35,6 +36,7 @@ class EpisodeRecorder:
         self.spec = spec
         self.journal_path = Path(directory) / "current.journal"
         self._journal = None
+        self._journal_rows = 0
 
     # The episode in progress goes to an append-only journal (length-prefixed msgpack records,
     # written through to the OS at every step), so a killed actor loses no step it took:
@@ -45,22 +47,27 @@ class EpisodeRecorder:
 
         if self._journal is None:
             self._journal = open(self.journal_path, "ab")
+            self._journal_rows = 0
+        if self._journal_rows and row.get("images") is not None:  # a row's frames are its predecessor's next ones
+            row = {k: v for k, v in row.items() if k != "images"}
+        self._journal_rows += 1
         payload = encode({"v": 2, "type": "step", "dir": "req", "src": "journal", "dst": "", "epoch": "", "seq": 0,
                           "ts": time.time(), "body": row})
         self._journal.write(len(payload).to_bytes(4, "little") + payload)
         self._journal.flush()
 
     def _read_journal(self) -> list[dict]:
-        from robotrl.real_robot.learner_link import link_limits
+        from robotrl.real_robot.learner_link import camera_link_limits, link_limits
         from robotrl.real_robot.protocol import decode
 
+        limits = camera_link_limits(self.spec.cameras, link_limits())
         data, rows, i = self.journal_path.read_bytes(), [], 0
         while i + 4 <= len(data):
             n = int.from_bytes(data[i:i + 4], "little")
             if i + 4 + n > len(data):
                 break  # the record being written when the process died
             try:
-                rows.append(decode(data[i + 4:i + 4 + n], link_limits())["body"])
+                rows.append(decode(data[i + 4:i + 4 + n], limits)["body"])
             except ProtocolError:
                 break
             i += 4 + n
@@ -73,6 +80,9 @@ class EpisodeRecorder:
         if not self.journal_path.exists():
             return []
         rows = self._read_journal()
+        for prev, row in zip(rows, rows[1:]):  # each frame was journaled once: a row's are its predecessor's next
+            if row.get("images") is None and prev.get("next_images") is not None:
+                row["images"] = prev["next_images"]
         if rows:
             rows[-1]["truncated"] = True
             self.write(int(rows[0]["episode"]), rows, np.asarray(rows[-1]["next_obs"], np.float32), None)
