@@ -4,8 +4,9 @@ What travels and how it is checked, independent of the sockets: the transition c
 ``batch`` message (:data:`TRANSITION_FIELDS`, :func:`stack_transitions`, :func:`check_batch`; a camera robot's frames as
 ``frames/<camera>`` and ``next_frames/<camera>`` uint8 ``(n, H, W, C)`` beside them, :func:`frame_fields`),
 weights as named arrays (:func:`state_to_arrays`, :func:`arrays_to_state`; never pickles),
-the link's size limits (:func:`link_limits`, raised deliberately for frames by :func:`camera_link_limits`), the learner's per-actor de-duplication
-(:class:`Dedup`) and the actor's spill directory of unacknowledged batches (:class:`SpillQueue`).
+the link's size limits (:func:`link_limits`, raised deliberately for frames by :func:`camera_link_limits`),
+the learner's per-actor de-duplication (:class:`Dedup`) and the actor's spill directory of
+unacknowledged batches (:class:`SpillQueue`).
 """
 
 from __future__ import annotations

@@ -62,7 +62,18 @@ def _stop_flag() -> dict:
 
 # ----------------------------------------------------------------------------- learner
 def build_learner(cfg: DictConfig):
-    """The :class:`~robotrl.real_robot.online.OnlineLearner` of config ``cfg`` (bound, resumed or warm-started)."""
+    """The :class:`~robotrl.real_robot.online.OnlineLearner` of config ``cfg`` (bound, resumed or warm-started).
+
+    A pixel agent (``cfg.agent.pixels``: ``rlpd-pixels``, ``residual-offpolicy-pixels``) is built as ``robotrl train``
+    builds it (:func:`robotrl.experiment_pixels._instantiate_agent`) for the robot's cameras ``{"pixels/<camera>":
+    (H, W, C)}``, state ``Ds = Do`` and actions ``Da``; its buffers store the frames.
+
+    Raises:
+        ConfigError: a pixel agent on a robot without cameras, demonstrations without frames or with other
+            cameras / frame sizes (:func:`~robotrl.real_robot.online_pixels.check_demo_cameras`), a residual
+            without a base or with one that does not fit, unbounded actions.
+        SpaceMismatchError: demonstrations of another ``Do`` / ``Da``.
+    """
     import dataclasses
 
     import torch

@@ -26,8 +26,9 @@ class EpisodeRecorder:
     taken from the rows: every row carries ``images`` and ``next_images`` (``{camera: uint8 (H, W, C)}``,
     the frames taken with ``obs`` and ``next_obs``; the learner link sends both to a pixel learner). The journal
     keeps each frame once (the first row's ``images``, every row's ``next_images``; :meth:`recover` gives each
-    recovered row its ``images`` back from its predecessor), so a recovered episode keeps them; :meth:`to_minari` writes them as ``Dict`` observations ``{"state", "<camera>"}``
-    like :func:`robotrl.real_robot.recording.to_episode`.
+    recovered row its ``images`` back from its predecessor), so a recovered episode keeps them;
+    :meth:`to_minari` writes them as ``Dict`` observations ``{"state", "<camera>"}`` like
+    :func:`robotrl.real_robot.recording.to_episode`.
     """
 
     def __init__(self, directory: str | os.PathLike, spec: RobotSpec):

@@ -257,6 +257,21 @@ def test_pixel_rlpd_learner_and_actor_on_the_camera_twin(tmp_path):
     summary = json.loads((tmp_path / "actor" / "summary.json").read_text())
     assert summary["drained"]
 
+    # 3. a learner started again on the run directory resumes with the same frames and the pixel agent's weights
+    from robotrl.real_robot.online_cli import build_learner
+
+    again, resumed, _ = build_learner(_compose([a for a in _learner_args(tmp_path, 0, key, SMALL_PIXELS, [f"demos={demos}"])[1:]
+                                                if not a.startswith("endpoint=")] + ["endpoint=tcp://127.0.0.1:0"]))
+    try:
+        assert resumed and again.online.size == n and again.pixels
+        np.testing.assert_array_equal(again.online.frames["pixels/topdown"][:n], on["frames/pixels/topdown"])
+        saved = ck["policy"]["state_dict"]
+        assert any(k.startswith("encoder.") for k in saved)
+        for k, v in again.agent.policy.state_dict().items():
+            np.testing.assert_array_equal(v.numpy(), saved[k].numpy())
+    finally:
+        again.ep.close()
+
 
 @pytest.mark.slow
 def test_state_agent_on_the_camera_robot_ignores_the_frames(tmp_path):
