@@ -80,9 +80,10 @@ def build_learner(cfg: DictConfig):
     from hydra.utils import instantiate
 
     from robotrl.data.dataset import load_dataset
-    from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+    from robotrl.data.normalizer import ActionScaler
     from robotrl.data.replay import ReplayBuffer
     from robotrl.errors import SpaceMismatchError
+    from robotrl.experiment_parts import observation_normalizer
     from robotrl.real_robot.factory import make_robot
     from robotrl.real_robot.learner_link import LearnerEndpoint, camera_link_limits, link_limits
     from robotrl.real_robot.online import OnlineLearner
@@ -121,8 +122,7 @@ def build_learner(cfg: DictConfig):
             data = with_policy_cameras(data)
         else:
             data = drop_frames(data)  # a state agent learns from the flat observations only
-    obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip")) \
-        if data is not None else ObservationNormalizer.identity(do)
+    obs_norm = observation_normalizer(data, do, cfg.agent.model.get("obs_clip"))
     low, high = spec.action.low_array, spec.action.high_array
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
         raise ConfigError(f"robot {spec.name} has unbounded actions; the policy needs bounds (set them in the robot config)")

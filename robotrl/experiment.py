@@ -18,10 +18,10 @@ import gymnasium as gym
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.data import ObservationNormalizer, ReplayBuffer, check_spaces, load_dataset
+from robotrl.data import ReplayBuffer, check_spaces, load_dataset
 from robotrl.data.dataset import OfflineData, resolve_dataset_path
 from robotrl.errors import ConfigError, DatasetNotFoundError
-from robotrl.experiment_parts import action_scaler_for, offline_buffer, reward_transform
+from robotrl.experiment_parts import action_scaler_for, observation_normalizer, offline_buffer, reward_transform
 from robotrl.trainer import Trainer, TrainerConfig
 from robotrl.utils import resolve_device, set_seed
 
@@ -434,10 +434,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         check_spaces(data, info.observation_space, info.action_space)
     obs_dim, action_dim = info.obs_dim, info.action_dim
 
-    if data is not None:
-        obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip"))
-    else:
-        obs_norm = ObservationNormalizer.identity(obs_dim)
+    obs_norm = observation_normalizer(data, obs_dim, cfg.agent.model.get("obs_clip"), cfg.dataset.get("obs_std_floor"))
     action_scaler = action_scaler_for(info.action_space, data)
 
     agent = instantiate(cfg.agent.model, obs_dim=obs_dim, action_dim=action_dim, obs_normalizer=obs_norm,

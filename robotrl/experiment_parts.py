@@ -11,9 +11,18 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from robotrl.data import ActionScaler, ReplayBuffer
+from robotrl.data import ActionScaler, ObservationNormalizer, ReplayBuffer
 from robotrl.data.dataset import OfflineData
 from robotrl.trainer import TrainerConfig
+
+
+def observation_normalizer(data: OfflineData | None, dim: int, clip: float | None,
+                           std_floor: float | None = None) -> ObservationNormalizer:
+    """The agents' observation normaliser ``(Do,)``: the data's statistics (std floored at ``std_floor``, the dataset
+    config's ``obs_std_floor``), values clamped to ``±clip`` (``agent.model.obs_clip``); identity without data."""
+    if data is None:
+        return ObservationNormalizer.identity(dim)
+    return ObservationNormalizer.from_data(data.observations, clip=clip, std_floor=std_floor)
 
 
 def action_scaler_for(action_space: gym.Space, data: OfflineData | None) -> ActionScaler:

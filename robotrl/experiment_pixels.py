@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.data import ObservationNormalizer, check_spaces, load_dataset
+from robotrl.data import check_spaces, load_dataset
 from robotrl.data.dataset import OfflineData
 from robotrl.data.spaces import flat_dim, split_images
 from robotrl.errors import ConfigError, RobotRLError
-from robotrl.experiment_parts import action_scaler_for, offline_buffer, reward_transform
+from robotrl.experiment_parts import action_scaler_for, observation_normalizer, offline_buffer, reward_transform
 from robotrl.runner import Runner
 from robotrl.utils import resolve_device, set_seed
 
@@ -225,10 +225,8 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
         check_spaces(data, split_images(space)[0], action_space)
     layout = pixel_layout(space)
     state_dim, action_dim = layout.state_dim, flat_dim(action_space)
-    obs_norm = None
-    if state_dim:
-        obs_norm = ObservationNormalizer.from_data(data.observations, clip=cfg.agent.model.get("obs_clip")) \
-            if data is not None else ObservationNormalizer.identity(state_dim)
+    obs_norm = observation_normalizer(data, state_dim, cfg.agent.model.get("obs_clip"),
+                                      cfg.dataset.get("obs_std_floor")) if state_dim else None
     agent = _instantiate_agent(cfg.agent.model, image_shapes={k: list(v) for k, v in layout.image_shapes.items()},
                                state_dim=state_dim, action_dim=action_dim, obs_normalizer=obs_norm,
                                action_scaler=action_scaler_for(action_space, data),

@@ -211,3 +211,21 @@ def test_terminate_at_success_cuts_nstep_returns_of_demos_that_go_on_after_succe
     assert terminate_at_success(buf, 1.0) == 3
     after = buf.sample(1, n_step=3, indices=np.array([1]))
     assert bool(after.terminated[0]) and float(after.rewards[0]) == pytest.approx(0.9)  # stops at the success
+
+
+@pytest.mark.parametrize("floor", ["default", "null"])
+def test_fetch_datasets_floor_the_bc_base_observation_std(tmp_path, monkeypatch, floor):
+    """The Fetch dataset configs' ``obs_std_floor`` (0.1) reaches the normaliser `robotrl train` builds from real
+    scripted demos, where the finger width barely varies; ``dataset.obs_std_floor=null`` keeps the raw statistics."""
+    from robotrl.experiment import build_trainer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    over = ["experiment=residual-base", "env=fetch-push", "dataset=fetch-push-noisy-20ep",
+            "dataset.id=robotrl/fetch-push/noisy-3ep-floor-test-v0", "dataset.recipe_args.num_episodes=3",
+            "+dataset.recipe_args.ref_episodes=1", "trainer.offline_steps=1", "trainer.progress=false"]
+    cfg = _compose(over + ([] if floor == "default" else ["dataset.obs_std_floor=null"]))
+    std = build_trainer(cfg, tmp_path / "run").agent.policy.obs_normalizer.std.numpy()
+    if floor == "default":
+        assert std.min() >= 0.1 - 1e-7
+    else:
+        assert std.min() < 0.01  # a finger dimension: the statistics the floor protects against

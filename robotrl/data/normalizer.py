@@ -33,11 +33,18 @@ class ObservationNormalizer(nn.Module):
         self.clip = clip
 
     @classmethod
-    def from_data(cls, observations: np.ndarray, **kw) -> "ObservationNormalizer":
-        """Statistics of ``observations (M, Do)``; constant features get ``std = 1``."""
+    def from_data(cls, observations: np.ndarray, *, std_floor: float | None = None, **kw) -> "ObservationNormalizer":
+        """Statistics of ``observations (M, Do)``; constant features get ``std = 1``.
+
+        ``std_floor``: raise every std to at least this (observation units; ResFiT's ``min_state_std`` 0.1), so a
+        dimension that barely varies in a few demonstrations (Fetch's finger width: std ~2e-4) does not normalise
+        to ``|z| >> 3`` when a policy leaves the demonstrated states. ``kw``: the constructor's (``clip``).
+        """
         obs = np.asarray(observations, np.float64).reshape(-1, observations.shape[-1])
         std = obs.std(0)
         std = np.where(std < 1e-6, 1.0, std)
+        if std_floor:
+            std = np.maximum(std, float(std_floor))
         return cls(obs.mean(0), std, **kw)
 
     @classmethod
