@@ -22,7 +22,11 @@ ONNX inputs ``state`` and ``image_0 .. image_{N-1}``). Their ``policy_meta.json`
 ``"kind": "pixels"``, ``cameras`` (``[{"name", "key", "shape": [H, W, C]}]`` in the ONNX input
 order; ``name`` is the robot camera the frames come from: the last ``/`` part of the key the
 policy was trained on, ``"pixels/topdown"`` -> ``"topdown"``) and ``state`` (``{"dim": Ds,
-"layout": {"keys", "shapes"} | null}``: the order of the entries of the flat state).
+"layout": {"keys", "shapes"} | null}``: the order of the entries of the flat state). A policy that stacks
+frames (``frame_stack = k > 1``, :mod:`robotrl.vision.stack`) takes each camera as uint8 ``(B, H, W, k·C)``:
+``frame_stack`` is in the metadata, ``cameras`` keep the robot's ``(H, W, C)``, and the
+:class:`DeployPolicy` keeps the last ``k`` frames itself (:meth:`DeployPolicy.reset` at episode starts, which
+:meth:`robotrl.real_robot.control.ChunkScheduler.reset` calls).
 
 Deploy side: :func:`load_deploy_policy` runs an export with onnxruntime or
 ``torch.jit.load``, or a training checkpoint through :func:`robotrl.policy.load_policy`
@@ -46,6 +50,7 @@ from torch import nn
 
 from robotrl.checkpoint import atomic_write
 from robotrl.errors import CheckpointError, ConfigError, SpaceMismatchError
+from robotrl.vision.stack import FrameHistory
 
 META = "policy_meta.json"
 TS_FILE = "policy.torchscript.pt"
@@ -154,7 +159,8 @@ def _export_pixel_policy(policy: nn.Module, out: Path, formats, opset: int) -> d
     cams = pixel_cameras(policy)
     spec = policy.spec()
     ds, da = int(policy.state_dim), int(policy.action_dim)
-    shapes = {c["key"]: tuple(c["shape"]) for c in cams}
+    stacked = policy.input_shapes()  # {key: (H, W, k·C)}: what forward takes
+    shapes = {c["key"]: stacked[c["key"]] for c in cams}
     out.mkdir(parents=True, exist_ok=True)
     paths = {"meta": out / META}
     if "torchscript" in formats:
@@ -165,8 +171,8 @@ def _export_pixel_policy(policy: nn.Module, out: Path, formats, opset: int) -> d
     layout = spec.get("state_layout")
     meta = {"kind": "pixels", "obs_dim": ds, "action_dim": da, "chunk_len": 1, "act_steps": 1,
             "source": f"{cls.__module__}.{cls.__qualname__}", "spec": spec, "cameras": cams,
-            "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
-            "inputs": {"state": ["B", ds], **{f"image_{i}": ["B", *c["shape"]] for i, c in enumerate(cams)}},
+            "frame_stack": int(policy.frame_stack), "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
+            "inputs": {"state": ["B", ds], **{f"image_{i}": ["B", *shapes[c["key"]]] for i, c in enumerate(cams)}},
             "outputs": {"actions": ["B", da]},
             "files": {k: v.name for k, v in paths.items() if k != "meta"}}
     _write_meta(out, meta)
@@ -180,7 +186,9 @@ class DeployPolicy:
     A pixel policy (``cameras`` not empty) takes the robot's
     :class:`~robotrl.real_robot.interface.Observation` instead: ``state (Do,)`` (``Do = Ds``, the
     policy's state size) and ``images {camera name: uint8 (H, W, C)}``, one frame per camera of
-    ``cameras`` (other cameras of the robot are ignored); ``Ta = Te = 1``.
+    ``cameras`` (other cameras of the robot are ignored); ``Ta = Te = 1``. With ``frame_stack = k > 1`` it keeps
+    the last ``k`` frames of each camera itself and hands ``batch_fn`` the stacks ``(1, H, W, k·C)``;
+    :meth:`reset` starts them afresh (an episode's first stack repeats its first frame).
 
     Attributes:
         obs_dim, action_dim, chunk_len, act_steps: ``Do``, ``Da``, ``Ta``, ``Te``.
@@ -188,6 +196,7 @@ class DeployPolicy:
         batch_fn: ``(B, Do) -> (B, Ta, Da)``; for a pixel policy
             ``(state (B, Do), {camera name: uint8 (B, H, W, C)}) -> (B, 1, Da)``.
         cameras: ``((name, (H, W, C)), ...)`` the policy reads (empty: a state policy).
+        frame_stack: ``k``, frames per camera a pixel policy reads.
     """
 
     obs_dim: int
@@ -197,6 +206,14 @@ class DeployPolicy:
     backend: str
     batch_fn: Callable[..., np.ndarray]
     cameras: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    frame_stack: int = 1
+
+    def __post_init__(self) -> None:
+        self._history = FrameHistory(self.frame_stack)
+
+    def reset(self) -> None:
+        """An episode starts: a frame-stacking pixel policy's history starts afresh (no-op otherwise)."""
+        self._history.reset()
 
     def __call__(self, obs) -> np.ndarray:
         """One observation -> chunk ``(Ta, Da)``.
@@ -211,6 +228,9 @@ class DeployPolicy:
         """
         if self.cameras:
             state, images = self._pixel_inputs(obs)
+            if self.frame_stack > 1:
+                stacks = self._history.push({k: torch.as_tensor(v) for k, v in images.items()})
+                images = {k: v.numpy() for k, v in stacks.items()}
             return self.batch_fn(state, images)[0]
         obs = np.asarray(getattr(obs, "state", obs), np.float32).reshape(1, -1)
         if obs.shape[1] != self.obs_dim:
@@ -304,7 +324,7 @@ def load_deploy_policy(path: str | os.PathLike, backend: str = "auto") -> Deploy
     else:
         fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE)
     return DeployPolicy(int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["chunk_len"]), int(meta["act_steps"]), backend,
-                        fn, cams)
+                        fn, cams, int(meta.get("frame_stack", 1)))
 
 
 def _onnx_fn(path: Path):
@@ -382,7 +402,7 @@ def _from_checkpoint(p: Path) -> DeployPolicy:
                 return policy(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy()[:, None]
 
         return DeployPolicy(int(policy.state_dim), int(policy.action_dim), 1, 1, "torch", pixel_fn,
-                            tuple((c["name"], tuple(c["shape"])) for c in cams))
+                            tuple((c["name"], tuple(c["shape"])) for c in cams), int(policy.frame_stack))
     wrapped = _ChunkOutput(policy).eval()
 
     def fn(obs):
