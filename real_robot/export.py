@@ -18,7 +18,9 @@ source class) next to ``policy.torchscript.pt`` and ``policy.onnx``.
 Pixel policies (:class:`robotrl.vision.frontend.PixelPolicyFrontend`: ``PixelBCPolicy`` of
 ``experiment=bc-pixels``, ``PixelSACPolicy`` of ``experiment=rlpd-pixels``) export through
 :mod:`robotrl.vision.export` (TorchScript ``forward(state (B, Ds), {key: uint8 (B, H, W, C)})``,
-ONNX inputs ``state`` and ``image_0 .. image_{N-1}``). Their ``policy_meta.json`` adds
+ONNX inputs ``state`` and ``image_0 .. image_{N-1}``; the pixel diffusion policy, ``experiment=diffusion-pixels``,
+through its ``export_module()``: the chunk ``(B, Ta, Da)`` with fixed noise, served ``Te`` actions per chunk as a
+state diffusion bundle is). Their ``policy_meta.json`` adds
 ``"kind": "pixels"``, ``cameras`` (``[{"name", "key", "shape": [H, W, C]}]`` in the ONNX input
 order; ``name`` is the robot camera the frames come from: the last ``/`` part of the key the
 policy was trained on, ``"pixels/topdown"`` -> ``"topdown"``) and ``state`` (``{"dim": Ds,
@@ -32,7 +34,8 @@ Deploy side: :func:`load_deploy_policy` runs an export with onnxruntime or
 ``torch.jit.load``, or a training checkpoint through :func:`robotrl.policy.load_policy`
 (``weights_only`` loading). Only load TorchScript files you trust: unlike ONNX they hold
 code. Every loader returns a :class:`DeployPolicy`: ``obs (Do,) -> chunk (Ta, Da)``, or for a
-pixel policy ``Observation (state (Ds,), images {camera: uint8 (H, W, C)}) -> chunk (1, Da)``;
+pixel policy ``Observation (state (Ds,), images {camera: uint8 (H, W, C)}) -> chunk (Ta, Da)`` (``Ta = 1`` but
+for the pixel diffusion policy);
 :func:`check_cameras` compares its cameras with a robot's before anything moves.
 """
 
@@ -163,17 +166,19 @@ def _export_pixel_policy(policy: nn.Module, out: Path, formats, opset: int) -> d
     shapes = {c["key"]: stacked[c["key"]] for c in cams}
     out.mkdir(parents=True, exist_ok=True)
     paths = {"meta": out / META}
+    module = policy.export_module() if hasattr(policy, "export_module") else policy  # a chunk with fixed noise
     if "torchscript" in formats:
-        paths["torchscript"] = export_pixel_torchscript(policy, out / TS_FILE, shapes, ds)
+        paths["torchscript"] = export_pixel_torchscript(module, out / TS_FILE, shapes, ds)
     if "onnx" in formats:
-        paths["onnx"] = export_pixel_onnx(policy, out / ONNX_FILE, shapes, ds, opset=opset)
+        paths["onnx"] = export_pixel_onnx(module, out / ONNX_FILE, shapes, ds, opset=opset)
+    ta, te = int(getattr(policy, "chunk_len", 1)), int(getattr(policy, "act_steps", 1))
     cls = type(policy)
     layout = spec.get("state_layout")
-    meta = {"kind": "pixels", "obs_dim": ds, "action_dim": da, "chunk_len": 1, "act_steps": 1,
+    meta = {"kind": "pixels", "obs_dim": ds, "action_dim": da, "chunk_len": ta, "act_steps": te,
             "source": f"{cls.__module__}.{cls.__qualname__}", "spec": spec, "cameras": cams,
             "frame_stack": int(policy.frame_stack), "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
             "inputs": {"state": ["B", ds], **{f"image_{i}": ["B", *shapes[c["key"]]] for i, c in enumerate(cams)}},
-            "outputs": {"actions": ["B", da]},
+            "outputs": {"actions": ["B", ta, da] if hasattr(policy, "export_module") else ["B", da]},
             "files": {k: v.name for k, v in paths.items() if k != "meta"}}
     _write_meta(out, meta)
     return paths
@@ -186,7 +191,7 @@ class DeployPolicy:
     A pixel policy (``cameras`` not empty) takes the robot's
     :class:`~robotrl.real_robot.interface.Observation` instead: ``state (Do,)`` (``Do = Ds``, the
     policy's state size) and ``images {camera name: uint8 (H, W, C)}``, one frame per camera of
-    ``cameras`` (other cameras of the robot are ignored); ``Ta = Te = 1``. With ``frame_stack = k > 1`` it keeps
+    ``cameras`` (other cameras of the robot are ignored); ``Ta = Te = 1`` but for a pixel diffusion export. With ``frame_stack = k > 1`` it keeps
     the last ``k`` frames of each camera itself and hands ``batch_fn`` the stacks ``(1, H, W, k·C)``;
     :meth:`reset` starts them afresh (an episode's first stack repeats its first frame).
 
@@ -194,9 +199,10 @@ class DeployPolicy:
         obs_dim, action_dim, chunk_len, act_steps: ``Do``, ``Da``, ``Ta``, ``Te``.
         backend: ``"onnx"``, ``"torchscript"`` or ``"torch"``.
         batch_fn: ``(B, Do) -> (B, Ta, Da)``; for a pixel policy
-            ``(state (B, Do), {camera name: uint8 (B, H, W, C)}) -> (B, 1, Da)``.
+            ``(state (B, Do), {camera name: uint8 (B, H, W, k·C)}) -> (B, Ta, Da)``.
         cameras: ``((name, (H, W, C)), ...)`` the policy reads (empty: a state policy).
         frame_stack: ``k``, frames per camera a pixel policy reads.
+        reset_fn: what :meth:`reset` also calls (a training checkpoint's ``policy.reset``).
     """
 
     obs_dim: int
@@ -207,13 +213,17 @@ class DeployPolicy:
     batch_fn: Callable[..., np.ndarray]
     cameras: tuple[tuple[str, tuple[int, ...]], ...] = ()
     frame_stack: int = 1
+    reset_fn: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self._history = FrameHistory(self.frame_stack)
 
     def reset(self) -> None:
-        """An episode starts: a frame-stacking pixel policy's history starts afresh (no-op otherwise)."""
+        """An episode starts: a frame-stacking pixel policy's history and a checkpoint policy's own per-episode
+        state (``reset_fn``: chunk queues of ``backend="torch"``) start afresh (no-op otherwise)."""
         self._history.reset()
+        if self.reset_fn is not None:
+            self.reset_fn()
 
     def __call__(self, obs) -> np.ndarray:
         """One observation -> chunk ``(Ta, Da)``.
@@ -354,7 +364,7 @@ def _onnx_pixel_fn(path: Path, keys: list[str]):
 
     def fn(state, images):
         feed = {"state": np.asarray(state, np.float32), **{f"image_{i}": np.asarray(images[n], np.uint8) for i, n in enumerate(names)}}
-        return sess.run(["actions"], feed)[0][:, None]
+        return _as_chunks(sess.run(["actions"], feed)[0])
 
     return fn
 
@@ -369,9 +379,14 @@ def _ts_pixel_fn(path: Path, keys: list[str]):
     def fn(state, images):
         with torch.no_grad():
             frames = {k: torch.as_tensor(np.asarray(images[n], np.uint8)) for k, n in zip(keys, names)}
-            return mod(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy()[:, None]
+            return _as_chunks(mod(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy())
 
     return fn
+
+
+def _as_chunks(actions: np.ndarray) -> np.ndarray:
+    """A pixel export's output as chunks ``(B, Ta, Da)``: actions ``(B, Da)`` are chunks of one."""
+    return actions if actions.ndim == 3 else actions[:, None]
 
 
 def _ts_fn(path: Path):
@@ -402,7 +417,8 @@ def _from_checkpoint(p: Path) -> DeployPolicy:
                 return policy(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy()[:, None]
 
         return DeployPolicy(int(policy.state_dim), int(policy.action_dim), 1, 1, "torch", pixel_fn,
-                            tuple((c["name"], tuple(c["shape"])) for c in cams), int(policy.frame_stack))
+                            tuple((c["name"], tuple(c["shape"])) for c in cams), int(policy.frame_stack),
+                            lambda: policy.reset())
     wrapped = _ChunkOutput(policy).eval()
 
     def fn(obs):
@@ -410,4 +426,5 @@ def _from_checkpoint(p: Path) -> DeployPolicy:
             return wrapped(torch.as_tensor(obs, dtype=torch.float32)).numpy()
 
     ta = int(fn(np.zeros((1, policy.obs_dim), np.float32)).shape[1])
-    return DeployPolicy(int(policy.obs_dim), int(policy.action_dim), ta, int(getattr(policy, "act_steps", ta) or ta), "torch", fn)
+    return DeployPolicy(int(policy.obs_dim), int(policy.action_dim), ta, int(getattr(policy, "act_steps", ta) or ta), "torch", fn,
+                        reset_fn=getattr(policy, "reset", None))
