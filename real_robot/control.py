@@ -91,8 +91,12 @@ class ChunkScheduler:
             self._pool.submit(self.infer, self._input(obs)).result()
 
     def reset(self) -> None:
-        """Forget queued actions (a pending inference is left to finish and discarded)."""
+        """Forget queued actions (a pending inference is left to finish and discarded); a policy with per-episode
+        state (``infer.reset``: a frame-stacking pixel policy) is reset on the worker thread, after that inference."""
         self._queue, self._pending = [], None
+        reset = getattr(self.infer, "reset", None)
+        if reset is not None:
+            self._pool.submit(reset)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -18,17 +18,24 @@ source class) next to ``policy.torchscript.pt`` and ``policy.onnx``.
 Pixel policies (:class:`robotrl.vision.frontend.PixelPolicyFrontend`: ``PixelBCPolicy`` of
 ``experiment=bc-pixels``, ``PixelSACPolicy`` of ``experiment=rlpd-pixels``) export through
 :mod:`robotrl.vision.export` (TorchScript ``forward(state (B, Ds), {key: uint8 (B, H, W, C)})``,
-ONNX inputs ``state`` and ``image_0 .. image_{N-1}``). Their ``policy_meta.json`` adds
+ONNX inputs ``state`` and ``image_0 .. image_{N-1}``; the pixel diffusion policy, ``experiment=diffusion-pixels``,
+through its ``export_module()``: the chunk ``(B, Ta, Da)`` with fixed noise, served ``Te`` actions per chunk as a
+state diffusion bundle is). Their ``policy_meta.json`` adds
 ``"kind": "pixels"``, ``cameras`` (``[{"name", "key", "shape": [H, W, C]}]`` in the ONNX input
 order; ``name`` is the robot camera the frames come from: the last ``/`` part of the key the
 policy was trained on, ``"pixels/topdown"`` -> ``"topdown"``) and ``state`` (``{"dim": Ds,
-"layout": {"keys", "shapes"} | null}``: the order of the entries of the flat state).
+"layout": {"keys", "shapes"} | null}``: the order of the entries of the flat state). A policy that stacks
+frames (``frame_stack = k > 1``, :mod:`robotrl.vision.stack`) takes each camera as uint8 ``(B, H, W, k·C)``:
+``frame_stack`` is in the metadata, ``cameras`` keep the robot's ``(H, W, C)``, and the
+:class:`DeployPolicy` keeps the last ``k`` frames itself (:meth:`DeployPolicy.reset` at episode starts, which
+:meth:`robotrl.real_robot.control.ChunkScheduler.reset` calls).
 
 Deploy side: :func:`load_deploy_policy` runs an export with onnxruntime or
 ``torch.jit.load``, or a training checkpoint through :func:`robotrl.policy.load_policy`
 (``weights_only`` loading). Only load TorchScript files you trust: unlike ONNX they hold
 code. Every loader returns a :class:`DeployPolicy`: ``obs (Do,) -> chunk (Ta, Da)``, or for a
-pixel policy ``Observation (state (Ds,), images {camera: uint8 (H, W, C)}) -> chunk (1, Da)``;
+pixel policy ``Observation (state (Ds,), images {camera: uint8 (H, W, C)}) -> chunk (Ta, Da)`` (``Ta = 1`` but
+for the pixel diffusion policy);
 :func:`check_cameras` compares its cameras with a robot's before anything moves.
 """
 
@@ -46,6 +53,7 @@ from torch import nn
 
 from robotrl.checkpoint import atomic_write
 from robotrl.errors import CheckpointError, ConfigError, SpaceMismatchError
+from robotrl.vision.stack import FrameHistory
 
 META = "policy_meta.json"
 TS_FILE = "policy.torchscript.pt"
@@ -154,20 +162,23 @@ def _export_pixel_policy(policy: nn.Module, out: Path, formats, opset: int) -> d
     cams = pixel_cameras(policy)
     spec = policy.spec()
     ds, da = int(policy.state_dim), int(policy.action_dim)
-    shapes = {c["key"]: tuple(c["shape"]) for c in cams}
+    stacked = policy.input_shapes()  # {key: (H, W, k·C)}: what forward takes
+    shapes = {c["key"]: stacked[c["key"]] for c in cams}
     out.mkdir(parents=True, exist_ok=True)
     paths = {"meta": out / META}
+    module = policy.export_module() if hasattr(policy, "export_module") else policy  # a chunk with fixed noise
     if "torchscript" in formats:
-        paths["torchscript"] = export_pixel_torchscript(policy, out / TS_FILE, shapes, ds)
+        paths["torchscript"] = export_pixel_torchscript(module, out / TS_FILE, shapes, ds)
     if "onnx" in formats:
-        paths["onnx"] = export_pixel_onnx(policy, out / ONNX_FILE, shapes, ds, opset=opset)
+        paths["onnx"] = export_pixel_onnx(module, out / ONNX_FILE, shapes, ds, opset=opset)
+    ta, te = int(getattr(policy, "chunk_len", 1)), int(getattr(policy, "act_steps", 1))
     cls = type(policy)
     layout = spec.get("state_layout")
-    meta = {"kind": "pixels", "obs_dim": ds, "action_dim": da, "chunk_len": 1, "act_steps": 1,
+    meta = {"kind": "pixels", "obs_dim": ds, "action_dim": da, "chunk_len": ta, "act_steps": te,
             "source": f"{cls.__module__}.{cls.__qualname__}", "spec": spec, "cameras": cams,
-            "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
-            "inputs": {"state": ["B", ds], **{f"image_{i}": ["B", *c["shape"]] for i, c in enumerate(cams)}},
-            "outputs": {"actions": ["B", da]},
+            "frame_stack": int(policy.frame_stack), "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
+            "inputs": {"state": ["B", ds], **{f"image_{i}": ["B", *shapes[c["key"]]] for i, c in enumerate(cams)}},
+            "outputs": {"actions": ["B", ta, da] if hasattr(policy, "export_module") else ["B", da]},
             "files": {k: v.name for k, v in paths.items() if k != "meta"}}
     _write_meta(out, meta)
     return paths
@@ -180,14 +191,18 @@ class DeployPolicy:
     A pixel policy (``cameras`` not empty) takes the robot's
     :class:`~robotrl.real_robot.interface.Observation` instead: ``state (Do,)`` (``Do = Ds``, the
     policy's state size) and ``images {camera name: uint8 (H, W, C)}``, one frame per camera of
-    ``cameras`` (other cameras of the robot are ignored); ``Ta = Te = 1``.
+    ``cameras`` (other cameras of the robot are ignored); ``Ta = Te = 1`` but for a pixel diffusion export. With ``frame_stack = k > 1`` it keeps
+    the last ``k`` frames of each camera itself and hands ``batch_fn`` the stacks ``(1, H, W, k·C)``;
+    :meth:`reset` starts them afresh (an episode's first stack repeats its first frame).
 
     Attributes:
         obs_dim, action_dim, chunk_len, act_steps: ``Do``, ``Da``, ``Ta``, ``Te``.
         backend: ``"onnx"``, ``"torchscript"`` or ``"torch"``.
         batch_fn: ``(B, Do) -> (B, Ta, Da)``; for a pixel policy
-            ``(state (B, Do), {camera name: uint8 (B, H, W, C)}) -> (B, 1, Da)``.
+            ``(state (B, Do), {camera name: uint8 (B, H, W, k·C)}) -> (B, Ta, Da)``.
         cameras: ``((name, (H, W, C)), ...)`` the policy reads (empty: a state policy).
+        frame_stack: ``k``, frames per camera a pixel policy reads.
+        reset_fn: what :meth:`reset` also calls (a training checkpoint's ``policy.reset``).
     """
 
     obs_dim: int
@@ -197,6 +212,18 @@ class DeployPolicy:
     backend: str
     batch_fn: Callable[..., np.ndarray]
     cameras: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    frame_stack: int = 1
+    reset_fn: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        self._history = FrameHistory(self.frame_stack)
+
+    def reset(self) -> None:
+        """An episode starts: a frame-stacking pixel policy's history and a checkpoint policy's own per-episode
+        state (``reset_fn``: chunk queues of ``backend="torch"``) start afresh (no-op otherwise)."""
+        self._history.reset()
+        if self.reset_fn is not None:
+            self.reset_fn()
 
     def __call__(self, obs) -> np.ndarray:
         """One observation -> chunk ``(Ta, Da)``.
@@ -211,6 +238,9 @@ class DeployPolicy:
         """
         if self.cameras:
             state, images = self._pixel_inputs(obs)
+            if self.frame_stack > 1:
+                stacks = self._history.push({k: torch.as_tensor(v) for k, v in images.items()})
+                images = {k: v.numpy() for k, v in stacks.items()}
             return self.batch_fn(state, images)[0]
         obs = np.asarray(getattr(obs, "state", obs), np.float32).reshape(1, -1)
         if obs.shape[1] != self.obs_dim:
@@ -304,7 +334,7 @@ def load_deploy_policy(path: str | os.PathLike, backend: str = "auto") -> Deploy
     else:
         fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE)
     return DeployPolicy(int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["chunk_len"]), int(meta["act_steps"]), backend,
-                        fn, cams)
+                        fn, cams, int(meta.get("frame_stack", 1)))
 
 
 def _onnx_fn(path: Path):
@@ -334,7 +364,7 @@ def _onnx_pixel_fn(path: Path, keys: list[str]):
 
     def fn(state, images):
         feed = {"state": np.asarray(state, np.float32), **{f"image_{i}": np.asarray(images[n], np.uint8) for i, n in enumerate(names)}}
-        return sess.run(["actions"], feed)[0][:, None]
+        return _as_chunks(sess.run(["actions"], feed)[0])
 
     return fn
 
@@ -349,9 +379,14 @@ def _ts_pixel_fn(path: Path, keys: list[str]):
     def fn(state, images):
         with torch.no_grad():
             frames = {k: torch.as_tensor(np.asarray(images[n], np.uint8)) for k, n in zip(keys, names)}
-            return mod(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy()[:, None]
+            return _as_chunks(mod(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy())
 
     return fn
+
+
+def _as_chunks(actions: np.ndarray) -> np.ndarray:
+    """A pixel export's output as chunks ``(B, Ta, Da)``: actions ``(B, Da)`` are chunks of one."""
+    return actions if actions.ndim == 3 else actions[:, None]
 
 
 def _ts_fn(path: Path):
@@ -382,7 +417,8 @@ def _from_checkpoint(p: Path) -> DeployPolicy:
                 return policy(torch.as_tensor(np.asarray(state, np.float32)), frames).numpy()[:, None]
 
         return DeployPolicy(int(policy.state_dim), int(policy.action_dim), 1, 1, "torch", pixel_fn,
-                            tuple((c["name"], tuple(c["shape"])) for c in cams))
+                            tuple((c["name"], tuple(c["shape"])) for c in cams), int(policy.frame_stack),
+                            lambda: policy.reset())
     wrapped = _ChunkOutput(policy).eval()
 
     def fn(obs):
@@ -390,4 +426,5 @@ def _from_checkpoint(p: Path) -> DeployPolicy:
             return wrapped(torch.as_tensor(obs, dtype=torch.float32)).numpy()
 
     ta = int(fn(np.zeros((1, policy.obs_dim), np.float32)).shape[1])
-    return DeployPolicy(int(policy.obs_dim), int(policy.action_dim), ta, int(getattr(policy, "act_steps", ta) or ta), "torch", fn)
+    return DeployPolicy(int(policy.obs_dim), int(policy.action_dim), ta, int(getattr(policy, "act_steps", ta) or ta), "torch", fn,
+                        reset_fn=getattr(policy, "reset", None))

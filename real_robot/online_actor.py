@@ -109,7 +109,8 @@ class PolicyHolder:
                 raise ConfigError("the pixel policy needs the robot's camera frames, and this observation carries none")
             from robotrl.real_robot.online_pixels import policy_images
 
-            imgs = {k: torch.as_tensor(np.array(v, np.uint8))[None] for k, v in policy_images(images).items()}
+            imgs = p.stack_frames({k: torch.as_tensor(np.array(v, np.uint8))[None]
+                                   for k, v in policy_images(images).items()})  # (1, H, W, k·C): its own history
             if self.explore and hasattr(p, "actor") and hasattr(p.actor, "sample"):  # pixel SAC / RLPD
                 a, _ = p.actor.sample(p.features(x, imgs), self.gen)
                 y = p.action_scaler.unnormalize(a)
@@ -129,6 +130,11 @@ class PolicyHolder:
         else:
             y = p(x)
         return y[0].numpy().astype(np.float32)
+
+    def reset(self) -> None:
+        """An episode starts: the policy's per-episode state (a pixel policy's frame stack, a chunk queue) starts afresh."""
+        if self.policy is not None:
+            self.policy.reset()
 
 
 @dataclass
@@ -243,6 +249,7 @@ class OnlineActor:
         reset_steps = self.reset.steps
         obs = self.reset.run(self.robot, self.seed + ep, teleop=self.teleop, period_s=self.period)
         reset_steps = self.reset.steps - reset_steps
+        self.holder.reset()
         if hasattr(self.teleop, "new_episode"):
             self.teleop.new_episode(ep)
         rows: list[dict] = []

@@ -146,7 +146,8 @@ def build_learner(cfg: DictConfig):
     n_demo = data.num_transitions if data is not None else 0
     shapes = {k: tuple(v) for k, v in image_shapes.items()} if image_shapes else None
     demos = ReplayBuffer(n_demo + int(cfg.intervention_capacity), do, da, gamma=gamma, num_envs=int(cfg.max_actors),
-                         device=device, seed=int(cfg.seed) + 1, image_shapes=shapes)
+                         device=device, seed=int(cfg.seed) + 1, image_shapes=shapes,
+                         frame_stack=int(getattr(agent, "frame_stack", 1)))
     if data is not None:
         if (r_scale, r_bias) != (1.0, 0.0):
             data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))

@@ -93,7 +93,8 @@ class OnlineLearner:
             raise ConfigError(f"the demonstration buffer stores cameras {demos.image_shapes}, the robot sends "
                               f"{self.image_shapes}; build it with the robot's cameras")
         self.online = ReplayBuffer(online_capacity, self.do, self.da, gamma=gamma, num_envs=max_actors, seed=seed,
-                                   device=getattr(agent, "device", "cpu"), image_shapes=self.image_shapes or None)
+                                   device=getattr(agent, "device", "cpu"), image_shapes=self.image_shapes or None,
+                                   frame_stack=int(getattr(agent, "frame_stack", 1)))  # stacks by index, per actor
         self.online_keys = np.full((online_capacity, 2), -1, np.int64)  # (episode, step) per online slot, for audits
         self.sampler = MixedSampler(demos if demos is not None else self.online, self.online, offline_ratio)
         self.batch_size, self.utd = int(batch_size), int(utd)

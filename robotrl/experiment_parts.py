@@ -47,7 +47,8 @@ def reward_transform(agent_cfg: DictConfig) -> tuple[float, float, float | None]
 
 def offline_buffer(agent_cfg: DictConfig, data: OfflineData | None, tcfg: TrainerConfig, device: torch.device,
                    seed: int) -> ReplayBuffer | None:
-    """The offline :class:`~robotrl.data.ReplayBuffer` (cameras included: frames stored once as uint8) with the
+    """The offline :class:`~robotrl.data.ReplayBuffer` (cameras included: frames stored once as uint8, transitions
+    sampled with stacks of ``agent.model.frame_stack`` frames) with the
     reward transform applied once (:func:`reward_transform`), or ``None`` when no phase reads offline rows
     (no dataset, ``offline_steps == 0`` and ``offline_ratio == 0``)."""
     if data is None or not (tcfg.offline_steps > 0 or tcfg.offline_ratio > 0):
@@ -56,4 +57,4 @@ def offline_buffer(agent_cfg: DictConfig, data: OfflineData | None, tcfg: Traine
     if (r_scale, r_bias) != (1.0, 0.0):
         data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))
     return ReplayBuffer.from_offline(data, gamma=float(agent_cfg.get("gamma", 0.99)), device=device, seed=seed,
-                                     mc_sparse_fill=fill)
+                                     mc_sparse_fill=fill, frame_stack=int((agent_cfg.get("model") or {}).get("frame_stack") or 1))

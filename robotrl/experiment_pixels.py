@@ -104,7 +104,9 @@ def camera_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, Any]
 
 #: ``agent.model`` keys that shape a pixel Q-learning agent's networks: a warm start needs them equal.
 PIXEL_ARCHITECTURE_KEYS = ("encoder", "pooling", "feature_dim", "channels", "hidden", "act", "critic_hidden",
-                           "num_critics", "critic_layer_norm", "obs_clip")
+                           "num_critics", "critic_layer_norm", "obs_clip", "frame_stack")
+#: the value of an architecture key a run written before the key existed had
+_ARCHITECTURE_DEFAULTS = {"frame_stack": 1}
 
 
 def check_pixel_warm_start(source: str | Path, agent_target: str, model: dict[str, Any],
@@ -143,7 +145,11 @@ def check_pixel_warm_start(source: str | Path, agent_target: str, model: dict[st
         key = "obs_dim" if name.startswith("state") else "action_dim"
         if derived.get(key) != mine:
             diff[name] = (derived.get(key), mine)
-    arch = {k: (theirs.get(k), model.get(k)) for k in PIXEL_ARCHITECTURE_KEYS if theirs.get(k) != model.get(k)}
+    arch = {}
+    for k in PIXEL_ARCHITECTURE_KEYS:
+        old, new = theirs.get(k, _ARCHITECTURE_DEFAULTS.get(k)), model.get(k, _ARCHITECTURE_DEFAULTS.get(k))
+        if old != new:
+            arch[k] = (old, new)
     if diff or arch:
         shown = {**diff, **{f"agent.model.{k}": v for k, v in arch.items()}}
         fixes = []

@@ -219,7 +219,8 @@ class OffPolicyLoop:
         return ReplayBuffer(min(self.cfg.online_buffer_size, max(self.cfg.online_steps, 1) * self.cfg.num_envs),
                             od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
                             seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
-                            image_shapes=layout.image_shapes if layout is not None else None)
+                            image_shapes=layout.image_shapes if layout is not None else None,
+                            frame_stack=int(getattr(self.agent, "frame_stack", 1)))
 
     def _online_phase(self, runner: Runner) -> None:
         cfg = self.cfg
@@ -234,6 +235,7 @@ class OffPolicyLoop:
         envs = self.make_train_envs()
         try:
             obs, _ = envs.reset(seed=self.seed + self.step)
+            self._episodes_start(np.arange(cfg.num_envs))
             resetting = np.zeros(cfg.num_envs, bool)
             while self.step < self.total:
                 obs, resetting = self._env_step(envs, obs, resetting)
@@ -257,8 +259,16 @@ class OffPolicyLoop:
         (s, im), (s2, im2) = self._split(obs, live), self._split(next_obs, live)
         self.online.add(s, actions[live], rew[live], s2, term[live], trunc[live], env_ids=live, images=im,
                         next_images=im2)
+        self._episodes_start(np.flatnonzero(resetting))  # those envs only reset: next_obs starts their episode
         self.step += 1
         return next_obs, term | trunc
+
+    def _episodes_start(self, env_ids: np.ndarray) -> None:
+        """Tell an agent that keeps per-env exploration state (a pixel agent's frame stacks: ``reset_explore``)
+        that the episodes of ``env_ids`` start with the observations the envs just returned."""
+        reset = getattr(self.agent, "reset_explore", None)
+        if reset is not None and env_ids.size:
+            reset(env_ids)
 
     def _online_updates(self, sampler) -> dict:
         """The updates due after an env step: the warmup updates once, then the UTD schedule's calls

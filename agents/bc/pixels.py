@@ -27,7 +27,7 @@ __all__ = ["PixelBCPolicy", "PixelBCAgent"]
 
 
 class PixelBCPolicy(PixelPolicyFrontend):
-    """``(state (B, Ds), {camera: uint8 (B, H, W, C)})`` raw -> ``(B, Da)`` raw action.
+    """``(state (B, Ds), {camera: uint8 (B, H, W, k·C)})`` raw -> ``(B, Da)`` raw action (``k = 1``: ``(B, H, W, C)``).
 
     Args:
         image_shapes: cameras ``{key: (H, W, C)}``.
@@ -40,16 +40,19 @@ class PixelBCPolicy(PixelPolicyFrontend):
         obs_clip: clamp the normalised state to ``±obs_clip``.
         state_layout: the env's state :class:`~robotrl.data.spaces.FlatLayout` JSON, so the policy
             also acts on raw ``Dict`` observations (:meth:`~robotrl.vision.frontend.PixelPolicyFrontend.act_observation`).
+        frame_stack: ``k`` frames per camera: ``forward`` then takes uint8 ``(B, H, W, k·C)`` stacks
+            (:mod:`robotrl.vision.stack`).
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int,
                  hidden: Sequence[int] = (256, 256), *, act: str = "relu", gaussian: bool = False, layer_norm: bool = False,
                  encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 obs_clip: float | None = 10.0, state_layout: str | None = None):
+                 obs_clip: float | None = 10.0, state_layout: str | None = None, frame_stack: int = 1):
         super().__init__(image_shapes, state_dim, action_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
                          channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
-                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout, hidden=[int(h) for h in hidden], act=act,
+                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout, frame_stack=frame_stack,
+                         hidden=[int(h) for h in hidden], act=act,
                          gaussian=bool(gaussian), layer_norm=bool(layer_norm))
         self.actor = BCActor(self.encoder.out_dim, action_dim, hidden, act=act, gaussian=gaussian, layer_norm=layer_norm)
 
@@ -73,7 +76,7 @@ class PixelBCAgent:
         lr, weight_decay, max_grad_norm: AdamW settings.
         device, seed: torch device; seed of the exploration noise.
         policy_kwargs: the :class:`PixelBCPolicy` architecture (``encoder``, ``pooling``,
-            ``augment_pad``, ``hidden``, ...).
+            ``augment_pad``, ``hidden``, ``frame_stack``, ...).
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, *,
@@ -84,6 +87,7 @@ class PixelBCAgent:
         self.policy = PixelBCPolicy(image_shapes, state_dim, action_dim, **policy_kwargs)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device)
+        self.frame_stack = self.policy.frame_stack
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
         self.max_grad_norm, self.explore_std = max_grad_norm, explore_std
@@ -105,7 +109,8 @@ class PixelBCAgent:
 
     @torch.no_grad()
     def act(self, state: np.ndarray, images: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Deterministic raw actions for NumPy inputs ``(N, Ds)`` and ``{key: uint8 (N, H, W, C)}``."""
+        """Deterministic raw actions for NumPy inputs ``(N, Ds)`` and ``{key: uint8 (N, H, W, k·C)}`` (stacked frames,
+        as :meth:`PixelBCPolicy.forward` takes them)."""
         self.policy.eval()
         s = torch.as_tensor(np.asarray(state, np.float32), device=self.device)
         imgs = {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in images.items()}

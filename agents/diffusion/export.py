@@ -9,7 +9,9 @@ therefore a plain function ``obs (B, Do) -> chunk (B, Ta, Da)`` (raw units, norm
 inside) that :func:`robotrl.real_robot.export.export_policy` traces. For a batch of one
 it equals :func:`~robotrl.agents.diffusion.sampling.sample_chain` with a generator
 seeded like the export (the tests check this); DPPO policies export their fine-tuned
-steps because the chain asks ``policy.net_for_step(i)``.
+steps because the chain asks ``policy.net_for_step(i)``. The pixel diffusion policy's export
+(:class:`robotrl.agents.diffusion.pixels.PixelDiffusionChunkExport`) runs the same chain
+(:meth:`DiffusionChunkExport.chunk`) on its image features.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import torch
 from torch import nn
 
 from robotrl.agents.diffusion.sampling import chain_timesteps, step_mean_std
-
 
 
 def check_single_observation(policy: nn.Module) -> None:
@@ -30,6 +31,7 @@ def check_single_observation(policy: nn.Module) -> None:
     if policy.To != 1:
         raise ValueError(f"export takes one observation per row; this policy conditions on To={policy.To} "
                          "observations: keep To=1 for exported policies or deploy the checkpoint with backend=torch")
+
 
 class DiffusionChunkExport(nn.Module):
     """``obs (B, Do) -> chunk (B, Ta, Da)`` with fixed noise (see module doc).
@@ -63,12 +65,15 @@ class DiffusionChunkExport(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``(B, Do)`` raw → ``(B, Ta, Da)`` raw actions."""
-        cond = self.policy.condition(obs[:, None])
-        x = self.x_n.expand(obs.shape[0], -1, -1)
+        return self.chunk(self.policy.condition(obs[:, None]))
+
+    def chunk(self, cond: torch.Tensor) -> torch.Tensor:
+        """The fixed-noise chain on a normalised condition ``(B, To, Do)`` → raw chunk ``(B, Ta, Da)``."""
+        x = self.x_n.expand(cond.shape[0], -1, -1)
         n = len(self.ks)
         for i in range(n):
-            k = torch.full_like(obs[:, 0], self.ks[i]).long()
-            kp = torch.full_like(obs[:, 0], self.ks_prev[i]).long()
+            k = torch.full_like(cond[:, 0, 0], self.ks[i]).long()
+            kp = torch.full_like(cond[:, 0, 0], self.ks_prev[i]).long()
             mean, std = step_mean_std(self.policy.schedule, self.nets[i], x, k, kp, cond, self.sampler, self.eta)
             if i == n - 1:
                 x = mean

@@ -16,6 +16,10 @@ Training (:class:`PixelDiffusionAgent`): ``(To, Ta)`` windows from the camera bu
 deployed :class:`PixelDiffusionPolicy` is the EMA of encoder and denoiser together. It takes the raw inputs
 (``forward(state (N, Ds), {camera: uint8 (N, H, W, C)}) -> (N, Da)``, once per env step; raw ``Dict``
 observations through ``act_observation``) with the state normaliser, frame scaling and action scaler inside.
+
+Export (``robotrl export``): :meth:`PixelDiffusionPolicy.export_module` is the chunk with fixed noise,
+``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, Ta, Da)`` (:class:`PixelDiffusionChunkExport`; ``To = 1``),
+traced to TorchScript and ONNX with image inputs; a deploy bundle of it serves ``Te`` actions per chunk.
 """
 
 from __future__ import annotations
@@ -25,15 +29,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
+from robotrl.agents.diffusion.export import DiffusionChunkExport
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import ConfigError
 from robotrl.vision.frontend import PixelPolicyFrontend
 
-__all__ = ["PixelDiffusionPolicy", "PixelDiffusionAgent"]
+__all__ = ["PixelDiffusionPolicy", "PixelDiffusionAgent", "PixelDiffusionChunkExport"]
 
 
 class PixelDiffusionPolicy(PixelPolicyFrontend):
@@ -47,6 +54,10 @@ class PixelDiffusionPolicy(PixelPolicyFrontend):
             features of size ``F + Ds``.
         encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad, obs_clip,
             state_layout: the :class:`~robotrl.vision.frontend.PixelPolicyFrontend`.
+        frame_stack: 1 only (kept in the spec as every pixel policy's; histories are ``To``).
+
+    Raises:
+        ConfigError: ``frame_stack != 1``.
 
     Attributes:
         To, Ta, Te: the chunk model's horizons (a residual base needs ``To = Te = 1``: load it with
@@ -60,7 +71,10 @@ class PixelDiffusionPolicy(PixelPolicyFrontend):
                  eval_min_std: float = 1e-3, ddim_eta: float = 0.0, x0_clip: float | None = 1.0, eps_clip: float = 3.0,
                  encoder: str = "drq", pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 obs_clip: float | None = 10.0, state_layout: str | None = None):
+                 obs_clip: float | None = 10.0, state_layout: str | None = None, frame_stack: int = 1):
+        if int(frame_stack) != 1:
+            raise ConfigError(f"the pixel diffusion policy conditions on obs_horizon (To) encoded frames, it does not "
+                              f"stack them (frame_stack={frame_stack}): set agent.model.obs_horizon instead")
         chunk = dict(obs_horizon=int(obs_horizon), action_horizon=int(action_horizon), act_steps=int(act_steps),
                      denoising_steps=int(denoising_steps), denoiser=denoiser, denoiser_kwargs=dict(denoiser_kwargs or {}),
                      sampler=sampler, ddim_steps=int(ddim_steps), eval_min_std=float(eval_min_std),
@@ -105,7 +119,54 @@ class PixelDiffusionPolicy(PixelPolicyFrontend):
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
         """Clear histories and queues of ``env_ids`` (``None``: all envs)."""
+        super().reset(env_ids)
         self.head.reset(env_ids)
+
+    # ------------------------------------------------------------------ export
+    def export_module(self, seed: int = 0) -> nn.Module:
+        """Traceable ``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> chunk (B, Ta, Da)`` with fixed noise, for
+        TorchScript/ONNX export (:class:`PixelDiffusionChunkExport`).
+
+        Raises:
+            ValueError: ``To > 1`` (the export takes the latest frames only).
+        """
+        return PixelDiffusionChunkExport(self, seed=seed)
+
+    @property
+    def chunk_len(self) -> int:
+        """``Ta`` (export metadata)."""
+        return self.Ta
+
+    @property
+    def act_steps(self) -> int:
+        """``Te`` (export metadata: actions executed per chunk)."""
+        return self.Te
+
+
+class PixelDiffusionChunkExport(nn.Module):
+    """The pixel diffusion policy's chunk as a plain function, for export: ``(state (B, Ds), {camera: uint8
+    (B, H, W, C)}) -> chunk (B, Ta, Da)`` raw, the policy's encoder, normalisers and DDPM/DDIM chain with every random
+    draw fixed at export time (:class:`~robotrl.agents.diffusion.export.DiffusionChunkExport` on the features).
+
+    For a batch of one it equals :meth:`PixelDiffusionPolicy.predict_chunk` with a generator seeded like the export.
+
+    Args:
+        policy: the :class:`PixelDiffusionPolicy` (``To = 1``).
+        seed: seed of the fixed noise.
+
+    Raises:
+        ValueError: ``To > 1``.
+    """
+
+    def __init__(self, policy: PixelDiffusionPolicy, seed: int = 0):
+        super().__init__()
+        self.policy = policy
+        self.chain = DiffusionChunkExport(policy.head, seed=seed)
+
+    def forward(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Raw ``(B, Ds)`` and ``{key: uint8 (B, H, W, C)}`` → raw chunk ``(B, Ta, Da)``."""
+        z = self.policy.condition(state[:, None], {k: v[:, None] for k, v in images.items()})  # (B, 1, F + Ds)
+        return self.chain.chunk(self.policy.head.condition(z))
 
 
 class PixelDiffusionAgent:

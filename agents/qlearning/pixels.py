@@ -43,12 +43,13 @@ from robotrl.errors import ConfigError
 from robotrl.networks import polyak_update_
 from robotrl.vision.cache import FrozenFeatureCache
 from robotrl.vision.frontend import PixelPolicyFrontend
+from robotrl.vision.stack import FrameHistory
 
 __all__ = ["PixelSACPolicy", "PixelSACAgent"]
 
 
 class PixelSACPolicy(PixelPolicyFrontend):
-    """Deployable pixel SAC/RLPD policy: ``(state (B, Ds), {camera: uint8 (B, H, W, C)})`` -> raw ``(B, Da)``.
+    """Deployable pixel SAC/RLPD policy: ``(state (B, Ds), {camera: uint8 (B, H, W, k·C)})`` -> raw ``(B, Da)``.
 
     Holds the encoder, the actor (deterministic mode ``tanh(mean)``) and the state normaliser
     and action scaler as buffers: the saved policy carries all preprocessing.
@@ -62,16 +63,18 @@ class PixelSACPolicy(PixelPolicyFrontend):
         obs_clip: clamp the normalised state to ``±obs_clip``.
         state_layout: the env's state :class:`~robotrl.data.spaces.FlatLayout` JSON, so the policy
             also acts on raw ``Dict`` observations (:meth:`~robotrl.vision.frontend.PixelPolicyFrontend.act_observation`).
+        frame_stack: ``k`` frames per camera: ``forward`` then takes uint8 ``(B, H, W, k·C)`` stacks
+            (:mod:`robotrl.vision.stack`).
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int,
                  hidden: Sequence[int] = (256, 256), *, act: str = "relu", encoder: str = "drq", pooling: str = "flatten",
                  feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None,
                  freeze_encoder: bool = False, augment_pad: int = 4, obs_clip: float | None = 10.0,
-                 state_layout: str | None = None):
+                 state_layout: str | None = None, frame_stack: int = 1):
         super().__init__(image_shapes, state_dim, action_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
                          channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
-                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout,
+                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout, frame_stack=frame_stack,
                          hidden=[int(h) for h in hidden], act=act)
         self.actor = TanhGaussianActor(self.encoder.out_dim, action_dim, hidden, act=act)
 
@@ -102,14 +105,15 @@ class PixelSACAgent:
             temperature and gap clamp (JaxCQL / Cal-QL defaults 5.0, 10, 1.0, none).
         tau: Polyak rate of the target encoder and critic.
         actor_lr, critic_lr, alpha_lr, init_alpha: Adam settings and initial temperature.
-        cache_features: cache the frozen trunk's output per stored frame (needs ``freeze_encoder=True``
-            and ``augment_pad=0``); feature_cache_size: frames kept per camera.
+        cache_features: cache the frozen trunk's output per stored frame (needs ``freeze_encoder=True``,
+            ``augment_pad=0`` and ``frame_stack=1``); feature_cache_size: frames kept per camera.
         device, seed: torch device; seed of the network initialisation and the action sampling.
-        policy_kwargs: :class:`PixelSACPolicy` architecture (encoder, pooling, augment_pad, ...).
+        policy_kwargs: :class:`PixelSACPolicy` architecture (encoder, pooling, augment_pad, frame_stack ``k``:
+            batches then carry uint8 ``(B, H, W, k·C)`` stacks, ``ReplayBuffer(frame_stack=k)``, ...).
 
     Raises:
         ValueError: unknown ``algo`` / ``online_algo`` / ``actor_q``, or ``num_min_critics`` out of range.
-        ConfigError: ``cache_features`` without a frozen, unshifted encoder (names the settings to change).
+        ConfigError: ``cache_features`` without a frozen, unshifted, unstacked encoder (names the settings to change).
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, *,
@@ -159,8 +163,14 @@ class PixelSACAgent:
         self.actor_opt = torch.optim.Adam(self.policy.actor.parameters(), lr=actor_lr)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=alpha_lr)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.frame_stack = self.policy.frame_stack
+        self.explore_frames = FrameHistory(self.frame_stack)
         self.feature_cache: FrozenFeatureCache | None = None
         if cache_features:
+            if self.frame_stack > 1:
+                raise ConfigError("agent.model.cache_features=true caches features per stored frame, and with "
+                                  f"agent.model.frame_stack={self.frame_stack} the encoder reads stacks of frames: "
+                                  "set agent.model.frame_stack=1 or drop cache_features")
             if not enc.cacheable():
                 raise ConfigError(
                     "agent.model.cache_features=true caches a frozen encoder's features per stored frame: set "
@@ -201,7 +211,7 @@ class PixelSACAgent:
 
         Args:
             batch: ``B`` transitions: state ``(B, Ds)``, actions ``(B, Da)`` raw, frames uint8
-                ``{key: (B, H, W, C)}`` in ``extras`` (``mc_returns (B,)`` for Cal-QL).
+                ``{key: (B, H, W, k·C)}`` in ``extras`` (``mc_returns (B,)`` for Cal-QL).
             step: trainer step (unused).
 
         Returns:
@@ -266,28 +276,37 @@ class PixelSACAgent:
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "alpha": alpha,
                 "q": q.detach().mean(), **{k: v.detach() for k, v in extra.items()}}
 
-    def _inputs(self, state, images: Mapping[str, np.ndarray] | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(state (N, Ds), {key: uint8 (N, H, W, C)})``, or a raw batch of ``Dict`` observations with
-        ``images=None`` (split by the policy's ``state_layout``), as tensors on the agent's device."""
+    def _inputs(self, state, images: Mapping[str, np.ndarray] | None,
+                history: FrameHistory) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(state (N, Ds), {key: uint8 (N, H, W, k·C)})`` (frames as the policy takes them), or a raw batch of
+        ``Dict`` observations with ``images=None`` (split by the policy's ``state_layout``, each env's newest frames
+        stacked by ``history``), as tensors on the agent's device."""
         if images is None:
             s, imgs, _ = self.policy.split_observation(state)
-            return s, imgs
+            return s, history.push(imgs)
         return (torch.as_tensor(np.asarray(state, np.float32), device=self.device),
                 {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in images.items()})
 
     @torch.no_grad()
     def explore(self, state, images: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
-        """Sampled raw actions ``(N, Da)`` for ``(N, Ds)`` and ``{key: uint8 (N, H, W, C)}``, or for a raw
-        batch of the env's ``Dict`` observations (``images=None``: what the trainer's online loop passes)."""
+        """Sampled raw actions ``(N, Da)`` for ``(N, Ds)`` and ``{key: uint8 (N, H, W, k·C)}``, or for a raw
+        batch of the env's ``Dict`` observations (``images=None``: what the trainer's online loop passes; frames
+        stacked by the agent's exploration history, :meth:`reset_explore` at episode starts)."""
         p = self.policy.eval()
-        s, imgs = self._inputs(state, images)
+        s, imgs = self._inputs(state, images, self.explore_frames)
         a, _ = p.actor.sample(p.encoder(imgs, p.normalized_state(s)), self.gen)
         return p.action_scaler.unnormalize(a).cpu().numpy()
 
     @torch.no_grad()
     def act(self, state, images: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
-        """Deterministic raw actions ``(N, Da)`` (inputs as :meth:`explore`)."""
-        return self.policy.eval()(*self._inputs(state, images)).cpu().numpy()
+        """Deterministic raw actions ``(N, Da)`` (inputs as :meth:`explore`; raw observations stacked by the
+        policy's own history, :meth:`PixelSACPolicy.reset`)."""
+        return self.policy.eval()(*self._inputs(state, images, self.policy._history)).cpu().numpy()
+
+    def reset_explore(self, env_ids: np.ndarray | None = None) -> None:
+        """The episodes of the trainer's envs ``env_ids`` (``None``: all) start: their exploration frame stacks
+        start afresh."""
+        self.explore_frames.reset(env_ids)
 
     def state_dict(self) -> dict:
         """Every network, target, optimiser and the temperature (plain tensors)."""

@@ -49,6 +49,7 @@ from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import MLP, polyak_update_
 from robotrl.vision.frontend import PixelPolicyFrontend
+from robotrl.vision.stack import FrameHistory
 
 __all__ = ["PixelResidualPolicy", "PixelResidualAgent", "check_base_fits"]
 
@@ -60,16 +61,17 @@ def _shapes(image_shapes: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
 
 
 def check_base_fits(base: nn.Module, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int,
-                    state_layout: str | None) -> None:
+                    state_layout: str | None, frame_stack: int = 1) -> None:
     """Refuse a base that cannot act on this run's observations.
 
     Args:
         base: the frozen base (a pixel policy: :class:`PixelPolicyFrontend`; else a state policy with ``obs_dim``).
         image_shapes: this run's cameras ``{key: (H, W, C)}``; state_dim: ``Ds``; action_dim: ``Da``.
         state_layout: this run's state :class:`~robotrl.data.spaces.FlatLayout` JSON (``None``: unknown).
+        frame_stack: this run's ``k`` (a pixel base must stack as many frames).
 
     Raises:
-        ConfigError: a chunked base (``Te`` or ``To`` > 1), other cameras or frame size, another ``Ds`` (or a state
+        ConfigError: a chunked base (``Te`` or ``To`` > 1), another ``frame_stack``, other cameras or frame size, another ``Ds`` (or a state
             layout with other keys), another ``Da``, or a state base on a run without a state; the message says
             what differs and the way out.
     """
@@ -80,7 +82,11 @@ def check_base_fits(base: nn.Module, image_shapes: Mapping[str, Sequence[int]], 
     retrain = ("train the base on this run's camera dataset (robotrl train experiment=bc-pixels dataset.id=<this "
                "run's dataset>), or run the residual on the base's dataset (dataset.id=<the base run's>)")
     if isinstance(base, PixelPolicyFrontend):
-        theirs, mine = _shapes(base.encoder.image_shapes), _shapes(image_shapes)
+        if base.frame_stack != frame_stack:
+            raise ConfigError(f"the residual's pixel base stacks frame_stack={base.frame_stack} frames per camera, this "
+                              f"run {frame_stack}: set agent.model.frame_stack={base.frame_stack} (the base gets the "
+                              "residual's stacks), or train the base with this run's frame_stack")
+        theirs, mine = _shapes(base.spec()["image_shapes"]), _shapes(image_shapes)
         if theirs != mine:
             raise ConfigError(f"the residual's pixel base sees cameras {theirs} (key: [H, W, C]), this run's data and "
                               f"env give {mine}: {retrain}")
@@ -114,7 +120,9 @@ class PixelResidualPolicy(PixelPolicyFrontend):
         hidden, act: the residual MLP on ``[z (F + Ds), a_base (Da)]``.
         residual_scale: ``α`` in normalised action units (ResFiT 0.1).
         encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad, obs_clip,
-            state_layout: the :class:`~robotrl.vision.frontend.PixelPolicyFrontend` (random shift on by default).
+            state_layout, frame_stack: the :class:`~robotrl.vision.frontend.PixelPolicyFrontend` (random shift on by
+            default; ``frame_stack = k``: frames arrive as uint8 ``(B, H, W, k·C)`` stacks, a pixel base must stack
+            ``k`` too and gets the same stacks).
 
     Attributes:
         To, Te: 1, 1 — one observation in, one action out per step.
@@ -127,10 +135,12 @@ class PixelResidualPolicy(PixelPolicyFrontend):
                  base: dict | nn.Module | None = None, hidden: Sequence[int] = (256, 256), *, act: str = "relu",
                  residual_scale: float = 0.1, encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50,
                  channels: int = 32, encoder_weights: str | None = None, freeze_encoder: bool = False,
-                 augment_pad: int = 4, obs_clip: float | None = 3.0, state_layout: str | None = None):
+                 augment_pad: int = 4, obs_clip: float | None = 3.0, state_layout: str | None = None,
+                 frame_stack: int = 1):
         super().__init__(image_shapes, state_dim, action_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
                          channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
-                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout, base=None,
+                         augment_pad=augment_pad, obs_clip=obs_clip, state_layout=state_layout, frame_stack=frame_stack,
+                         base=None,
                          hidden=[int(h) for h in hidden], act=act, residual_scale=float(residual_scale))
         self.residual_scale = float(residual_scale)
         self.residual = MLP(self.encoder.out_dim + self.action_dim, self.action_dim, hidden, act=act,
@@ -151,7 +161,8 @@ class PixelResidualPolicy(PixelPolicyFrontend):
         else:
             desc = {"target": base["target"], "kwargs": copy.deepcopy(dict(base["kwargs"]))}
             module = build_base(desc["target"], desc["kwargs"])
-        check_base_fits(module, self.encoder.image_shapes, self.state_dim, self.action_dim, self._spec["state_layout"])
+        check_base_fits(module, self._spec["image_shapes"], self.state_dim, self.action_dim, self._spec["state_layout"],
+                        self.frame_stack)
         self.base = module.to(self.action_scaler.low.device).eval()
         self.base.requires_grad_(False)
         self._spec["base"] = desc
@@ -214,7 +225,8 @@ class PixelResidualPolicy(PixelPolicyFrontend):
         return self.combine_delta(base_raw, self.residual_scale * self.residual_action(self.encode(state, images), base_raw))
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
-        """Clear the base's per-env state of ``env_ids`` (``None``: all)."""
+        """Clear the frame histories and the base's per-env state of ``env_ids`` (``None``: all)."""
+        super().reset(env_ids)
         if self.base is not None:
             self.base.reset(env_ids)
 
@@ -280,6 +292,8 @@ class PixelResidualAgent:
         self.max_grad_norm = max_grad_norm
         self.num_updates = self.num_explore = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.frame_stack = self.policy.frame_stack
+        self.explore_frames = FrameHistory(self.frame_stack)
 
     def _load_base(self, source) -> nn.Module:
         try:
@@ -297,9 +311,11 @@ class PixelResidualAgent:
     @torch.no_grad()
     def explore(self, obs: Mapping) -> np.ndarray:
         """Raw exploration actions ``(N, Da)`` for a batch of the env's raw ``Dict`` observations: base plus
-        noise for the first ``base_noise_steps`` calls, then ``clip(a_base + α r + ε)``."""
+        noise for the first ``base_noise_steps`` calls, then ``clip(a_base + α r + ε)`` (frames stacked by the
+        agent's exploration history, :meth:`reset_explore` at episode starts)."""
         p = self.policy.eval()
-        state, images, _ = p.split_observation(obs)
+        state, frames, _ = p.split_observation(obs)
+        images = self.explore_frames.push(frames)
         base_raw = p.base_action(state, images)
         self.num_explore += 1
         sc = p.action_scaler
@@ -312,6 +328,11 @@ class PixelResidualAgent:
     def act(self, obs: Mapping) -> np.ndarray:
         """Deterministic raw actions ``(N, Da)`` (or ``(Da,)`` for one observation) for raw ``Dict`` observations."""
         return self.policy.eval().act_observation(obs)
+
+    def reset_explore(self, env_ids: np.ndarray | None = None) -> None:
+        """The episodes of the trainer's envs ``env_ids`` (``None``: all) start: their exploration frame stacks
+        start afresh."""
+        self.explore_frames.reset(env_ids)
 
     # ------------------------------------------------------------------ update
     def _clip(self, params) -> torch.Tensor:

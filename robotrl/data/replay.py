@@ -22,6 +22,16 @@ frame per transition instead of two (and a quarter of a float32 copy). Sampled f
 come back uint8 in ``Batch.extras`` as ``"obs/<key>"`` and ``"next_obs/<key>"``
 (see :meth:`Batch.images`); sequence windows stack frames by index.
 
+Frame stacking (``frame_stack = k > 1``, DrQ/SERL): transition batches carry each camera as the last
+``k`` frames along channels, uint8 ``(B, H, W, k·C)`` oldest first (:mod:`robotrl.vision.stack`),
+gathered by index from the single stored copy of each frame through the episode links: the
+observation's stack holds the frames of steps ``t−k+1 .. t``, the next observation's those of
+``t−k+2 .. t`` and the next frame; before the episode's first step its first frame is repeated (a
+stack never reaches into the previous episode; where the ring has overwritten an episode's start, its
+oldest kept frame is repeated). Nothing is stored per stack: memory stays about one frame per
+transition, against ``2k`` frames per transition for a naive stacked copy of observation and next
+observation.
+
 Every frame write also gets a process-wide unique id (``frame_uid``): a slot that is
 overwritten, a separately kept next frame and a buffer restored from a checkpoint all get
 fresh ids, never an old one. Transition batches carry them as int64 ``"obs_uid"`` /
@@ -41,6 +51,7 @@ from robotrl.data.batch import Batch
 from robotrl.data.dataset import OfflineData
 from robotrl.data.returns import mc_returns as _mc_returns
 from robotrl.errors import BatchSizeError
+from robotrl.vision.stack import stack_channels
 
 __all__ = ["ReplayBuffer"]
 
@@ -73,9 +84,10 @@ class ReplayBuffer:
         seed: seed of the sampling generator.
         image_shapes: cameras ``{key: (H, W, C)}`` stored as uint8 frames beside the flat
             observations (``obs_dim`` may then be 0).
+        frame_stack: ``k``, frames per camera in sampled transitions (module doc; 1: the frame alone).
 
     Raises:
-        ValueError: non-positive capacity or sizes.
+        ValueError: non-positive capacity, sizes or ``frame_stack``.
     """
 
     _SLOT_ARRAYS = ("observations", "next_observations", "actions", "rewards", "terminated", "truncated",
@@ -93,7 +105,10 @@ class ReplayBuffer:
         device: torch.device | str = "cpu",
         seed: int | None = None,
         image_shapes: dict[str, tuple[int, ...]] | None = None,
+        frame_stack: int = 1,
     ):
+        if int(frame_stack) < 1:
+            raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
         if capacity <= 0 or obs_dim < 0 or (obs_dim == 0 and not image_shapes) or action_dim <= 0 or num_envs <= 0:
             raise ValueError(
                 f"capacity, obs_dim, action_dim and num_envs must be positive, got {capacity}, {obs_dim}, {action_dim}, {num_envs}"
@@ -120,6 +135,7 @@ class ReplayBuffer:
         self._open_episode = np.full(self.num_envs, -1, np.int64)  # episode id per env
         self._open_last = np.full(self.num_envs, _NO_LINK, np.int64)  # last slot per env
         self.image_shapes = {k: tuple(int(d) for d in v) for k, v in (image_shapes or {}).items()}
+        self.frame_stack = int(frame_stack)
         self.frames = {k: np.zeros((C, *shape), np.uint8) for k, shape in self.image_shapes.items()}
         # next-observation frames that no successor slot holds: slot -> {key: (H, W, C)}
         self._final: dict[int, dict[str, np.ndarray]] = {}
@@ -130,6 +146,12 @@ class ReplayBuffer:
         """Bytes held by the stored camera frames (slot frames plus separately kept next frames)."""
         per = sum(int(np.prod(s)) for s in self.image_shapes.values())
         return sum(f.nbytes for f in self.frames.values()) + len(self._final) * per
+
+    def naive_stacked_bytes(self) -> int:
+        """Bytes a naive store would hold for the stored transitions: each one's observation and next
+        observation stacks copied, ``size · 2k · H·W·C`` summed over cameras (compare :meth:`image_bytes`)."""
+        per = sum(int(np.prod(s)) for s in self.image_shapes.values())
+        return self.size * 2 * self.frame_stack * per
 
     # ------------------------------------------------------------------ writing
     def __len__(self) -> int:
@@ -269,6 +291,8 @@ class ReplayBuffer:
         return out.reshape(*np.shape(idx), *self.image_shapes[key])
 
     def _image_extras(self, idx: np.ndarray, next_idx_of: np.ndarray) -> dict[str, np.ndarray]:
+        if np.ndim(idx) == 1 and self.frame_stack > 1:
+            return self._stacked_extras(idx, next_idx_of)
         out = {}
         for k in self.image_shapes:
             out[f"obs/{k}"] = self.frames[k][idx]
@@ -277,6 +301,28 @@ class ReplayBuffer:
             out["obs_uid"] = self.frame_uid[idx]
             out["next_obs_uid"] = self._next_uids(next_idx_of)
         return out
+
+    def _stacked_extras(self, idx: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
+        """Stacked frames ``(B, H, W, k·C)`` of the observations at ``idx`` and the next observations after
+        ``last`` (module doc), gathered by index; no frame ids (a stack is not one stored frame)."""
+        k = self.frame_stack
+        hist, next_hist = self._history(idx, k), self._history(last, k - 1)
+        out = {}
+        for key in self.image_shapes:
+            nxt = np.concatenate([self.frames[key][next_hist], self._next_frames(key, last)[:, None]], axis=1)
+            out[f"obs/{key}"] = stack_channels(self.frames[key][hist])
+            out[f"next_obs/{key}"] = stack_channels(nxt)
+        return out
+
+    def _history(self, idx: np.ndarray, n: int) -> np.ndarray:
+        """int64 ``(B, n)``: slots of steps ``t−n+1 .. t`` of each ``t`` in ``idx`` along the episode links, the
+        episode's first kept step repeated before it."""
+        hist = np.empty((idx.shape[0], n), np.int64)
+        hist[:, -1] = idx
+        for j in range(n - 2, -1, -1):
+            prev = self.prev_idx[hist[:, j + 1]]
+            hist[:, j] = np.where(prev >= 0, prev, hist[:, j + 1])
+        return hist
 
     def _next_uids(self, idx: np.ndarray) -> np.ndarray:
         """int64 ``(B,)``: the id of the next observation's frame of each slot (as :meth:`_next_frames` reads it)."""
@@ -395,7 +441,8 @@ class ReplayBuffer:
         Returns:
             :class:`Batch` with ``(B, ·)`` fields; ``rewards`` the n-step sum,
             ``discounts`` ``γ^m`` for the ``m ≤ n`` steps summed, ``terminated``/
-            ``truncated`` of the last step, ``mc_returns`` of the first.
+            ``truncated`` of the last step, ``mc_returns`` of the first; cameras uint8 ``(B, H, W, C)``
+            in ``extras`` (``(B, H, W, k·C)`` stacks with ``frame_stack = k > 1``, module doc).
 
         Raises:
             BatchSizeError: empty buffer or ``batch_size`` larger than the data.
@@ -438,11 +485,7 @@ class ReplayBuffer:
         if obs_horizon < 1 or action_horizon < 1:
             raise ValueError(f"obs_horizon and action_horizon must be >= 1, got {obs_horizon}, {action_horizon}")
         idx = self._indices(batch_size) if indices is None else np.asarray(indices)
-        hist = np.empty((idx.shape[0], obs_horizon), np.int64)
-        hist[:, -1] = idx
-        for k in range(obs_horizon - 2, -1, -1):
-            prev = self.prev_idx[hist[:, k + 1]]
-            hist[:, k] = np.where(prev >= 0, prev, hist[:, k + 1])
+        hist = self._history(idx, obs_horizon)
         fut = np.empty((idx.shape[0], action_horizon), np.int64)
         mask = np.ones((idx.shape[0], action_horizon), bool)
         fut[:, 0] = idx

@@ -8,7 +8,14 @@ all its preprocessing. The pixel BC policy (:mod:`robotrl.agents.bc.pixels`) and
 RLPD policy (:mod:`robotrl.agents.qlearning.pixels`) add their actor head on ``encoder.out_dim``
 features.
 
-Symbols: ``B`` batch, ``Ds`` state size, ``Da`` action size, ``H, W, C`` frame size.
+Frame stacking (``frame_stack = k > 1``, :mod:`robotrl.vision.stack`): ``forward`` takes each camera's last
+``k`` frames along channels, uint8 ``(B, H, W, k·C)`` (the encoder's trunk reads ``k·C`` channels, one random
+shift for all of them), as the replay buffer samples them; where the policy acts step by step on raw
+observations (:meth:`PixelPolicyFrontend.act_observation`, :meth:`PixelPolicyFrontend.stack_frames`) it keeps
+its own per-env :class:`~robotrl.vision.stack.FrameHistory`, cleared by :meth:`PixelPolicyFrontend.reset` at
+episode starts. ``k`` is in the saved spec.
+
+Symbols: ``B`` batch, ``Ds`` state size, ``Da`` action size, ``H, W, C`` frame size, ``k`` frames per stack.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from robotrl.data.spaces import FlatLayout
 from robotrl.errors import SpaceMismatchError
 from robotrl.vision.encoders import PixelEncoder
 from robotrl.vision.obs import PixelLayout
+from robotrl.vision.stack import FrameHistory, stacked_shapes
 
 __all__ = ["PixelPolicyFrontend"]
 
@@ -43,28 +51,31 @@ class PixelPolicyFrontend(nn.Module):
             (:meth:`robotrl.data.spaces.FlatLayout.to_json`; ``None``: the policy takes only
             ``(state, images)``, never a raw observation). Saved in the spec, so a rebuilt policy
             splits raw observations itself (:meth:`split_observation`).
+        frame_stack: ``k``, frames per camera the encoder reads (module doc; 1: the frame alone).
         **spec: the subclass's own constructor arguments, kept in :meth:`spec`.
 
     Raises:
         ValueError / FileNotFoundError: from :class:`~robotrl.vision.encoders.PixelEncoder` (unknown encoder or
-            pooling, missing weights file).
+            pooling, missing weights file); ``frame_stack < 1``.
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, *,
                  encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 obs_clip: float | None = 10.0, state_layout: str | None = None, **spec):
+                 obs_clip: float | None = 10.0, state_layout: str | None = None, frame_stack: int = 1, **spec):
         super().__init__()
+        self.frame_stack = int(frame_stack)
+        self._history = FrameHistory(self.frame_stack)
         shapes = {k: [int(d) for d in v] for k, v in image_shapes.items()}
         self.image_keys = list(shapes)
         self.state_dim, self.action_dim = int(state_dim), int(action_dim)
         self._spec = dict(image_shapes=shapes, state_dim=self.state_dim, action_dim=self.action_dim, **spec,
                           encoder=encoder, pooling=pooling, feature_dim=int(feature_dim), channels=int(channels),
                           encoder_weights=None, freeze_encoder=bool(freeze_encoder), augment_pad=int(augment_pad),
-                          obs_clip=obs_clip, state_layout=state_layout)
+                          obs_clip=obs_clip, state_layout=state_layout, frame_stack=self.frame_stack)
         self._layout = PixelLayout(FlatLayout.from_json(state_layout) if state_layout else None,
                                    {k: tuple(v) for k, v in shapes.items()})
-        self.encoder = PixelEncoder(shapes, self.state_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
+        self.encoder = PixelEncoder(stacked_shapes(shapes, self.frame_stack), self.state_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
                                     channels=channels, weights=encoder_weights, freeze=freeze_encoder,
                                     augment_pad=augment_pad, allow_random_init=encoder_weights is None)
         width = max(self.state_dim, 1)
@@ -76,6 +87,16 @@ class PixelPolicyFrontend(nn.Module):
         if obs_normalizer is not None:
             self.obs_normalizer.load_state_dict(obs_normalizer.state_dict())
         self.action_scaler.load_state_dict(action_scaler.state_dict())
+
+    def input_shapes(self) -> dict[str, tuple[int, int, int]]:
+        """What :meth:`forward` takes per camera: ``{key: (H, W, k·C)}`` (``(H, W, C)`` for ``k = 1``)."""
+        return stacked_shapes(self._spec["image_shapes"], self.frame_stack)
+
+    def stack_frames(self, images: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each env's newest frames ``{key: uint8 (N, H, W, C)}`` -> the stacks :meth:`forward` takes,
+        ``{key: uint8 (N, H, W, k·C)}``, through this policy's own history (row ``i`` is env ``i``; unchanged
+        for ``k = 1``). Call :meth:`reset` with the ids of envs whose episode starts."""
+        return self._history.push(images)
 
     def normalized_state(self, state: torch.Tensor) -> torch.Tensor | None:
         """``(B, Ds)`` raw -> normalised (``None`` without state)."""
@@ -114,11 +135,12 @@ class PixelPolicyFrontend(nn.Module):
             SpaceMismatchError: as :meth:`split_observation`.
         """
         state, images, single = self.split_observation(obs)
-        out = self(state, images).cpu().numpy()
+        out = self(state, self.stack_frames(images)).cpu().numpy()
         return out[0] if single else out
 
     def reset(self, env_ids: np.ndarray | None = None) -> None:
-        """Stateless: nothing to clear."""
+        """Start the frame histories of ``env_ids`` (``None``: all) afresh (nothing to clear for ``k = 1``)."""
+        self._history.reset(env_ids)
 
     def spec(self) -> dict:
         """Constructor kwargs (JSON-able)."""
