@@ -99,6 +99,8 @@ def main() -> None:
     for run in doc["runs"]:  # named by method (the sweep converter names them by their differing overrides)
         run["pretrained_run"] = str(pre[run["family"], run["seed"]])
         run["method"] = LABELS[run["family"]]
+        hist = json.loads((online / run["sweep_job"] / "report.json").read_text())["history"]
+        run["success_any_curve"] = [[int(h["step"]), h.get("success_any_rate")] for h in hist]  # beside final-step
     # common budgets: every method collects at most NUM_ENVS x 52 env steps per iteration, so each run has had its
     # k-th evaluation by k x eval_every x that many steps; the last is the shortest run's end
     per_eval = args.eval_every * NUM_ENVS * CHUNKS * ACT_STEPS
