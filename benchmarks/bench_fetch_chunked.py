@@ -63,6 +63,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--root", default="runs/bench_fetch_chunked", help="where the runs go (resumable)")
     ap.add_argument("--out", default="fetch_chunked_push.json", help="under benchmarks/results/")
+    ap.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="Hydra overrides of every pretraining and fine-tuning run (recorded in the command), e.g. "
+                         "dataset.obs_std_floor=null to match pretrainings made before the Fetch std floor")
     ap.add_argument("--smoke", action="store_true", help="1 seed, 2 demos' worth of tiny budgets, 2 evaluations")
     args = ap.parse_args()
     if args.smoke:
@@ -77,7 +80,7 @@ def main() -> None:
         run_cli(["collect", "recipe=fetch-push-noisy", f"num_episodes={args.demos}", f"dataset_id={dataset_id}",
               "+ref_episodes=20"], root / "collect.log")
     common = ["env=fetch-push", "dataset=fetch-push-noisy", f"dataset.id={dataset_id}", "dataset.generate=false",
-              "trainer.progress=false", "torch_threads=1"]
+              "trainer.progress=false", "torch_threads=1", *args.overrides]
     pre = {(m, s): root / "pretrain" / f"{PRETRAIN[m]}_s{s}" for m in args.methods for s in args.seeds}
     run_cli_all([(["train", f"experiment={PRETRAIN[m]}", *common, f"seed={s}", f"trainer.offline_steps={args.bc_updates}",
                 f"trainer.eval_every={args.bc_updates}", f"trainer.checkpoint_every={args.bc_updates}",
@@ -97,7 +100,7 @@ def main() -> None:
     command = "python benchmarks/bench_fetch_chunked.py " + " ".join(sys.argv[1:])
     doc = sweep_to_learning(online, benchmark="fetch_chunked", argv=sys.argv, command=command, metric="success")
     for run in doc["runs"]:  # named by method (the sweep converter names them by their differing overrides)
-        run["pretrained_run"] = str(pre[run["family"], run["seed"]])
+        run["pretrained_run"] = str(root / "pretrain" / f"{PRETRAIN[run['family']]}_s{run['seed']}")  # any earlier --methods too
         run["method"] = LABELS[run["family"]]
         hist = json.loads((online / run["sweep_job"] / "report.json").read_text())["history"]
         run["success_any_curve"] = [[int(h["step"]), h.get("success_any_rate")] for h in hist]  # beside final-step
@@ -106,11 +109,12 @@ def main() -> None:
     per_eval = args.eval_every * NUM_ENVS * CHUNKS * ACT_STEPS
     end = min(r["curve"][-1][0] for r in doc["runs"])
     doc["budgets"] = [*range(per_eval, end, per_eval), end]
-    doc["setting"] = {"dataset": dataset_id, "demos": args.demos, "pretraining_updates": args.bc_updates,
+    doc["setting"] = {"dataset": dataset_id, "demos": args.demos, "overrides": args.overrides, "pretraining_updates": args.bc_updates,
                       "env_steps": args.env_steps, "collection": {m: COLLECTION[m] or "configs/tuning/dppo-fetch-push.yaml"
-                                                                  for m in args.methods},
-                      "pretrained_scores": {str(d): json.loads((d / "report.json").read_text())["summary"]
-                                            .get("final_success_rate") for d in pre.values()}}
+                                                                  for m in sorted({r["family"] for r in doc["runs"]})},
+                      "pretrained_scores": {r["pretrained_run"]: json.loads((Path(r["pretrained_run"]) / "report.json")
+                                                                            .read_text())["summary"].get("final_success_rate")
+                                            for r in doc["runs"]}}
     out = RESULTS_DIR / args.out
     out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out}")
