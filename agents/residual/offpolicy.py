@@ -96,6 +96,14 @@ def noisy_scaled_residual(r: torch.Tensor, scale: float, std: float, clip: float
     return (scale * r + eps).clamp(-1.0, 1.0)
 
 
+def install_saved_base(policy, state: dict) -> None:
+    """Give ``policy`` (a state or pixel residual policy) the frozen base its checkpoint ``state`` was saved with
+    (``state["policy_spec"]["base"]``), when it has none or another; before loading the residual's weights."""
+    base_desc = state["policy_spec"]["base"]
+    if base_desc is not None and (policy.base is None or policy.spec()["base"] != base_desc):
+        policy.set_base(base_desc)
+
+
 def base_plus_noise(scaler, base_raw: torch.Tensor, std: float, gen: torch.Generator) -> torch.Tensor:
     """ResFiT's warm-up collection: raw base actions ``(B, Da)`` plus ``N(0, std²)`` in normalised units, clipped to
     the action bounds; ``scaler`` is the policy's :class:`~robotrl.data.ActionScaler`."""
@@ -319,9 +327,7 @@ class ResidualOffPolicyAgent:
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
-        base_desc = state["policy_spec"]["base"]
-        if base_desc is not None and (self.policy.base is None or self.policy.spec()["base"] != base_desc):
-            self.policy.set_base(base_desc)
+        install_saved_base(self.policy, state)
         self.policy.load_state_dict(state["policy"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])

@@ -42,7 +42,7 @@ from torch import nn
 from robotrl.agents.qlearning.loss import critic_td_loss, subset_min, td_target
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import base_descriptor, build_base, load_base
-from robotrl.agents.residual.offpolicy import base_plus_noise, noisy_scaled_residual
+from robotrl.agents.residual.offpolicy import base_plus_noise, install_saved_base, noisy_scaled_residual
 from robotrl.agents.residual.policy import combine_delta
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
@@ -413,9 +413,7 @@ class PixelResidualAgent:
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict` (the saved base is installed when this agent has another or none)."""
-        base_desc = state["policy_spec"]["base"]
-        if base_desc is not None and (self.policy.base is None or self.policy.spec()["base"] != base_desc):
-            self.policy.set_base(base_desc)
+        install_saved_base(self.policy, state)
         self.policy.load_state_dict(state["policy"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
