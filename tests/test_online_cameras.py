@@ -167,6 +167,25 @@ def _finish(tmp_path: Path, learner, actor, actor_log: Path, warmup: int, upt: f
     assert learner.wait(timeout=120) == 0, llog.read_text()[-3000:]
 
 
+def _learn_online(tmp_path: Path, agent: list[str], episodes: int, max_steps: int, upt: float) -> Path:
+    """A learner (``agent`` overrides, online data only) and a PX camera actor as real processes, run to the end
+    (:func:`_finish`, 32 warm-up steps); returns the learner's log."""
+    from robotrl.real_robot.protocol import write_key_file
+
+    key = write_key_file(tmp_path / "online.key")
+    env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "OMP_NUM_THREADS": "1"}
+    port = free_port()
+    llog, actor_log = tmp_path / "learner.log", tmp_path / "actor.log"
+    learner = start(_learner_args(tmp_path, port, key, agent, ["trainer.offline_ratio=0"]), llog, env)
+    actor = None
+    try:
+        actor = start(_actor_args(tmp_path, port, key, PX, tmp_path / "actor", episodes, max_steps), actor_log, env)
+        _finish(tmp_path, learner, actor, actor_log, 32, upt)
+    finally:
+        stop_all(learner, actor)
+    return llog
+
+
 @pytest.mark.slow
 def test_pixel_rlpd_learner_and_actor_on_the_camera_twin(tmp_path):
     """A 16 px actor is refused by the 24 px pixel learner (exit 2, naming both); then the 24 px actor runs: the
@@ -277,21 +296,10 @@ def test_pixel_rlpd_learner_and_actor_on_the_camera_twin(tmp_path):
 def test_state_agent_on_the_camera_robot_ignores_the_frames(tmp_path):
     """SAC on the camera twin: the actor records its frames, the learner receives and stores the state only."""
     from robotrl.checkpoint import load_checkpoint
-    from robotrl.real_robot.protocol import write_key_file
 
     from online_procs import SMALL_SAC
 
-    key = write_key_file(tmp_path / "online.key")
-    env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "OMP_NUM_THREADS": "1"}
-    port = free_port()
-    llog, actor_log = tmp_path / "learner.log", tmp_path / "actor.log"
-    learner = start(_learner_args(tmp_path, port, key, SMALL_SAC, ["trainer.offline_ratio=0"]), llog, env)
-    actor = None
-    try:
-        actor = start(_actor_args(tmp_path, port, key, PX, tmp_path / "actor", 2, 30), actor_log, env)
-        _finish(tmp_path, learner, actor, actor_log, 32, 0.2)
-    finally:
-        stop_all(learner, actor)
+    llog, actor_log = _learn_online(tmp_path, SMALL_SAC, 2, 30, 0.2), tmp_path / "actor.log"
     assert "QLAgent" in llog.read_text()
     steps = sum(e["steps"] for e in episode_lines(actor_log))
     assert status(tmp_path / "learner")["ingested"] == steps > 32
@@ -310,29 +318,18 @@ def test_pixel_residual_on_a_frozen_pixel_base_through_the_online_path(tmp_path)
     from robotrl.checkpoint import load_arrays, load_checkpoint, save_checkpoint
     from robotrl.policy import policy_state
     from robotrl.real_robot.online_eval import pushed_policy
-    from robotrl.real_robot.protocol import write_key_file
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     base = policy_state(PixelBCPolicy({"pixels/topdown": [PX, PX, 3]}, 8, 2, hidden=(16,), channels=8,
                                       feature_dim=8).eval())
     save_checkpoint(tmp_path / "pixbc.pt", {"policy": base})
-    key = write_key_file(tmp_path / "online.key")
-    env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "OMP_NUM_THREADS": "1"}
-    port = free_port()
     agent = ["agent=residual-offpolicy-pixels", f"agent.model.base={tmp_path / 'pixbc.pt'}", "agent.model.hidden=[32,32]",
              "agent.model.critic_hidden=[32,32]", "agent.model.num_critics=2", "agent.model.channels=8",
              "agent.model.feature_dim=16", "agent.model.actor_delay=1", "agent.model.critic_warmup_updates=0",
              "agent.model.base_noise_steps=0", "agent.model.actor_lr=1e-3", "trainer.batch_size=16",
              "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.25"]
-    llog, actor_log = tmp_path / "learner.log", tmp_path / "actor.log"
-    learner = start(_learner_args(tmp_path, port, key, agent, ["trainer.offline_ratio=0"]), llog, env)
-    actor = None
-    try:
-        actor = start(_actor_args(tmp_path, port, key, PX, tmp_path / "actor", 4, 40), actor_log, env)
-        _finish(tmp_path, learner, actor, actor_log, 32, 0.25)
-    finally:
-        stop_all(learner, actor)
+    llog = _learn_online(tmp_path, agent, 4, 40, 0.25)
     assert "PixelResidualAgent" in llog.read_text()
     ck = load_checkpoint(tmp_path / "learner" / "checkpoints" / "latest.pt")
     target, kwargs = ck["policy"]["target"], ck["policy"]["kwargs"]
