@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -54,44 +53,43 @@ def _curve(history: list[dict], offset: int) -> list[list[float]]:
             for h in history]
 
 
-def robotrl_runs(args, seed: int, work: Path) -> dict:
+def pretrain_run(args, seed: int, work: Path) -> dict:
+    """The Cal-QL pretraining every warm-started mode of ``seed`` starts from (``work/calql-s<seed>``; a killed
+    one resumes from its checkpoint): offline return, wall seconds and the critic's scale ``q_minus_mc``."""
     from robotrl.experiment import build_trainer
 
-    common = [*_dataset_overrides(args), f"seed={seed}", "trainer.progress=false",
-              f"trainer.eval_episodes={args.eval_episodes}", f"torch_threads={args.threads}"]
     pre_dir = work / f"calql-s{seed}"
-    if set(args.modes) <= {"rlpd"}:  # nothing warm-starts: no pretraining
-        out: dict = {}
-        return _online_runs(args, seed, work, pre_dir, common, out)
-    t = time.time()
-    pre = build_trainer(_compose(["experiment=calql", *common, f"trainer.offline_steps={args.offline_steps}",
+    pre = build_trainer(_compose(["experiment=calql", *_common(args, seed), f"trainer.offline_steps={args.offline_steps}",
                                   f"trainer.eval_every={args.offline_steps}", f"run_dir={pre_dir}", *args.robotrl_extra]),
                         pre_dir)
     pre.fit()
     # the critic's scale at the end of pretraining (Q - Monte-Carlo return on offline data, reward units):
     # far above 0, the online phase first spends its updates dragging the critic down (issue 11's onset)
     gap = pre.agent.q_minus_mc(pre.loop.offline.sample(4096, allow_small=True))
-    out = {"offline": {"return_mean": pre.history[-1]["return_mean"], "seconds": time.time() - t,
-                       "q_minus_mc": gap}}
-    return _online_runs(args, seed, work, pre_dir, common, out)
+    return {"return_mean": pre.history[-1]["return_mean"], "seconds": pre.wall_time, "q_minus_mc": gap}
 
 
-def _online_runs(args, seed: int, work: Path, pre_dir: Path, common: list[str], out: dict) -> dict:
+def _common(args, seed: int) -> list[str]:
+    return [*_dataset_overrides(args), f"seed={seed}", "trainer.progress=false",
+            f"trainer.eval_episodes={args.eval_episodes}", f"torch_threads={args.threads}"]
+
+
+def online_run(args, seed: int, mode: str, work: Path) -> dict:
+    """One robotrl online contender (``experiment=<mode>``) on ``seed`` in ``work/<mode>-s<seed>`` (a killed run
+    resumes from its checkpoint). RLPD starts from scratch on the offline data (its paper), the others from the
+    seed's Cal-QL checkpoint (:func:`pretrain_run` first). ``seconds``: the run's own wall time, resumed parts
+    included."""
     from robotrl.experiment import build_trainer
 
-    for mode in args.modes:
-        d = work / f"{mode}-s{seed}"
-        t = time.time()
-        # --warmup is WSRL's and RLPD's no-update warmup; Cal-QL online keeps its config's (0: updates from step 0)
-        warm = [f"trainer.online_warmup_steps={args.warmup}"] if mode in ("wsrl", "rlpd") else []
-        # RLPD starts from scratch on the offline data (its paper); the others from the Cal-QL checkpoint
-        init = [f"trainer.utd={args.rlpd_utd}"] if mode == "rlpd" else [f"trainer.init_from={pre_dir}"]
-        tr = build_trainer(_compose([f"experiment={mode}", *common, *init,
-                                     f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
-                                     *warm, f"run_dir={d}", *args.robotrl_extra]), d)
-        tr.fit()
-        out[f"robotrl-{mode}"] = {"curve": _curve(tr.history, 0), "seconds": time.time() - t}
-    return out
+    d = work / f"{mode}-s{seed}"
+    # --warmup is WSRL's and RLPD's no-update warmup; Cal-QL online keeps its config's (0: updates from step 0)
+    warm = [f"trainer.online_warmup_steps={args.warmup}"] if mode in ("wsrl", "rlpd") else []
+    init = [f"trainer.utd={args.rlpd_utd}"] if mode == "rlpd" else [f"trainer.init_from={work / f'calql-s{seed}'}"]
+    tr = build_trainer(_compose([f"experiment={mode}", *_common(args, seed), *init,
+                                 f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
+                                 *warm, f"run_dir={d}", *args.robotrl_extra]), d)
+    tr.fit()
+    return {"curve": _curve(tr.history, 0), "seconds": tr.wall_time}
 
 
 def _eval_fn(make_eval_env, episodes: int, seed: int):
@@ -224,23 +222,35 @@ def _setup(args):
     return data, make_train_env, make_eval_env
 
 
-def run_seed(args, seed: int) -> dict[str, dict]:
-    """Every contender on one seed: ``{contender: {"curve": [[env_steps, return, success]], "seconds": s}}``
-    (plus ``robotrl-offline-calql``). Runs in its own process (``--workers``), one torch thread each."""
+def run_unit(args, seed: int, unit: str, work: str) -> dict:
+    """One unit of the study in its own process (``--workers`` of them side by side, ``--threads`` torch
+    threads each): ``robotrl-offline-calql`` (the seed's Cal-QL pretraining), ``robotrl-<mode>``,
+    ``d3rlpy-calql`` or ``sb3-sac``; returns ``{"curve": [[env_steps, return, success, online wall s]],
+    "seconds": s}`` (the pretraining: its offline return and critic scale instead of a curve)."""
     set_threads(args.threads)
+    if unit == "robotrl-offline-calql":
+        return pretrain_run(args, seed, Path(work))
+    if unit.startswith("robotrl-"):
+        return online_run(args, seed, unit.removeprefix("robotrl-"), Path(work))
     data, make_train_env, make_eval_env = _setup(args)
-    out: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        if "robotrl" not in args.skip:
-            res = robotrl_runs(args, seed, Path(tmp))
-            if "offline" in res:
-                out["robotrl-offline-calql"] = res.pop("offline")
-            out.update(res)
-    if "d3rlpy" not in args.skip:
-        out["d3rlpy-calql"] = d3rlpy_run(args, seed, data, make_train_env, make_eval_env)
-    if "sb3" not in args.skip:
-        out["sb3-sac"] = sb3_run(args, seed, make_train_env, make_eval_env)
-    print(f"seed {seed} done", flush=True)
+    if unit == "d3rlpy-calql":
+        return d3rlpy_run(args, seed, data, make_train_env, make_eval_env)
+    return sb3_run(args, seed, make_train_env, make_eval_env)
+
+
+def units(args) -> list[tuple[str, str | None]]:
+    """The study's contenders in run order, each with the unit it needs first (the pretraining of its seed):
+    WSRL and RLPD (the issue's targets) first, then the peers (the longest first), Cal-QL online last."""
+    out: list[tuple[str, str | None]] = []
+    if "robotrl" not in args.skip:
+        if set(args.modes) - {"rlpd"}:
+            out.append(("robotrl-offline-calql", None))
+        for mode in ("wsrl", "rlpd"):
+            if mode in args.modes:
+                out.append((f"robotrl-{mode}", None if mode == "rlpd" else "robotrl-offline-calql"))
+    out += [(p, None) for p in ("d3rlpy-calql", "sb3-sac") if p.split("-")[0] not in args.skip]
+    if "robotrl" not in args.skip and "calql-online" in args.modes:
+        out.append(("robotrl-calql-online", "robotrl-offline-calql"))
     return out
 
 
@@ -273,7 +283,7 @@ def to_runs(per_seed: dict[str, list[dict]], seeds: list[int], args) -> list[dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--workers", type=int, default=1, help="seeds run in this many processes side by side")
+    ap.add_argument("--workers", type=int, default=1, help="(seed, contender) units run in this many processes side by side")
     ap.add_argument("--offline-steps", type=int, default=50_000)
     ap.add_argument("--online-steps", type=int, default=50_000)
     ap.add_argument("--eval-every", type=int, default=5_000)
@@ -334,35 +344,52 @@ def main() -> None:
 
 
 def seed_results(args, out_name: str):
-    """Per-seed results in seed order; each seed's result is cached beside the output
-    (``results/.partial/<out>-<args hash>/seed<N>.json``) so a killed run resumes with the seeds done."""
+    """Per-seed results in seed order, ``{contender: result}``. Every (seed, contender) unit is cached beside the
+    output (``results/.partial/<out>-<args hash>/s<seed>-<contender>.json``, written atomically) and robotrl's run
+    directories live there too (``work/``), so a killed study resumes: finished units are read back, a killed
+    robotrl run goes on from its last checkpoint (the peers' units restart). Units run on ``--workers``
+    processes as soon as the unit they need is done, so the study can be spread over several sittings."""
     import hashlib
     import json
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from multiprocessing import get_context
 
-    key = {k: v for k, v in vars(args).items() if k not in ("seeds", "workers", "out")}
+    key = {k: v for k, v in vars(args).items() if k not in ("seeds", "workers", "out", "skip", "modes")}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     cache = Path(__file__).resolve().parent / "results" / ".partial" / f"{Path(out_name).stem}-{digest}"
-    cache.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in args.seeds if not (cache / f"seed{s}.json").exists()]
-    if len(todo) < len(args.seeds):
-        print(f"resuming: seeds {sorted(set(args.seeds) - set(todo))} done in {cache}", flush=True)
+    work = cache / "work"
+    work.mkdir(parents=True, exist_ok=True)
 
-    def save(seed, res):
-        tmp = cache / f".seed{seed}.json.tmp"
+    def path(seed, unit):
+        return cache / f"s{seed}-{unit}.json"
+
+    plan = [(u, need) for u, need in units(args)]
+    todo = [(seed, u, need) for u, need in plan for seed in args.seeds if not path(seed, u).exists()]
+    done = len(plan) * len(args.seeds) - len(todo)
+    if done:
+        print(f"resuming: {done} of {len(plan) * len(args.seeds)} units done in {cache}", flush=True)
+
+    def save(seed, unit, res):
+        tmp = cache / f".s{seed}-{unit}.json.tmp"
         tmp.write_text(json.dumps(res))
-        os.replace(tmp, cache / f"seed{seed}.json")
+        os.replace(tmp, path(seed, unit))
+        print(f"seed {seed} {unit} done ({res.get('seconds', 0):.0f} s)", flush=True)
 
-    if args.workers > 1 and len(todo) > 1:
-        with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
-            for seed, res in zip(todo, pool.map(run_seed, [args] * len(todo), todo)):
-                save(seed, res)
-    else:
-        for seed in todo:
-            save(seed, run_seed(args, seed))
+    with ProcessPoolExecutor(max(1, args.workers), mp_context=get_context("spawn")) as pool:
+        running: dict = {}
+        while todo or running:
+            ready = [t for t in todo if t[2] is None or path(t[0], t[2]).exists()]
+            for t in ready[:max(1, args.workers) - len(running)]:
+                todo.remove(t)
+                running[pool.submit(run_unit, args, t[0], t[1], str(work))] = t
+            if not running:
+                raise RuntimeError(f"units {todo} wait for units that are not planned")
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                seed, unit, _ = running.pop(f)
+                save(seed, unit, f.result())
     for seed in args.seeds:
-        yield json.loads((cache / f"seed{seed}.json").read_text())
+        yield {u: json.loads(path(seed, u).read_text()) for u, _ in plan}
 
 
 if __name__ == "__main__":
