@@ -175,6 +175,41 @@ def test_ppo_update_starts_at_ratio_one_and_moves_log_probs_with_the_advantage_s
     assert float(delta[sign > 0].mean()) > 0 > float(delta[sign < 0].mean())
 
 
+@pytest.mark.parametrize("bc_coef", [0.0, 0.5])
+def test_repeated_samples_run_once_through_the_networks_with_the_duplicated_batchs_loss_and_gradient(one_thread,
+                                                                                                   bc_coef):
+    """A minibatch of repeat_samples' copies (each step 1-3 times, in random order): the de-duplicated loss
+    runs the networks on the distinct steps only, and its loss, metrics and gradients equal those of running
+    every copy through the networks."""
+    torch.manual_seed(0)
+    agent = _agent(bc_coef=bc_coef, ent_coef=0.03)
+    d = agent._prepare(_rollout(agent, n_envs=2, T=4))
+    S = d["cond"].shape[0]
+    d["adv"] = torch.randn(S)
+    with torch.no_grad():  # move the policy off the one that sampled, so ratios, KL and W2 are not trivial
+        for p in agent.policy.velocity.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    s = torch.cat([torch.arange(S), torch.arange(S)[::2], torch.arange(S)[::3]])[torch.randperm(S + (S + 1) // 2 + (S + 2) // 3)]
+    params = [*agent.policy.parameters(), *agent.critic.parameters()]
+    grads, outs, calls = [], [], []
+    hook = agent.policy.velocity.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    for dedup in (True, False):
+        calls.clear()
+        loss, out = agent.minibatch_loss(d, s, True, dedup=dedup)
+        g = torch.autograd.grad(loss, [p for p in params if p.requires_grad], allow_unused=True)
+        grads.append([torch.zeros(1) if x is None else x for x in g])
+        outs.append({k: float(v) for k, v in out.items()} | {"loss": float(loss.detach()), "rows": calls[0]})
+    hook.remove()
+    K = agent.policy.K
+    assert outs[0]["rows"] == S * K and outs[1]["rows"] == len(s) * K  # the velocity net saw each step once
+    assert outs[0]["approx_kl"] > 0 and (bc_coef == 0 or outs[0]["bc_loss"] > 0)
+    for k in outs[1]:
+        if k != "rows":
+            assert outs[0][k] == pytest.approx(outs[1][k], rel=1e-5, abs=1e-7), k
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_w2_regulariser_pulls_the_fine_tuned_flow_back_to_the_pretrained_one(one_thread):
     """bc_coef > 0: zero W2 loss while the fine-tuned velocity net equals the frozen reference; after a
     perturbation, steps with zero advantages (no policy-gradient signal) shrink it."""

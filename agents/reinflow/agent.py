@@ -78,7 +78,8 @@ class ReinFlowAgent:
         critic_hidden, critic_act: value net.
         n_epochs, batch_size: epochs and minibatch size in env steps.
         repeat_samples: each env step appears this many times per epoch (ReinFlow's ``repeat_samples``
-            with its multiplier 10, matching DPPO's number of minibatches); 1: plain PPO epochs.
+            with its multiplier 10, matching DPPO's number of minibatches); 1: plain PPO epochs. The copies of a
+            step in one minibatch go through the networks once (:meth:`minibatch_loss`).
         target_kl: early stop of the epochs on approx KL (``None``: off).
         vf_coef, ent_coef, bc_coef: loss weights (0.5, 0.03, 0).
         max_grad_norm: gradient clip of actor and critic (``None``: off).
@@ -194,15 +195,31 @@ class ReinFlowAgent:
             d["logp"] = torch.cat([self.log_prob(c, x)[0] for c, x in zip(d["cond"].split(4096), d["chains"].split(4096))])
         return d
 
-    def _minibatch(self, d: dict, idx: torch.Tensor, train_actor: bool) -> dict[str, torch.Tensor]:
-        s = idx % d["cond"].shape[0]
-        cond = d["cond"][s]
-        vl = value_loss(self.critic(cond), d["ret"][s])
+    def minibatch_loss(self, d: dict, s: torch.Tensor, train_actor: bool, *,
+                       dedup: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The PPO loss of one minibatch of env steps ``s (M,)`` (indices into ``d``'s ``S`` steps, repeats allowed).
+
+        ``repeat_samples`` puts each env step into an epoch several times, and a recorded chain's log-prob,
+        entropy and value are the same every time. With ``dedup`` the networks run once per distinct step and
+        the results are gathered back to ``(M,)``, so every term (advantage normalisation, means, the
+        gradient, which sums over the copies) is the one of the duplicated batch at the cost of the distinct
+        steps: the same update in up to ``repeat_samples``× less compute (exact up to float summation order;
+        ReinFlow's reference runs the copies through the networks).
+
+        Returns:
+            ``(loss, metrics)`` — ``vf_coef·V-loss`` plus, when ``train_actor``, ``pg − ent_coef·H (+ bc_coef·W2)``.
+        """
+        if dedup:
+            u, inv = torch.unique(s, return_inverse=True)
+        else:
+            u, inv = s, torch.arange(len(s), device=s.device)
+        cond = d["cond"][u]
+        vl = value_loss(self.critic(cond)[inv], d["ret"][s])
         out = {"value_loss": vl.detach()}
         loss = self.vf_coef * vl
         if train_actor:
-            chain = d["chains"][s]
-            logp, ent = self.log_prob(cond, chain)
+            chain = d["chains"][u]
+            logp, ent = (x[inv] for x in self.log_prob(cond, chain))
             pl, info = ppo_policy_loss(logp, d["logp"][s], normalize_advantages(d["adv"][s]), self.clip)
             loss = loss + pl - self.ent_coef * ent.mean()
             out.update(policy_loss=pl.detach(), entropy=ent.mean().detach(), **info)
@@ -210,10 +227,14 @@ class ReinFlowAgent:
                 x0 = chain[:, 0]
                 with torch.no_grad():
                     ref = euler_sample(self.ref_velocity, cond, x0, self.policy.K, x_clip=self.policy.x_clip)
-                bc = w2_bc_loss(euler_sample(self.policy.velocity, cond, x0, self.policy.K, x_clip=self.policy.x_clip),
-                                ref)
+                own = euler_sample(self.policy.velocity, cond, x0, self.policy.K, x_clip=self.policy.x_clip)
+                bc = w2_bc_loss(own[inv], ref[inv])
                 loss = loss + self.bc_coef * bc
                 out["bc_loss"] = bc.detach()
+        return loss, out
+
+    def _minibatch(self, d: dict, idx: torch.Tensor, train_actor: bool) -> dict[str, torch.Tensor]:
+        loss, out = self.minibatch_loss(d, idx % d["cond"].shape[0], train_actor)
         self.actor_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
