@@ -19,8 +19,10 @@ through the real ``robotrl train`` commands a user types, on FetchPush-v4:
 Settings (every one recorded in the result's ``setting``): DPPO runs ``configs/tuning/dppo-fetch-push.yaml``
 (robomimic-style: γ 0.999 per 4-step chunk, 50 envs × 13 chunks = one 52-step episode per env and iteration,
 clip base 0.001, 2 critic warm-up iterations) with its reference trust region (``configs/agent/dppo.yaml``);
-ReinFlow and Gaussian PPO get the same collection (50 envs, one episode per env and iteration) and discount
-(γ 0.999 per chunk; 0.999^(1/4) per step for PPO, which acts every step). Evaluations: ``--eval-episodes``
+ReinFlow runs ``configs/tuning/reinflow-fetch-push.yaml`` (the same collection and discount with ReinFlow's
+robomimic settings: σ in [0.08, 0.14] decaying over the run's iterations, target KL 0.01, entropy 0.01,
+minibatches of 10,000, 2 critic warm-up iterations); Gaussian PPO gets the same collection (50 envs, one
+episode per env and iteration) and discount (0.999^(1/4) per step, as it acts every step). Evaluations: ``--eval-episodes``
 episodes every ``--eval-every`` iterations, success at the final step.
 
 Usage (2-core machine; one torch thread per run)::
@@ -44,8 +46,7 @@ LABELS = {"dppo": "DPPO (diffusion BC)", "reinflow": "ReinFlow (flow BC)", "ppo"
 NUM_ENVS, CHUNKS, ACT_STEPS, GAMMA_CHUNK = 50, 13, 4, 0.999
 COLLECTION = {  # the same envs, episodes per iteration and discount for every method (DPPO's tuning file's values)
     "dppo": [],  # configs/tuning/dppo-fetch-push.yaml sets them
-    "reinflow": [f"agent.onpolicy.num_envs={NUM_ENVS}", f"agent.onpolicy.steps_per_iter={CHUNKS}",
-                 f"agent.gamma={GAMMA_CHUNK}"],
+    "reinflow": [],  # configs/tuning/reinflow-fetch-push.yaml: the same, with ReinFlow's robomimic settings
     "ppo": [f"agent.onpolicy.num_envs={NUM_ENVS}", f"agent.onpolicy.steps_per_iter={CHUNKS * ACT_STEPS}",
             f"agent.gamma={GAMMA_CHUNK ** (1 / ACT_STEPS):.6f}"],
 }
@@ -87,7 +88,10 @@ def main() -> None:
                 f"trainer.eval_episodes={args.eval_episodes}", f"run_dir={d}"], d.with_suffix(".log"))
               for (m, s), d in pre.items() if not (d / "report.json").exists()], args.workers)
     online = root / "online"
-    run_cli_all([(["train", f"experiment={m}", *common, *COLLECTION[m], f"seed={s}", f"trainer.init_from={pre[m, s]}",
+    iters = -(-args.env_steps // (NUM_ENVS * CHUNKS * ACT_STEPS))  # iterations of the budget
+    schedule = {"reinflow": [f"agent.model.noise_decay_iters={iters}"]}  # learn_decay over the run, as the reference
+    run_cli_all([(["train", f"experiment={m}", *common, *COLLECTION[m], *schedule.get(m, []), f"seed={s}",
+                   f"trainer.init_from={pre[m, s]}",
                 f"agent.onpolicy.max_env_steps={args.env_steps}", "agent.onpolicy.iterations=1000000",
                 f"agent.onpolicy.eval_every={args.eval_every}", f"agent.onpolicy.checkpoint_every={args.eval_every}",
                 f"agent.onpolicy.eval_episodes={args.eval_episodes}", f"run_dir={online / f'{m}_s{s}'}"],
@@ -110,7 +114,7 @@ def main() -> None:
     end = min(r["curve"][-1][0] for r in doc["runs"])
     doc["budgets"] = [*range(per_eval, end, per_eval), end]
     doc["setting"] = {"dataset": dataset_id, "demos": args.demos, "overrides": args.overrides, "pretraining_updates": args.bc_updates,
-                      "env_steps": args.env_steps, "collection": {m: COLLECTION[m] or "configs/tuning/dppo-fetch-push.yaml"
+                      "env_steps": args.env_steps, "collection": {m: COLLECTION[m] or f"configs/tuning/{m}-fetch-push.yaml"
                                                                   for m in sorted({r["family"] for r in doc["runs"]})},
                       "pretrained_scores": {r["pretrained_run"]: json.loads((Path(r["pretrained_run"]) / "report.json")
                                                                             .read_text())["summary"].get("final_success_rate")

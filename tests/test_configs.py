@@ -167,3 +167,32 @@ def test_a_batch_split_that_does_not_divide_the_utd_is_a_config_error():
     assert update_schedule(1, 4, 256).calls_per_step == 4
     with pytest.raises(ConfigError, match="critic_utd=3 must divide trainer.utd=4"):
         update_schedule(3, 4, 256)
+
+
+@pytest.mark.parametrize("tuning", _options("tuning"))
+def test_each_tuning_file_applies_to_its_experiment_and_env(tuning):
+    """``configs/tuning/<experiment>-<env>.yaml`` is picked up by ``experiment=<experiment> env=<env>`` alone:
+    every value it sets is in the composed config, and the agent instantiates with it."""
+    import numpy as np
+    from hydra.utils import instantiate
+
+    from robotrl.data import ActionScaler, ObservationNormalizer
+
+    experiment = next(e for e in sorted(_options("experiment"), key=len, reverse=True) if tuning.startswith(e + "-"))
+    env = tuning.removeprefix(experiment + "-")
+    assert env in _options("env"), (tuning, env)
+    cfg = OmegaConf.to_container(_compose("train", [f"experiment={experiment}", f"env={env}"]), resolve=True)
+    own = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "tuning" / f"{tuning}.yaml"))
+
+    def check(want, got, path):
+        for k, v in want.items():
+            assert k in got, f"{tuning}: {path}{k} is not in the composed config"
+            if isinstance(v, dict):
+                check(v, got[k], f"{path}{k}.")
+            else:
+                assert got[k] == v, f"{tuning}: {path}{k} = {got[k]}, the file sets {v}"
+
+    check(own, cfg, "")
+    model = {k: v for k, v in cfg["agent"]["model"].items() if k not in ("base",)}
+    instantiate(model, obs_dim=8, action_dim=2, obs_normalizer=ObservationNormalizer.identity(8),
+                action_scaler=ActionScaler(-np.ones(2), np.ones(2)), device="cpu", seed=0, _convert_="all")
