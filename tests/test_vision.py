@@ -30,8 +30,12 @@ def test_random_shift_differs_per_sample_keeps_shape_and_is_a_padded_crop():
     for i in range(32):
         dy, dx = shifts[i].tolist()
         torch.testing.assert_close(out[i], padded[:, dy:dy + 20, dx:dx + 24], rtol=0, atol=0)
-    u8 = random_shift(_frames(4).permute(0, 3, 1, 2), 4)
+    frames = _frames(4).permute(0, 3, 1, 2)  # uint8, not contiguous (as the replay buffer's (B, H, W, C) frames)
+    u8, shifts = random_shift(frames, 4, generator=torch.Generator().manual_seed(2), return_shifts=True)
     assert u8.dtype == torch.uint8 and u8.shape == (4, 3, 32, 32)
+    padded = torch.nn.functional.pad(frames.float(), (4, 4, 4, 4), mode="replicate")
+    for i, (dy, dx) in enumerate(shifts.tolist()):
+        assert torch.equal(u8[i].float(), padded[i, :, dy:dy + 32, dx:dx + 32])
     assert random_shift(x, 0) is x
     with pytest.raises(ValueError, match="B, C, H, W"):
         random_shift(x[0], 4)
