@@ -66,13 +66,14 @@ from robotrl.real_robot.link_codec import (  # noqa: F401  (re-exported: the lin
     link_limits,
     stack_transitions,
     state_to_arrays,
+    with_next_frames,
     without_frames,
 )
 from robotrl.real_robot.protocol import Authenticator, Limits
 
 __all__ = ["TRANSITION_FIELDS", "ActorLink", "Dedup", "LearnerEndpoint", "SpillQueue", "Weights", "arrays_to_state",
            "atomic_write_bytes", "camera_link_limits", "check_batch", "frame_fields", "frame_rows", "link_limits",
-           "load_weights", "save_weights", "stack_transitions", "state_to_arrays", "without_frames"]
+           "load_weights", "save_weights", "stack_transitions", "state_to_arrays", "with_next_frames", "without_frames"]
 
 
 # ----------------------------------------------------------------------------- actor side

@@ -2,7 +2,8 @@
 
 What travels and how it is checked, independent of the sockets: the transition columns of a
 ``batch`` message (:data:`TRANSITION_FIELDS`, :func:`stack_transitions`, :func:`check_batch`; a camera robot's frames as
-``frames/<camera>`` and ``next_frames/<camera>`` uint8 ``(n, H, W, C)`` beside them, :func:`frame_fields`),
+``frames/<camera>`` uint8 ``(n, H, W, C)`` beside them, each next observation's frame only where it is not the next
+row's frame, :func:`frame_fields`, :func:`with_next_frames`),
 weights as named arrays (:func:`state_to_arrays`, :func:`arrays_to_state`; never pickles),
 the link's size limits (:func:`link_limits`, raised deliberately for frames by :func:`camera_link_limits`),
 the learner's per-actor de-duplication (:class:`Dedup`) and the actor's spill directory of
@@ -58,9 +59,9 @@ def _frame_shapes(cameras) -> list[tuple[int, ...]]:
 
 
 def frame_rows(cameras, limits: Limits) -> int:
-    """Transitions with frames that fit one ``batch`` message under ``limits``: each row carries its
-    observation's and its next observation's frame of every camera, and a batch may fill half of
-    ``max_bytes`` with them (the rest: the state columns and the envelope). At least 1.
+    """Transitions with frames that fit one ``batch`` message under ``limits``: each row carries at most its
+    observation's and its next observation's frame of every camera (the worst case: every row ends an episode),
+    and a batch may fill half of ``max_bytes`` with them (the rest: the state columns and the envelope). At least 1.
 
     Args:
         cameras: :class:`~robotrl.real_robot.interface.CameraSpec` items (or ``(H, W, C)`` shapes).
@@ -88,11 +89,26 @@ def camera_link_limits(cameras, base: Limits) -> Limits:
 
 
 def frame_fields(cameras) -> dict[str, tuple[int, ...]]:
-    """The camera columns of a ``batch`` message: ``{"frames/<camera>" and "next_frames/<camera>": (H, W, C)}``
-    (uint8 ``(n, H, W, C)`` each: transition ``t``'s observation frame and its next observation's)."""
-    out: dict[str, tuple[int, ...]] = {}
+    """The camera columns of a ``batch`` message, ``{"frames/<camera>": (H, W, C)}``: uint8 ``(n, H, W, C)``, each
+    transition's observation frame. Next observations' frames travel compactly (:func:`stack_transitions`):
+    ``next_follows`` bool ``(n,)`` marks the rows whose next frame is the following row's frame (the same step of an
+    episode going on), and ``next_frames/<camera>`` uint8 ``(m, H, W, C)`` holds the others' (episode ends, the
+    batch's last row), in row order; :func:`with_next_frames` rebuilds the ``(n, H, W, C)`` next frames."""
+    return {f"frames/{c.name}": tuple(int(d) for d in c.shape) for c in cameras}
+
+
+def with_next_frames(body: dict, cameras) -> dict:
+    """``body`` (checked by :func:`check_batch`) with every camera's ``next_frames/<camera>`` rebuilt as uint8
+    ``(n, H, W, C)``: the following row's frame where ``next_follows``, the sent one elsewhere. A new dict; the
+    other arrays are not copied."""
+    follows = body["next_follows"]
+    out = dict(body)
     for c in cameras:
-        out[f"frames/{c.name}"] = out[f"next_frames/{c.name}"] = tuple(int(d) for d in c.shape)
+        frames, sent = body[f"frames/{c.name}"], body[f"next_frames/{c.name}"]
+        nxt = np.empty_like(frames)
+        nxt[:-1][follows[:-1]] = frames[1:][follows[:-1]]
+        nxt[~follows] = sent
+        out[f"next_frames/{c.name}"] = nxt
     return out
 
 
@@ -153,12 +169,19 @@ def check_batch(body: dict, obs_dim: int, action_dim: int, cameras=()) -> int:
             got = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
             raise ProtocolError(f"batch field {name!r} must be {np.dtype(dtype)} {shape}, got {got}; "
                                 "actor and learner must run the same robotrl version and robot spec")
-    for name, shape in frame_fields(cameras).items():
-        a = body.get(name)
-        if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.shape != (n, *shape):
-            got = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
-            raise ProtocolError(f"batch field {name!r} must be uint8 {(n, *shape)}, got {got}; the actor's robot must "
-                                "send the cameras this learner trains on, at the same frame size")
+    if cameras:
+        follows = body.get("next_follows")
+        if not isinstance(follows, np.ndarray) or follows.dtype != np.bool_ or follows.shape != (n,) or follows[-1]:
+            raise ProtocolError(f"batch field 'next_follows' must be bool ({n},) with its last row False; actor and "
+                                "learner must run the same robotrl version")
+        m = n - int(follows.sum())
+        for name, shape in frame_fields(cameras).items():
+            for field, rows in ((name, n), ("next_" + name, m)):
+                a = body.get(field)
+                if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.shape != (rows, *shape):
+                    got = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                    raise ProtocolError(f"batch field {field!r} must be uint8 {(rows, *shape)}, got {got}; the actor's "
+                                        "robot must send the cameras this learner trains on, at the same frame size")
     if n > 1 and not np.all(np.diff(body["n"]) > 0):
         raise ProtocolError("batch transition indices n must increase")
     return n
@@ -168,21 +191,29 @@ def stack_transitions(rows: list[dict]) -> dict[str, np.ndarray]:
     """Rows (one dict per transition, keys :data:`TRANSITION_FIELDS`) → column arrays ``(n, ...)``.
 
     Rows of a camera robot also carry ``images`` and ``next_images`` ``{camera: uint8 (H, W, C)}`` (the frames taken
-    with ``obs`` and ``next_obs``): they become ``frames/<camera>`` and ``next_frames/<camera>`` uint8 ``(n, H, W, C)``
-    when every row has both.
+    with ``obs`` and ``next_obs``), when every row has both: ``frames/<camera>`` uint8 ``(n, H, W, C)``, and each
+    next frame once, as :func:`frame_fields` says: ``next_follows[i]`` where row ``i``'s next frames equal row
+    ``i + 1``'s frames (compared, not assumed), ``next_frames/<camera>`` ``(m, H, W, C)`` for the other rows. Within an
+    episode that halves the frames on the wire.
     """
     out = {name: np.asarray(np.stack([np.asarray(r[name]) for r in rows]), np.dtype(dtype))
            for name, (dtype, _) in TRANSITION_FIELDS.items()}
     if all(r.get("images") is not None and r.get("next_images") is not None for r in rows):
-        for cam in rows[0]["images"]:
+        cams = list(rows[0]["images"])
+        follows = np.array([i + 1 < len(rows) and all(np.array_equal(rows[i]["next_images"][c], rows[i + 1]["images"][c])
+                                                      for c in cams) for i in range(len(rows))], dtype=bool)
+        out["next_follows"] = follows
+        for cam in cams:
             out[f"frames/{cam}"] = np.stack([np.asarray(r["images"][cam], np.uint8) for r in rows])
-            out[f"next_frames/{cam}"] = np.stack([np.asarray(r["next_images"][cam], np.uint8) for r in rows])
+            out[f"next_frames/{cam}"] = np.stack([np.asarray(r["next_images"][cam], np.uint8)
+                                                  for r, f in zip(rows, follows) if not f])
     return out
 
 
 def without_frames(cols: dict) -> dict:
     """A batch's columns less its camera frames (for a learner that trains on states)."""
-    return {k: v for k, v in cols.items() if not (k.startswith("frames/") or k.startswith("next_frames/"))}
+    return {k: v for k, v in cols.items()
+            if not (k.startswith("frames/") or k.startswith("next_frames/") or k == "next_follows")}
 
 
 class Dedup:

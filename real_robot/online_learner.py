@@ -19,7 +19,14 @@ from robotrl.checkpoint import save_arrays, load_checkpoint, save_checkpoint
 from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import CheckpointError, ConfigError
 from robotrl.real_robot.interface import ProtocolError, RobotSpec
-from robotrl.real_robot.learner_link import Dedup, LearnerEndpoint, atomic_write_bytes, check_batch, state_to_arrays
+from robotrl.real_robot.learner_link import (
+    Dedup,
+    LearnerEndpoint,
+    atomic_write_bytes,
+    check_batch,
+    state_to_arrays,
+    with_next_frames,
+)
 
 
 def _to_tensors(d: dict) -> dict:
@@ -243,6 +250,8 @@ class OnlineLearner:
             except ProtocolError as exc:
                 self.ep.reply(actor, "error", {"code": "bad_batch", "text": str(exc)})
                 return
+            if self.pixels:
+                b = with_next_frames(b, self.spec.cameras)
             self.ingest(actor, b)
             self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
         elif t == "sync":  # checkpoint now if this actor has data not yet durable (else just confirm)

@@ -59,7 +59,9 @@ def _compose(overrides: list[str]):
 
 
 # ----------------------------------------------------------------------------- link units
-def test_batches_carry_each_rows_frames_and_a_learner_of_states_gets_none():
+def test_batches_carry_each_frame_once_and_a_learner_of_states_gets_none():
+    """Rows 0-2 are one episode's steps, row 3 starts the next episode (its frame is not row 2's next frame): the
+    batch carries 4 frames plus the next frames of rows 2 and 3 only, and the learner rebuilds every row's next frame."""
     from robotrl.real_robot.interface import CameraSpec, ProtocolError
     from robotrl.real_robot.learner_link import (
         camera_link_limits,
@@ -67,29 +69,39 @@ def test_batches_carry_each_rows_frames_and_a_learner_of_states_gets_none():
         frame_rows,
         link_limits,
         stack_transitions,
+        with_next_frames,
         without_frames,
     )
 
     rng = np.random.default_rng(0)
-    f = [rng.integers(0, 256, (PX, PX, 3), dtype=np.uint8) for _ in range(4)]
-    rows = [{"n": k, "episode": 0, "step": k, "obs": np.zeros(2, np.float32), "next_obs": np.zeros(2, np.float32),
-             "action": np.zeros(1, np.float32), "requested": np.zeros(1, np.float32),
-             "policy_action": np.zeros(1, np.float32), "reward": 0.0, "terminated": False, "truncated": False,
+    f = [rng.integers(0, 256, (PX, PX, 3), dtype=np.uint8) for _ in range(6)]
+    frame_of = [(0, 1), (1, 2), (2, 3), (4, 5)]  # (observation frame, next observation frame) per row
+    rows = [{"n": k, "episode": int(k == 3), "step": k % 3, "obs": np.zeros(2, np.float32),
+             "next_obs": np.zeros(2, np.float32), "action": np.zeros(1, np.float32), "requested": np.zeros(1, np.float32),
+             "policy_action": np.zeros(1, np.float32), "reward": 0.0, "terminated": k == 2, "truncated": False,
              "success": False, "intervention": False, "safety_modified": False, "held": False,
              "learner_connected": True, "weights_version": 0, "time": 0.0, "rtt_s": 0.0, "jitter_s": 0.0,
-             "images": {"topdown": f[k]}, "next_images": {"topdown": f[k + 1]}} for k in range(3)]
+             "images": {"topdown": f[a].copy()}, "next_images": {"topdown": f[b].copy()}} for k, (a, b) in enumerate(frame_of)]
     cols = stack_transitions(rows)
-    cols["count"] = 3
+    cols["count"] = 4
     cams = (CameraSpec("topdown", (PX, PX, 3), 10.0),)
-    assert check_batch(cols, 2, 1, cams) == 3
-    np.testing.assert_array_equal(cols["frames/topdown"], np.stack(f[:3]))
-    np.testing.assert_array_equal(cols["next_frames/topdown"], np.stack(f[1:]))
+    assert check_batch(cols, 2, 1, cams) == 4
+    np.testing.assert_array_equal(cols["next_follows"], [True, True, False, False])
+    np.testing.assert_array_equal(cols["frames/topdown"], np.stack([f[a] for a, _ in frame_of]))
+    np.testing.assert_array_equal(cols["next_frames/topdown"], np.stack([f[3], f[5]]))  # 6 frames sent, not 8
+    full = with_next_frames(cols, cams)
+    np.testing.assert_array_equal(full["next_frames/topdown"], np.stack([f[b] for _, b in frame_of]))
     state_only = without_frames(cols)
-    assert check_batch(state_only, 2, 1) == 3 and not any("frames" in k for k in state_only)
-    with pytest.raises(ProtocolError, match="'frames/topdown' must be uint8"):
+    assert check_batch(state_only, 2, 1) == 4 and not any("frames" in k or "follows" in k for k in state_only)
+    with pytest.raises(ProtocolError, match="'next_follows' must be bool"):
         check_batch(state_only, 2, 1, cams)  # a pixel learner needs them
-    with pytest.raises(ProtocolError, match=r"\(3, 16, 16, 3\)"):
+    with pytest.raises(ProtocolError, match=r"'frames/topdown' must be uint8 \(4, 16, 16, 3\)"):
         check_batch(cols, 2, 1, (CameraSpec("topdown", (16, 16, 3), 10.0),))
+    lying = {**cols, "next_follows": np.array([True, True, True, False])}  # claims 1 next frame, carries 2
+    with pytest.raises(ProtocolError, match=r"'next_frames/topdown' must be uint8 \(1, "):
+        check_batch(lying, 2, 1, cams)
+    with pytest.raises(ProtocolError, match="last row False"):
+        check_batch({**cols, "next_follows": np.array([True, True, False, True])}, 2, 1, cams)
     # the deliberate raise: with max_message_bytes=256 MiB a batch of a 480x640 camera's frames is one array of more
     # elements than the state defaults allow; the rows of a batch are cut so that its frames fit max_bytes
     base = link_limits(256 << 20)
