@@ -345,7 +345,7 @@ def main() -> None:
 
 def seed_results(args, out_name: str):
     """Per-seed results in seed order, ``{contender: result}``. Every (seed, contender) unit is cached beside the
-    output (``results/.partial/<out>-<args hash>/s<seed>-<contender>.json``, written atomically) and robotrl's run
+    output (``results/.partial/qlearning_learning-<settings hash>/s<seed>-<contender>.json``, written atomically) and robotrl's run
     directories live there too (``work/``), so a killed study resumes: finished units are read back, a killed
     robotrl run goes on from its last checkpoint (the peers' units restart). Units run on ``--workers``
     processes as soon as the unit they need is done, so the study can be spread over several sittings."""
@@ -356,7 +356,8 @@ def seed_results(args, out_name: str):
 
     key = {k: v for k, v in vars(args).items() if k not in ("seeds", "workers", "out", "skip", "modes")}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    cache = Path(__file__).resolve().parent / "results" / ".partial" / f"{Path(out_name).stem}-{digest}"
+    # one cache per setting, whatever the output's name: a run with --skip / --modes / --out reuses the units done
+    cache = Path(__file__).resolve().parent / "results" / ".partial" / f"qlearning_learning-{digest}"
     work = cache / "work"
     work.mkdir(parents=True, exist_ok=True)
 
