@@ -319,7 +319,7 @@ def main() -> None:
     out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json")
     t0 = time.time()
     per_seed: dict[str, list[dict]] = {}
-    for res in seed_results(args, out_name):
+    for res in seed_results(args):
         for k, v in res.items():
             per_seed.setdefault(k, []).append(v)
     warm = {k: (args.warmup if v == "warmup" else v) for k, v in FIRST_UPDATE.items()}
@@ -343,7 +343,7 @@ def main() -> None:
     print(f"results: {path}")
 
 
-def seed_results(args, out_name: str):
+def seed_results(args):
     """Per-seed results in seed order, ``{contender: result}``. Every (seed, contender) unit is cached beside the
     output (``results/.partial/qlearning_learning-<settings hash>/s<seed>-<contender>.json``, written atomically) and robotrl's run
     directories live there too (``work/``), so a killed study resumes: finished units are read back, a killed
