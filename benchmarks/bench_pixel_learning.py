@@ -22,7 +22,7 @@ an actor of 64x64 (the full tier's Q-learning study's size), minibatches of 128;
 
 Usage::
 
-    python benchmarks/bench_pixel_learning.py --seeds 0 1 2 --workers 2      # ~1 h on 2 CPU cores
+    python benchmarks/bench_pixel_learning.py --seeds 0 1 2 --workers 1      # ~1.5 h on 2 shared CPU cores
     python benchmarks/bench_pixel_learning.py --smoke                        # tiny budgets: checks every command
 """
 
