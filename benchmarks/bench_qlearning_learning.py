@@ -364,7 +364,7 @@ def seed_results(args):
     def path(seed, unit):
         return cache / f"s{seed}-{unit}.json"
 
-    plan = [(u, need) for u, need in units(args)]
+    plan = units(args)
     todo = [(seed, u, need) for u, need in plan for seed in args.seeds if not path(seed, u).exists()]
     done = len(plan) * len(args.seeds) - len(todo)
     if done:
