@@ -111,9 +111,14 @@ def d3rlpy_run(args, seed: int, data, make_env, make_eval_env) -> dict:
     dataset = d3rlpy.dataset.MDPDataset(data.observations, data.actions, data.rewards, terminals,
                                         timeouts=timeouts.astype(np.float32))
     nets = {}
-    if args.d3rlpy_hidden:  # same widths as the robotrl runs' agent.model.hidden / critic_hidden
-        enc = d3rlpy.models.encoders.VectorEncoderFactory(hidden_units=list(args.d3rlpy_hidden))
-        nets = {"actor_encoder_factory": enc, "critic_encoder_factory": enc}
+    # the critics get LayerNorm when robotrl's do (``--robotrl-extra agent.model.critic_layer_norm=true``), so the
+    # peer runs the same network; the actor has none, as robotrl's (``actor_layer_norm`` off by default)
+    critic_ln = "agent.model.critic_layer_norm=true" in [e.lower() for e in args.robotrl_extra]
+    if args.d3rlpy_hidden or critic_ln:  # same widths as the robotrl runs' agent.model.hidden / critic_hidden
+        width = {"hidden_units": list(args.d3rlpy_hidden)} if args.d3rlpy_hidden else {}
+        nets = {"actor_encoder_factory": d3rlpy.models.encoders.VectorEncoderFactory(**width),
+                "critic_encoder_factory": d3rlpy.models.encoders.VectorEncoderFactory(use_layer_norm=critic_ln,
+                                                                                      **width)}
     algo = d3rlpy.algos.CalQLConfig(batch_size=256, n_action_samples=args.d3rlpy_n_action_samples,
                                     **nets).create(device="cpu:0")
     evaluate = _eval_fn(make_eval_env, args.eval_episodes, seed)
