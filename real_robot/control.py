@@ -4,7 +4,8 @@ Per tick ``k`` (period ``1 / rate_hz`` s, scheduled at ``t0 + k / rate_hz``):
 
 1. poll the teleop device (takeover, e-stop, re-arm);
 2. get the policy's action (from the state, or for a pixel policy the state and the camera
-   frames of the same observation) from the :class:`ChunkScheduler` without ever waiting past
+   frames of the same observation; a policy on the last ``To`` observations gets their
+   :class:`ObservationHistory`) from the :class:`ChunkScheduler` without ever waiting past
    the inference deadline (``deadline_frac`` of the period): a slow policy makes the
    loop hold, never stall;
 3. choose the command by mode: ``autonomous`` (the policy's), ``scaled``
@@ -44,6 +45,37 @@ def latency_stats(values_s) -> dict:
             "p90_ms": float(np.percentile(v, 90)), "p99_ms": float(np.percentile(v, 99)), "max_ms": float(v.max())}
 
 
+class ObservationHistory:
+    """The last ``To`` observations of an episode, oldest first, for a policy that conditions on them.
+
+    :meth:`push` takes every control step's observation (not only those at which a chunk is requested: the
+    history is of consecutive steps, as in training) and returns a snapshot list of ``To`` of them; before the
+    episode has ``To`` steps its first observation is repeated, as the policies pad their histories in training
+    and evaluation (:meth:`robotrl.agents.diffusion.policy.DiffusionPolicy.forward`). :meth:`reset` at episode starts.
+
+    Args:
+        horizon: ``To >= 1``.
+
+    Raises:
+        ValueError: ``horizon < 1``.
+    """
+
+    def __init__(self, horizon: int):
+        if int(horizon) < 1:
+            raise ValueError(f"obs_horizon must be >= 1, got {horizon}")
+        self.horizon = int(horizon)
+        self._items: list = []
+
+    def reset(self) -> None:
+        """The next push starts an episode."""
+        self._items = []
+
+    def push(self, obs) -> list:
+        """Add this step's observation; returns the last ``To`` (padded with the episode's first), oldest first."""
+        self._items = (self._items + [obs])[-self.horizon:]
+        return [self._items[0]] * (self.horizon - len(self._items)) + self._items
+
+
 class ChunkScheduler:
     """Runs ``infer(obs (Do,)) -> chunk (Ta, Da)`` on a worker thread and serves actions on schedule.
 
@@ -68,6 +100,7 @@ class ChunkScheduler:
                  images: bool | None = None):
         self.infer, self.act_steps, self.prefetch = infer, act_steps, int(prefetch)
         self.images = bool(getattr(infer, "cameras", ())) if images is None else bool(images)
+        self.history = ObservationHistory(int(getattr(infer, "obs_horizon", 1) or 1))
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
         self._queue: list[np.ndarray] = []
         self._pending: tuple[int, Future] | None = None
@@ -87,13 +120,16 @@ class ChunkScheduler:
 
     def warmup(self, obs: Observation | np.ndarray, n: int = 3) -> None:
         """Run the policy ``n`` times on the worker thread (first calls are slow: allocation, thread start)."""
+        x = self._input(obs)
+        x = [x] * self.history.horizon if self.history.horizon > 1 else x
         for _ in range(n):
-            self._pool.submit(self.infer, self._input(obs)).result()
+            self._pool.submit(self.infer, x).result()
 
     def reset(self) -> None:
         """Forget queued actions (a pending inference is left to finish and discarded); a policy with per-episode
         state (``infer.reset``: a frame-stacking pixel policy) is reset on the worker thread, after that inference."""
         self._queue, self._pending = [], None
+        self.history.reset()
         reset = getattr(self.infer, "reset", None)
         if reset is not None:
             self._pool.submit(reset)
@@ -111,8 +147,11 @@ class ChunkScheduler:
     def next_action(self, obs: Observation | np.ndarray, k: int, wait_until: float) -> np.ndarray | None:
         """Action for tick ``k`` given the latest ``obs`` (an :class:`Observation` or its state ``(Do,)``);
         ``None`` if none is ready by ``wait_until`` (monotonic s)."""
+        x = self._input(obs)
+        if self.history.horizon > 1:  # every step's observation enters the history, chunk requested or not
+            x = self.history.push(x)
         if self._pending is None and len(self._queue) <= self.prefetch:
-            self._pending = (k, self._pool.submit(self.infer, self._input(obs)))
+            self._pending = (k, self._pool.submit(self.infer, x))
         if self._pending is not None:
             k0, fut = self._pending
             if not self._queue:

@@ -85,6 +85,7 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
         RobotRLError: a pixel policy's export failed or differs from the policy
             (:func:`robotrl.vision.export.export_pixel_onnx`).
     """
+    from robotrl.agents.diffusion.export import example_input
     from robotrl.vision.frontend import PixelPolicyFrontend
 
     bad = set(formats) - {"torchscript", "onnx"}
@@ -99,14 +100,15 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
     policy = policy.eval().cpu()
     module = policy.export_module() if hasattr(policy, "export_module") else policy
     wrapped = _ChunkOutput(module).eval()
-    example = torch.zeros(2, int(policy.obs_dim))
+    example = example_input(policy)  # (2, Do), or (2, To, Do) for a policy on the last To observations
     with torch.no_grad():
         ta = int(wrapped(example).shape[1])
     te = int(getattr(policy, "act_steps", ta) or ta)
     cls = type(policy)
     meta = {"obs_dim": int(policy.obs_dim), "action_dim": int(policy.action_dim), "chunk_len": ta, "act_steps": te,
+            "obs_horizon": int(getattr(policy, "To", 1)),
             "source": f"{cls.__module__}.{cls.__qualname__}", "spec": policy.spec() if hasattr(policy, "spec") else {},
-            "inputs": {"obs": ["B", int(policy.obs_dim)]}, "outputs": {"actions": ["B", ta, int(policy.action_dim)]}}
+            "inputs": {"obs": ["B", *example.shape[1:]]}, "outputs": {"actions": ["B", ta, int(policy.action_dim)]}}
     paths = {"meta": out / META}
     with torch.no_grad():
         if "torchscript" in formats:
@@ -203,6 +205,10 @@ class DeployPolicy:
         cameras: ``((name, (H, W, C)), ...)`` the policy reads (empty: a state policy).
         frame_stack: ``k``, frames per camera a pixel policy reads.
         reset_fn: what :meth:`reset` also calls (a training checkpoint's ``policy.reset``).
+        obs_horizon: ``To``, observations a state chunk policy conditions on (diffusion, DPPO, flow, ReinFlow
+            exports with ``obs_horizon > 1``): it is then called with the last ``To`` states, oldest first
+            (``(To, Do)`` or a sequence of them), which :class:`~robotrl.real_robot.control.ObservationHistory` keeps step by step (the
+            :class:`~robotrl.real_robot.control.ChunkScheduler` does so); ``batch_fn`` takes ``(B, To, Do)``.
     """
 
     obs_dim: int
@@ -214,6 +220,7 @@ class DeployPolicy:
     cameras: tuple[tuple[str, tuple[int, ...]], ...] = ()
     frame_stack: int = 1
     reset_fn: Callable[[], None] | None = None
+    obs_horizon: int = 1
 
     def __post_init__(self) -> None:
         self._history = FrameHistory(self.frame_stack)
@@ -242,10 +249,27 @@ class DeployPolicy:
                 stacks = self._history.push({k: torch.as_tensor(v) for k, v in images.items()})
                 images = {k: v.numpy() for k, v in stacks.items()}
             return self.batch_fn(state, images)[0]
+        if self.obs_horizon > 1:
+            return self.batch_fn(self._history_input(obs))[0]
         obs = np.asarray(getattr(obs, "state", obs), np.float32).reshape(1, -1)
         if obs.shape[1] != self.obs_dim:
             raise ValueError(f"observation has {obs.shape[1]} entries, the policy takes Do={self.obs_dim}")
         return self.batch_fn(obs)[0]
+
+    def _history_input(self, obs) -> np.ndarray:
+        """The last ``To`` states, oldest first (an array ``(To, Do)`` or a sequence of ``To`` states or
+        ``Observation`` s) -> ``(1, To, Do)`` float32.
+
+        Raises:
+            ValueError: not ``To`` observations of ``Do`` entries.
+        """
+        rows = obs if isinstance(obs, (list, tuple)) else [obs] if hasattr(obs, "state") else obs
+        hist = np.asarray([np.asarray(getattr(o, "state", o), np.float32).reshape(-1) for o in rows], np.float32)
+        if hist.shape != (self.obs_horizon, self.obs_dim):
+            raise ValueError(f"this policy conditions on the last To={self.obs_horizon} observations: pass them as "
+                             f"({self.obs_horizon}, {self.obs_dim}), oldest first, not {hist.shape} (ChunkScheduler and "
+                             "robotrl deploy keep that history: robotrl.real_robot.control.ObservationHistory)")
+        return hist[None]
 
     def _pixel_inputs(self, obs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """``Observation`` -> ``(state (1, Do), {camera: uint8 (1, H, W, C)})`` (checked)."""
@@ -326,15 +350,17 @@ def load_deploy_policy(path: str | os.PathLike, backend: str = "auto") -> Deploy
     if backend not in ("onnx", "torchscript"):
         raise CheckpointError(f"unknown backend {backend!r}; use auto, onnx, torchscript or torch")
     cams: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    horizon = int(meta.get("obs_horizon", 1))
     if pixels:
         cams = tuple((str(c["name"]), tuple(int(d) for d in c["shape"])) for c in meta["cameras"])
         keys = [str(c["key"]) for c in meta["cameras"]]
         fn = (_onnx_pixel_fn(export_dir / ONNX_FILE, keys) if backend == "onnx"
               else _ts_pixel_fn(export_dir / TS_FILE, keys))
     else:
-        fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE, int(meta["obs_dim"]))
+        example = torch.zeros(1, int(meta["obs_dim"])) if horizon == 1 else torch.zeros(1, horizon, int(meta["obs_dim"]))
+        fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE, example)
     return DeployPolicy(int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["chunk_len"]), int(meta["act_steps"]), backend,
-                        fn, cams, int(meta.get("frame_stack", 1)))
+                        fn, cams, int(meta.get("frame_stack", 1)), obs_horizon=horizon)
 
 
 def _onnx_fn(path: Path):
@@ -408,10 +434,12 @@ def optimized_for_this_machine(mod: torch.jit.ScriptModule, example: torch.Tenso
     return opt if same else mod
 
 
-def _ts_fn(path: Path, obs_dim: int):
+def _ts_fn(path: Path, example: torch.Tensor):
+    """``obs (B, Do)`` (or histories ``(B, To, Do)``) ``-> (B, Ta, Da)`` through ``torch.jit.load``; ``example``: a
+    valid input for :func:`optimized_for_this_machine`."""
     if not path.is_file():
         raise CheckpointError(f"no TorchScript file at {path}; export with formats=('torchscript',)")
-    mod = optimized_for_this_machine(torch.jit.load(str(path), map_location="cpu").eval(), torch.zeros(1, obs_dim))
+    mod = optimized_for_this_machine(torch.jit.load(str(path), map_location="cpu").eval(), example)
 
     def fn(obs):
         with torch.no_grad():

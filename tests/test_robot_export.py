@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 import numpy as np
@@ -199,3 +200,72 @@ def test_torchscript_deploy_runs_the_export_optimised_for_this_machine_or_as_sav
         torch.testing.assert_close(opt(obs), saved(obs), rtol=1e-5, atol=1e-5)
     training = torch.jit.load(str(paths["torchscript"])).train()
     assert optimized_for_this_machine(training, example) is training
+
+
+def _history_policy(kind: str):
+    """A diffusion (DDIM) or flow chunk policy on the last To = 2 observations (Do = 5, Ta = 4, Te = 2, Da = 3)."""
+    from robotrl.agents.diffusion.policy import DiffusionPolicy
+    from robotrl.agents.flow.policy import FlowPolicy
+
+    torch.manual_seed(0)
+    kw = dict(obs_horizon=2, action_horizon=4, act_steps=2, denoiser_kwargs={"hidden": [32, 32]})
+    policy = (DiffusionPolicy(5, 3, denoising_steps=10, sampler="ddim", ddim_steps=4, **kw) if kind == "diffusion"
+              else FlowPolicy(5, 3, flow_steps=3, **kw))
+    rng = np.random.default_rng(0)
+    policy.set_normalizers(ObservationNormalizer(rng.normal(size=5), rng.uniform(0.5, 2, 5)),
+                           ActionScaler(-rng.uniform(1, 3, 3), rng.uniform(1, 3, 3)))
+    return policy.eval()
+
+
+@pytest.mark.parametrize("kind", ["diffusion", "flow"])
+def test_chunk_policies_on_an_observation_history_export_and_deploy_with_it(tmp_path, kind):
+    """To = 2: the export takes ``(B, To, Do)`` histories and equals the policy's own chain with the export's fixed
+    noise; the older observation changes the chunk; a single observation is refused with the way out."""
+    policy = _history_policy(kind)
+    paths = export_policy(policy, tmp_path / kind)
+    hist = np.random.default_rng(1).normal(scale=2, size=(1, 2, 5)).astype(np.float32)
+    with torch.no_grad():
+        cond = policy.condition(torch.as_tensor(hist))
+        if kind == "diffusion":
+            from robotrl.agents.diffusion.sampling import sample_chain
+
+            x, _ = sample_chain(policy.schedule, policy.net_for_step, cond, (4, 3), sampler="ddim", ddim_steps=4,
+                                eta=policy.ddim_eta, min_std=0.0, eps_clip=policy.eps_clip,
+                                generator=torch.Generator().manual_seed(0))
+        else:
+            x0 = torch.randn((1, 4, 3), generator=torch.Generator().manual_seed(0))
+            x = policy.sample_normalized(cond, x0=x0).clamp(-1, 1)
+        want = policy.action_scaler.unnormalize(x).numpy()
+    older = hist.copy()
+    older[:, 0] += 1.0
+    for backend in ("onnx", "torchscript"):
+        dp = load_deploy_policy(paths["meta"].parent, backend)
+        assert (dp.obs_horizon, dp.chunk_len, dp.act_steps) == (2, 4, 2)
+        np.testing.assert_allclose(dp(hist[0]), want[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(dp(list(hist[0])), want[0], rtol=1e-4, atol=1e-4)  # a sequence of To states
+        assert not np.allclose(dp(older[0]), want[0], atol=1e-3)  # the history is used, not only the latest state
+        with pytest.raises(ValueError, match="last To=2 observations"):
+            dp(hist[0, 1])
+    import json
+
+    assert json.loads(paths["meta"].read_text())["inputs"]["obs"] == ["B", 2, 5]
+
+
+def test_chunk_scheduler_hands_a_history_policy_consecutive_steps_and_restarts_it_per_episode(tmp_path):
+    """The scheduler pushes every tick's state (not only those where a chunk is requested): the chunk requested at
+    tick k is the policy's on (state k−1, state k), the episode's first padded with itself; reset starts over."""
+    from robotrl.real_robot.control import ChunkScheduler
+
+    dp = load_deploy_policy(export_policy(_history_policy("diffusion"), tmp_path / "d")["meta"].parent, "onnx")
+    states = np.random.default_rng(2).normal(size=(7, 5)).astype(np.float32)
+    sched = ChunkScheduler(dp, act_steps=2)
+    try:
+        for episode in range(2):
+            sched.reset()
+            got = [sched.next_action(s, k, time.monotonic() + 10) for k, s in enumerate(states)]
+            for k in range(0, 7):
+                start = k - k % 2  # Te = 2: chunks are requested at even ticks
+                hist = states[[max(start - 1, 0), start]][None]
+                np.testing.assert_allclose(got[k], dp.batch_fn(hist)[0][k % 2], rtol=1e-5, atol=1e-5)
+    finally:
+        sched.close()

@@ -1,12 +1,13 @@
 """A deterministic, traceable chunk sampler of a diffusion policy, for TorchScript/ONNX export.
 
-Symbols: ``B`` batch, ``Do`` observation size, ``To`` observation history (1 here),
+Symbols: ``B`` batch, ``Do`` observation size, ``To`` observation history,
 ``Ta`` chunk length, ``Da`` action size, ``n`` chain length (``K`` DDPM steps or the
 DDIM steps). The module runs the policy's own inference chain (DDPM, or DDIM with the
 policy's fixed number of steps and η) with every random draw replaced by noise fixed at
 export time: ``x_n`` ``(1, Ta, Da)`` and one ``(1, Ta, Da)`` noise per step. It is
-therefore a plain function ``obs (B, Do) -> chunk (B, Ta, Da)`` (raw units, normalisers
-inside) that :func:`robotrl.real_robot.export.export_policy` traces. For a batch of one
+therefore a plain function ``obs (B, Do) -> chunk (B, Ta, Da)`` (``To = 1``), or of the last ``To``
+observations ``(B, To, Do)``, oldest first (``To > 1``; the deploy side keeps that history,
+:class:`robotrl.real_robot.export.DeployPolicy`), raw units, normalisers inside, that :func:`robotrl.real_robot.export.export_policy` traces. For a batch of one
 it equals :func:`~robotrl.agents.diffusion.sampling.sample_chain` with a generator
 seeded like the export (the tests check this); DPPO policies export their fine-tuned
 steps because the chain asks ``policy.net_for_step(i)``. The pixel diffusion policy's export
@@ -22,31 +23,37 @@ from torch import nn
 from robotrl.agents.diffusion.sampling import chain_timesteps, step_mean_std
 
 
-def check_single_observation(policy: nn.Module) -> None:
-    """Exported chunk modules take the latest observation only.
+def as_history(obs: torch.Tensor, To: int) -> torch.Tensor:
+    """An exported chunk module's input as a raw history ``(B, To, Do)``: ``(B, Do)`` for ``To = 1``, the last
+    ``To`` observations ``(B, To, Do)`` (oldest first) otherwise.
 
     Raises:
-        ValueError: the policy conditions on ``To > 1`` observations.
+        ValueError: the input is not ``(B, To, Do)`` for ``To > 1`` (a single observation carries no history).
     """
-    if policy.To != 1:
-        raise ValueError(f"export takes one observation per row; this policy conditions on To={policy.To} "
-                         "observations: keep To=1 for exported policies or deploy the checkpoint with backend=torch")
+    if obs.dim() == 2 and To == 1:
+        return obs[:, None]
+    if not torch.jit.is_tracing() and (obs.dim() != 3 or obs.shape[1] != To):  # the traced input's shape is fixed
+        raise ValueError(f"this policy conditions on the last To={To} observations: pass them as (B, {To}, Do), "
+                         f"oldest first, not {tuple(obs.shape)}")
+    return obs
+
+
+def example_input(policy: nn.Module, batch: int = 2) -> torch.Tensor:
+    """Zeros shaped like an export's input: ``(B, Do)`` for ``To = 1``, ``(B, To, Do)`` otherwise."""
+    To, Do = int(getattr(policy, "To", 1)), int(policy.obs_dim)
+    return torch.zeros(batch, Do) if To == 1 else torch.zeros(batch, To, Do)
 
 
 class DiffusionChunkExport(nn.Module):
-    """``obs (B, Do) -> chunk (B, Ta, Da)`` with fixed noise (see module doc).
+    """``obs (B, Do)`` (``To = 1``) or ``(B, To, Do)`` ``-> chunk (B, Ta, Da)`` with fixed noise (see module doc).
 
     Args:
         policy: a :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy` (or DPPO's).
         seed: seed of the fixed noise.
-
-    Raises:
-        ValueError: ``To > 1`` (the export takes the latest observation only).
     """
 
     def __init__(self, policy: nn.Module, seed: int = 0):
         super().__init__()
-        check_single_observation(policy)
         self.policy = policy
         self.sampler = policy.sampler
         ks, ks_prev = chain_timesteps(policy.K, policy.sampler, policy.ddim_steps)
@@ -64,8 +71,8 @@ class DiffusionChunkExport(nn.Module):
         self.eta = policy.ddim_eta
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """``(B, Do)`` raw → ``(B, Ta, Da)`` raw actions."""
-        return self.chunk(self.policy.condition(obs[:, None]))
+        """Raw ``(B, Do)`` (``To = 1``) or history ``(B, To, Do)`` → ``(B, Ta, Da)`` raw actions."""
+        return self.chunk(self.policy.condition(as_history(obs, self.policy.To)))
 
     def chunk(self, cond: torch.Tensor) -> torch.Tensor:
         """The fixed-noise chain on a normalised condition ``(B, To, Do)`` → raw chunk ``(B, Ta, Da)``."""

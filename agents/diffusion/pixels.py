@@ -160,6 +160,9 @@ class PixelDiffusionChunkExport(nn.Module):
 
     def __init__(self, policy: PixelDiffusionPolicy, seed: int = 0):
         super().__init__()
+        if policy.To != 1:
+            raise ValueError(f"the pixel export takes the latest frames only; this policy conditions on To={policy.To} "
+                             "steps: keep To=1 for exported pixel policies or deploy the checkpoint with backend=torch")
         self.policy = policy
         self.chain = DiffusionChunkExport(policy.head, seed=seed)
 
