@@ -169,17 +169,20 @@ def _export_pixel_policy(policy: nn.Module, out: Path, formats, opset: int) -> d
     out.mkdir(parents=True, exist_ok=True)
     paths = {"meta": out / META}
     module = policy.export_module() if hasattr(policy, "export_module") else policy  # a chunk with fixed noise
+    horizon = int(getattr(policy, "To", 1)) if hasattr(policy, "export_module") else 1  # the pixel diffusion policy's To
+    lead = ["B"] if horizon == 1 else ["B", horizon]
     if "torchscript" in formats:
-        paths["torchscript"] = export_pixel_torchscript(module, out / TS_FILE, shapes, ds)
+        paths["torchscript"] = export_pixel_torchscript(module, out / TS_FILE, shapes, ds, horizon=horizon)
     if "onnx" in formats:
-        paths["onnx"] = export_pixel_onnx(module, out / ONNX_FILE, shapes, ds, opset=opset)
+        paths["onnx"] = export_pixel_onnx(module, out / ONNX_FILE, shapes, ds, opset=opset, horizon=horizon)
     ta, te = int(getattr(policy, "chunk_len", 1)), int(getattr(policy, "act_steps", 1))
     cls = type(policy)
     layout = spec.get("state_layout")
     meta = {"kind": "pixels", "obs_dim": ds, "action_dim": da, "chunk_len": ta, "act_steps": te,
             "source": f"{cls.__module__}.{cls.__qualname__}", "spec": spec, "cameras": cams,
-            "frame_stack": int(policy.frame_stack), "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
-            "inputs": {"state": ["B", ds], **{f"image_{i}": ["B", *shapes[c["key"]]] for i, c in enumerate(cams)}},
+            "frame_stack": int(policy.frame_stack), "obs_horizon": horizon,
+            "state": {"dim": ds, "layout": json.loads(layout) if layout else None},
+            "inputs": {"state": [*lead, ds], **{f"image_{i}": [*lead, *shapes[c["key"]]] for i, c in enumerate(cams)}},
             "outputs": {"actions": ["B", ta, da] if hasattr(policy, "export_module") else ["B", da]},
             "files": {k: v.name for k, v in paths.items() if k != "meta"}}
     _write_meta(out, meta)
@@ -207,8 +210,9 @@ class DeployPolicy:
         reset_fn: what :meth:`reset` also calls (a training checkpoint's ``policy.reset``).
         obs_horizon: ``To``, observations a state chunk policy conditions on (diffusion, DPPO, flow, ReinFlow
             exports with ``obs_horizon > 1``): it is then called with the last ``To`` states, oldest first
-            (``(To, Do)`` or a sequence of them), which :class:`~robotrl.real_robot.control.ObservationHistory` keeps step by step (the
-            :class:`~robotrl.real_robot.control.ChunkScheduler` does so); ``batch_fn`` takes ``(B, To, Do)``.
+            (``(To, Do)`` or a sequence of them; a pixel diffusion export: a sequence of ``To`` Observations), which
+            :class:`~robotrl.real_robot.control.ObservationHistory` keeps step by step (the
+            :class:`~robotrl.real_robot.control.ChunkScheduler` does so); ``batch_fn`` takes ``(B, To, ...)`` inputs.
     """
 
     obs_dim: int
@@ -243,6 +247,16 @@ class DeployPolicy:
             ValueError / SpaceMismatchError: the state has another size than ``Do``; a pixel policy got no
                 frames, or a camera's frame is missing or not uint8 of the policy's shape.
         """
+        if self.cameras and self.obs_horizon > 1:  # the last To observations, each (state, frames)
+            steps = list(obs) if isinstance(obs, (list, tuple)) else [obs]
+            if len(steps) != self.obs_horizon:
+                raise ValueError(f"this pixel policy conditions on the last To={self.obs_horizon} observations: pass "
+                                 f"a sequence of {self.obs_horizon} Observations, oldest first, not {len(steps)} "
+                                 "(ChunkScheduler and robotrl deploy keep that history)")
+            parts = [self._pixel_inputs(o) for o in steps]
+            state = np.stack([p[0] for p in parts], axis=1)  # (1, To, Ds)
+            images = {n: np.stack([p[1][n] for p in parts], axis=1) for n, _ in self.cameras}  # (1, To, H, W, C)
+            return self.batch_fn(state, images)[0]
         if self.cameras:
             state, images = self._pixel_inputs(obs)
             if self.frame_stack > 1:

@@ -48,9 +48,10 @@ def renders():
     return np.stack(states).astype(np.float32), np.stack(frames), layout
 
 
-def _policy(layout, sampler: str) -> PixelDiffusionPolicy:
+def _policy(layout, sampler: str, To: int = 1) -> PixelDiffusionPolicy:
     torch.manual_seed(0)
-    p = PixelDiffusionPolicy(layout.image_shapes, layout.state_dim, 2, action_horizon=TA, act_steps=TE, denoising_steps=5,
+    p = PixelDiffusionPolicy(layout.image_shapes, layout.state_dim, 2, obs_horizon=To, action_horizon=TA, act_steps=TE,
+                             denoising_steps=5,
                              sampler=sampler, ddim_steps=3, denoiser_kwargs={"hidden": [32, 32], "time_dim": 8},
                              channels=4, feature_dim=8, state_layout=layout.state.to_json())
     Ds = layout.state_dim
@@ -99,3 +100,24 @@ def test_exported_bundle_runs_in_torchscript_onnx_and_the_deploy_loader(renders,
             chunk = deploy(Observation(states[b], 0.0, images={"topdown": frames[b]}))
             assert chunk.shape == (TA, 2)
             np.testing.assert_allclose(chunk, want[b], atol=1e-4)
+
+
+def test_a_policy_on_two_steps_exports_histories_and_deploys_on_consecutive_observations(renders, tmp_path):
+    """To = 2: the bundle takes ``(B, 2, Ds)`` states and ``(B, 2, H, W, C)`` frames, equals the policy's own chunk on
+    the same history under the same noise, and the deploy policy takes the last two Observations, oldest first."""
+    states, frames, layout = renders
+    policy = _policy(layout, "ddim", To=2)
+    paths = export_policy(policy, tmp_path / "bundle2")
+    meta = json.loads(paths["meta"].read_text())
+    assert meta["obs_horizon"] == 2 and meta["inputs"]["image_0"] == ["B", 2, 32, 32, 3]
+    hist_s, hist_f = torch.as_tensor(states[None, 1:3]), {KEY: torch.as_tensor(frames[None, 1:3])}
+    torch.manual_seed(0)
+    want = policy.predict_chunk(hist_s, hist_f).numpy()[0]  # the policy's own chunk, its noise drawn from seed 0
+    steps = [Observation(states[t], 0.0, images={"topdown": frames[t]}) for t in (1, 2)]
+    for backend in ("onnx", "torchscript"):
+        deploy = load_deploy_policy(tmp_path / "bundle2", backend)
+        assert deploy.obs_horizon == 2
+        np.testing.assert_allclose(deploy(steps), want, atol=1e-4)
+        assert not np.allclose(deploy([steps[0], steps[0]]), want, atol=1e-3)  # the older step's frame is used
+        with pytest.raises(ValueError, match="last To=2 observations"):
+            deploy(steps[1])

@@ -18,7 +18,7 @@ deployed :class:`PixelDiffusionPolicy` is the EMA of encoder and denoiser togeth
 observations through ``act_observation``) with the state normaliser, frame scaling and action scaler inside.
 
 Export (``robotrl export``): :meth:`PixelDiffusionPolicy.export_module` is the chunk with fixed noise,
-``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, Ta, Da)`` (:class:`PixelDiffusionChunkExport`; ``To = 1``),
+``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, Ta, Da)`` (:class:`PixelDiffusionChunkExport`; ``To > 1``: ``(B, To, ...)`` histories),
 traced to TorchScript and ONNX with image inputs; a deploy bundle of it serves ``Te`` actions per chunk.
 """
 
@@ -125,10 +125,8 @@ class PixelDiffusionPolicy(PixelPolicyFrontend):
     # ------------------------------------------------------------------ export
     def export_module(self, seed: int = 0) -> nn.Module:
         """Traceable ``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> chunk (B, Ta, Da)`` with fixed noise, for
-        TorchScript/ONNX export (:class:`PixelDiffusionChunkExport`).
-
-        Raises:
-            ValueError: ``To > 1`` (the export takes the latest frames only).
+        TorchScript/ONNX export (:class:`PixelDiffusionChunkExport`; ``To > 1``: state ``(B, To, Ds)`` and frames
+        ``(B, To, H, W, C)``, the last ``To`` steps oldest first).
         """
         return PixelDiffusionChunkExport(self, seed=seed)
 
@@ -151,24 +149,21 @@ class PixelDiffusionChunkExport(nn.Module):
     For a batch of one it equals :meth:`PixelDiffusionPolicy.predict_chunk` with a generator seeded like the export.
 
     Args:
-        policy: the :class:`PixelDiffusionPolicy` (``To = 1``).
+        policy: the :class:`PixelDiffusionPolicy`.
         seed: seed of the fixed noise.
-
-    Raises:
-        ValueError: ``To > 1``.
     """
 
     def __init__(self, policy: PixelDiffusionPolicy, seed: int = 0):
         super().__init__()
-        if policy.To != 1:
-            raise ValueError(f"the pixel export takes the latest frames only; this policy conditions on To={policy.To} "
-                             "steps: keep To=1 for exported pixel policies or deploy the checkpoint with backend=torch")
         self.policy = policy
         self.chain = DiffusionChunkExport(policy.head, seed=seed)
 
     def forward(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Raw ``(B, Ds)`` and ``{key: uint8 (B, H, W, C)}`` → raw chunk ``(B, Ta, Da)``."""
-        z = self.policy.condition(state[:, None], {k: v[:, None] for k, v in images.items()})  # (B, 1, F + Ds)
+        """Raw ``(B, Ds)`` and ``{key: uint8 (B, H, W, C)}`` (``To = 1``), or the last ``To`` steps oldest first,
+        ``(B, To, Ds)`` and ``{key: uint8 (B, To, H, W, C)}`` → raw chunk ``(B, Ta, Da)``."""
+        if self.policy.To == 1:
+            state, images = state[:, None], {k: v[:, None] for k, v in images.items()}
+        z = self.policy.condition(state, images)  # (B, To, F + Ds)
         return self.chain.chunk(self.policy.head.condition(z))
 
 

@@ -22,8 +22,17 @@ from robotrl.errors import RobotRLError
 __all__ = ["export_pixel_torchscript", "export_pixel_onnx"]
 
 
+def _examples(image_shapes: Mapping[str, tuple[int, ...]], state_dim: int, batch: int, horizon: int,
+              g: torch.Generator) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Random example inputs: state ``(B[, To], Ds)`` and frames ``{key: uint8 (B[, To], H, W, C)}`` (``To`` only when
+    ``horizon > 1``)."""
+    lead = (batch,) if horizon == 1 else (batch, horizon)
+    state = torch.randn(*lead, state_dim, generator=g)
+    return state, {k: torch.randint(0, 256, (*lead, *s), generator=g, dtype=torch.uint8) for k, s in image_shapes.items()}
+
+
 def export_pixel_torchscript(policy: nn.Module, path: str | os.PathLike, image_shapes: Mapping[str, tuple[int, ...]],
-                             state_dim: int, *, batch: int = 2, atol: float = 1e-5) -> Path:
+                             state_dim: int, *, batch: int = 2, atol: float = 1e-5, horizon: int = 1) -> Path:
     """Trace ``policy`` with example inputs, save it to ``path`` (atomic) and verify the reloaded copy.
 
     Args:
@@ -33,6 +42,7 @@ def export_pixel_torchscript(policy: nn.Module, path: str | os.PathLike, image_s
         state_dim: ``Ds``.
         batch: batch size of the example inputs (the traced graph accepts any ``B``).
         atol: largest allowed difference between the eager and the reloaded actions.
+        horizon: ``To``; above 1 the inputs are histories, state ``(B, To, Ds)`` and frames ``(B, To, H, W, C)``.
 
     Returns:
         ``path``. Load it with ``torch.jit.load(path)`` (no robotrl import needed).
@@ -42,9 +52,8 @@ def export_pixel_torchscript(policy: nn.Module, path: str | os.PathLike, image_s
     """
     policy = policy.eval()
     device = next((p.device for p in policy.parameters()), torch.device("cpu"))
-    g = torch.Generator().manual_seed(0)
-    state = torch.randn(batch, state_dim, generator=g).to(device)
-    images = {k: torch.randint(0, 256, (batch, *s), generator=g, dtype=torch.uint8).to(device) for k, s in image_shapes.items()}
+    state, images = _examples(image_shapes, state_dim, batch, horizon, torch.Generator().manual_seed(0))
+    state, images = state.to(device), {k: v.to(device) for k, v in images.items()}
     with torch.no_grad():
         traced = torch.jit.trace(policy, (state, images), strict=False, check_trace=False)
         want = policy(state, images)
@@ -71,11 +80,12 @@ class _Positional(nn.Module):
 
 
 def export_pixel_onnx(policy: nn.Module, path: str | os.PathLike, image_shapes: Mapping[str, tuple[int, ...]],
-                      state_dim: int, *, batch: int = 2, opset: int = 17, atol: float = 1e-4) -> Path:
+                      state_dim: int, *, batch: int = 2, opset: int = 17, atol: float = 1e-4, horizon: int = 1) -> Path:
     """Export ``policy`` to ONNX with image inputs and check it with onnxruntime.
 
     Inputs (batch axis ``B`` dynamic): ``state`` float32 ``(B, Ds)`` and one uint8 input
-    ``(B, H, W, C)`` per camera, named ``image_0``, ``image_1``, ... in ``image_shapes`` order
+    ``(B, H, W, C)`` per camera (with ``horizon = To > 1``: ``(B, To, Ds)`` and ``(B, To, H, W, C)``, the last
+    ``To`` steps oldest first), named ``image_0``, ``image_1``, ... in ``image_shapes`` order
     (the order is also stored as the model's metadata ``image_keys``, comma-joined); output
     ``actions`` float32 ``(B, Da)`` in raw env units.
 
@@ -88,9 +98,8 @@ def export_pixel_onnx(policy: nn.Module, path: str | os.PathLike, image_shapes: 
 
     policy = policy.eval().cpu()
     keys = list(image_shapes)
-    g = torch.Generator().manual_seed(0)
-    state = torch.randn(batch, state_dim, generator=g)
-    frames = [torch.randint(0, 256, (batch, *image_shapes[k]), generator=g, dtype=torch.uint8) for k in keys]
+    state, images = _examples(image_shapes, state_dim, batch, horizon, torch.Generator().manual_seed(0))
+    frames = [images[k] for k in keys]
     names = [f"image_{i}" for i in range(len(keys))]
     wrapped = _Positional(policy, keys).eval()
     path = Path(path)
