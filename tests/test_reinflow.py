@@ -26,7 +26,7 @@ from robotrl.agents.diffusion import DiffusionAgent
 from robotrl.agents.flow import FlowAgent, FlowPolicy
 from robotrl.agents.ppo.loss import normalize_advantages
 from robotrl.agents.reinflow import ReinFlowAgent, ReinFlowPolicy
-from robotrl.agents.reinflow.loss import bounded_std, chain_entropy, chain_log_prob, decayed_max_std
+from robotrl.agents.reinflow.loss import bounded_std, chain_entropy, chain_log_prob, decayed_max_std, warmup_cosine_lr
 from robotrl.checkpoint import save_checkpoint
 from robotrl.data import ActionScaler, ObservationNormalizer
 from robotrl.envs import make_env
@@ -152,6 +152,39 @@ def _rollout(agent, n_envs: int = 4, T: int = 8):
         return RolloutCollector(envs, 1, reward_scaling=False, seed=0).collect(agent, T)
     finally:
         envs.close()
+
+
+def test_learning_rates_follow_the_reference_cosine_schedule_with_warmup_and_restarts():
+    """ReinFlow's CosineAnnealingWarmupRestarts as its configs use it (cycle 100, warmup 10): the first iteration at
+    min_lr, max_lr after the linear warmup, half-way down the cosine at 55, min_lr again at the restart (100); the
+    actor's schedule counts from the end of the critic warm-up."""
+    lo, hi = 2e-5, 4.5e-5
+    got = [warmup_cosine_lr(i, hi, lo) for i in (0, 5, 10, 55, 100, 105)]
+    assert got == pytest.approx([lo, (lo + hi) / 2, hi, (lo + hi) / 2, lo, (lo + hi) / 2], rel=1e-9)
+    assert warmup_cosine_lr(99, hi, lo) == pytest.approx(lo, rel=1e-3) and warmup_cosine_lr(7, hi, None) == hi
+    with pytest.raises(ValueError, match="warmup < cycle"):
+        warmup_cosine_lr(0, hi, lo, cycle=10, warmup=10)
+    agent = _agent(actor_lr=hi, actor_lr_min=lo, critic_lr=6.5e-4, critic_lr_min=3e-4, critic_warmup_iters=2)
+    rates = agent.set_learning_rates(7)
+    assert rates["critic_lr"] == pytest.approx(3e-4 + 3.5e-4 * 0.7) and rates["actor_lr"] == pytest.approx(lo + 2.5e-5 / 2)
+    assert agent.actor_opt.param_groups[0]["lr"] == rates["actor_lr"]
+    assert agent.critic_opt.param_groups[0]["lr"] == rates["critic_lr"]
+
+
+@pytest.mark.parametrize("clamped", [True, False])
+def test_the_final_sample_is_stored_clamped_to_the_action_box_as_the_reference_scores_it(one_thread, clamped):
+    """With wide noise many final samples leave the box: stored (and scored) clamped by default, unclamped with
+    ``score_clamped_final=False``; the executed actions are the clamped samples either way, and the share of
+    entries outside the box is reported."""
+    torch.manual_seed(0)
+    agent = _agent(std_min=0.6, std_max=0.8, score_clamped_final=clamped)
+    obs = torch.randn(64, 1, 8).numpy()
+    actions, extras = agent.rollout_act(obs)
+    final = extras["chains"][:, -1]
+    outside = float(extras["saturated"].mean())
+    assert outside > 0.1
+    assert (final.abs().max() <= 1.0) == clamped
+    np.testing.assert_allclose(actions, final.clamp(-1, 1).numpy(), atol=1e-6)  # identity action scaler
 
 
 def test_ppo_update_starts_at_ratio_one_and_moves_log_probs_with_the_advantage_sign(one_thread):
@@ -326,7 +359,7 @@ def _eval_means(policy) -> list[float]:
 @pytest.mark.slow
 def test_reinflow_fine_tuning_raises_return_of_weakened_flow_policy(weakened_flow, tmp_path):
     """Paired over the same evaluation seed sets (same resets, same start noise seeds), every set gains
-    clearly; for a test budget the trust region is wider than the reference's (lr 1e-3, clip 0.1, no KL
+    clearly; for a test budget the trust region is wider than the reference's (constant lr 1e-3, clip 0.1, no KL
     stop, wide log-prob clamp, 2 critic warm-up iterations)."""
     import test_dppo_finetune as task
     from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
@@ -337,7 +370,8 @@ def test_reinflow_fine_tuning_raises_return_of_weakened_flow_policy(weakened_flo
                           obs_normalizer=ObservationNormalizer.from_data(data.observations, clip=10.0),
                           action_scaler=ActionScaler.from_space(data.action_space), flow_steps=4,
                           **{**FLOW, "denoiser_kwargs": {"hidden": [64, 64], "time_dim": 8}},
-                          gamma=0.95, clip=0.1, actor_lr=1e-3, critic_lr=1e-3, critic_hidden=[64, 64], n_epochs=5,
+                          gamma=0.95, clip=0.1, actor_lr=1e-3, critic_lr=1e-3, actor_lr_min=None, critic_lr_min=None,
+                          critic_hidden=[64, 64], n_epochs=5,
                           batch_size=500, repeat_samples=1, target_kl=None, critic_warmup_iters=2, ent_coef=0.0,
                           logprob_min=-10.0, logprob_max=10.0, seed=0)
     agent.load_pretrained(str(ckpt))

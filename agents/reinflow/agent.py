@@ -21,12 +21,22 @@ Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
 4. After the update the noise upper bound follows ReinFlow's ``learn_decay`` schedule
    (:func:`~robotrl.agents.reinflow.loss.decayed_max_std`) when ``noise_decay_iters`` is set.
 
-Deviations from the reference (also listed in ``configs/agent/reinflow.yaml``): the log-prob
-is taken on the unclamped final sample (ReinFlow clamps ``x_K`` to the action box first and
-scores the clamped value, which is not that sample's density); the sampling std is the noise
-net's (ReinFlow floors it at ``min_sampling_denoising_std = σ_min``, the same thing); learning
-rates are constant (the reference uses cosine schedules with warmup); the critic is a plain
-MLP (the reference: residual).
+As the reference, the chain is stored and scored with its final sample clamped to the action
+box, ``x_K ← clip(x_K, ±1)`` (``score_clamped_final``): the executed action's value, so a sample
+beyond the box pulls the last step's mean to the box edge, not past it where the clamped mean
+has no gradient (scoring the unclamped sample, the exact density, let the share of saturated
+action entries grow on FetchPush); and the learning rates follow its cosine schedule with warmup
+and restarts (:func:`~robotrl.agents.reinflow.loss.warmup_cosine_lr`, per iteration; the actor's
+starts after the critic warm-up). Deviations from the reference (also listed in
+``configs/agent/reinflow.yaml``): the sampling std is the noise net's (ReinFlow floors it at
+``min_sampling_denoising_std = σ_min``, the same thing); the critic is a plain MLP (the
+reference: residual).
+
+Logged per iteration besides PPO's statistics: ``saturated_frac`` (share of the executed chunks'
+entries whose sample fell outside the action box), ``bc_drift`` (RMS distance, normalised action
+units, between the deterministic chunks of the fine-tuned and the pretrained velocity nets on up
+to 256 of the rollout's states from the same ``x_0``), ``explained_variance`` of the critic, and
+the learning rates.
 """
 
 from __future__ import annotations
@@ -39,7 +49,8 @@ import torch
 from robotrl.agents.flow.sampling import euler_sample
 from robotrl.agents.ppo.loss import normalize_advantages, ppo_policy_loss, value_loss
 from robotrl.agents.ppo.update import ONPOLICY_STATE, gae_targets, load_state, minibatch_epochs, save_state
-from robotrl.agents.reinflow.loss import chain_entropy, chain_log_prob, decayed_max_std, w2_bc_loss
+from robotrl.agents.reinflow.loss import (chain_entropy, chain_log_prob, decayed_max_std, w2_bc_loss,
+                                          warmup_cosine_lr)
 from robotrl.agents.reinflow.policy import ReinFlowPolicy
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
@@ -74,7 +85,12 @@ class ReinFlowAgent:
         normalize_logprob, include_initial_logprob: :func:`chain_log_prob` options (both on).
         gamma, gae_lambda: discount (per chunk step) and GAE λ.
         clip: PPO clip ``ε`` (0.01).
-        actor_lr, actor_weight_decay, critic_lr, critic_weight_decay: AdamW settings.
+        actor_lr, actor_weight_decay, critic_lr, critic_weight_decay: AdamW settings (the learning rates are the
+            schedule's maxima).
+        actor_lr_min, critic_lr_min: the cosine schedule's minima (2e-5, 3e-4; ``None``: constant rates);
+        lr_cycle_iters, lr_warmup_iters: its cycle and linear warmup in iterations (100, 10).
+        score_clamped_final: store and score the chain's final sample clamped to ``±1`` (reference; ``False``:
+            the unclamped sample, its exact density).
         critic_hidden, critic_act: value net.
         n_epochs, batch_size: epochs and minibatch size in env steps.
         repeat_samples: each env step appears this many times per epoch (ReinFlow's ``repeat_samples``
@@ -102,7 +118,9 @@ class ReinFlowAgent:
                  logprob_min: float = -1.0, logprob_max: float = 1.0, normalize_logprob: bool = True,
                  include_initial_logprob: bool = True, gamma: float = 0.99, gae_lambda: float = 0.95,
                  clip: float = 0.01, actor_lr: float = 4.5e-5, actor_weight_decay: float = 0.0,
-                 critic_lr: float = 6.5e-4, critic_weight_decay: float = 1e-5, critic_hidden=(256, 256, 256),
+                 critic_lr: float = 6.5e-4, critic_weight_decay: float = 1e-5, actor_lr_min: float | None = 2e-5,
+                 critic_lr_min: float | None = 3e-4, lr_cycle_iters: int = 100, lr_warmup_iters: int = 10,
+                 score_clamped_final: bool = True, critic_hidden=(256, 256, 256),
                  critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000, repeat_samples: int = 10,
                  target_kl: float | None = 1.0, vf_coef: float = 0.5, ent_coef: float = 0.03, bc_coef: float = 0.0,
                  max_grad_norm: float | None = None, critic_warmup_iters: int = 0, reward_scaling: bool = True,
@@ -135,6 +153,10 @@ class ReinFlowAgent:
         self.vf_coef, self.ent_coef, self.bc_coef = float(vf_coef), float(ent_coef), float(bc_coef)
         self.max_grad_norm, self.critic_warmup_iters = max_grad_norm, int(critic_warmup_iters)
         self.reward_scaling = bool(reward_scaling)
+        self.lr = {"actor": (float(actor_lr), actor_lr_min), "critic": (float(critic_lr), critic_lr_min)}
+        self.lr_cycle_iters, self.lr_warmup_iters = int(lr_cycle_iters), int(lr_warmup_iters)
+        warmup_cosine_lr(0, actor_lr, actor_lr_min, self.lr_cycle_iters, self.lr_warmup_iters)  # checks the cycle
+        self.score_clamped_final = bool(score_clamped_final)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
     # ------------------------------------------------------------------ warm start
@@ -166,8 +188,12 @@ class ReinFlowAgent:
         p = self.policy
         cond = p.condition(torch.as_tensor(obs_hist, device=self.device))
         chain = p.sample_noisy_chain(cond, eps_clip=self.eps_clip, generator=self.gen)
-        a = p.action_scaler.unnormalize(chain[:, -1, : p.Te].clamp(-1.0, 1.0)).cpu().numpy()
-        return (a[:, 0] if p.Te == 1 else a), {"chains": chain}
+        executed = chain[:, -1, : p.Te]
+        saturated = (executed.abs() >= 1.0).float().mean(dim=(1, 2))  # (N,) share of entries outside the box
+        if self.score_clamped_final:
+            chain[:, -1] = chain[:, -1].clamp(-1.0, 1.0)
+        a = p.action_scaler.unnormalize(executed.clamp(-1.0, 1.0)).cpu().numpy()
+        return (a[:, 0] if p.Te == 1 else a), {"chains": chain, "saturated": saturated}
 
     # ------------------------------------------------------------------ chain likelihood
     def log_prob(self, cond: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,7 +216,9 @@ class ReinFlowAgent:
             v, nv = self.critic(cond), self.critic(ncond)
         adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
         d = {"cond": cond[keep], "chains": ro.extras["chains"].to(dev).flatten(0, 1)[keep], "adv": adv[keep],
-             "ret": ret[keep]}
+             "ret": ret[keep], "v": v.reshape(-1)[keep]}
+        if "saturated" in ro.extras:
+            d["saturated"] = ro.extras["saturated"].to(dev).flatten(0, 1)[keep]
         with torch.no_grad():
             d["logp"] = torch.cat([self.log_prob(c, x)[0] for c, x in zip(d["cond"].split(4096), d["chains"].split(4096))])
         return d
@@ -246,20 +274,48 @@ class ReinFlowAgent:
             self.actor_opt.step()
         return out
 
+    def set_learning_rates(self, iteration: int) -> dict[str, float]:
+        """Set both optimisers' rates for ``iteration`` (:func:`warmup_cosine_lr`; the actor's schedule counts
+        from the end of the critic warm-up, as the reference steps it); returns ``{"actor_lr", "critic_lr"}``."""
+        steps = {"actor": iteration - self.critic_warmup_iters, "critic": iteration}
+        out = {}
+        for name, opt in (("actor", self.actor_opt), ("critic", self.critic_opt)):
+            lr = warmup_cosine_lr(steps[name], *self.lr[name], self.lr_cycle_iters, self.lr_warmup_iters)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            out[f"{name}_lr"] = lr
+        return out
+
+    @torch.no_grad()
+    def bc_drift(self, cond: torch.Tensor) -> float:
+        """RMS distance (normalised action units) between the deterministic chunks of the fine-tuned and the
+        pretrained velocity nets on ``cond (M, To, Do)``, both from the same ``x_0`` (a fixed-seed draw)."""
+        p = self.policy
+        x0 = torch.randn((cond.shape[0], p.Ta, p.action_dim), generator=torch.Generator().manual_seed(0)).to(cond)
+        own = euler_sample(p.velocity, cond, x0, p.K, x_clip=p.x_clip).clamp(-1, 1)
+        ref = euler_sample(self.ref_velocity, cond, x0, p.K, x_clip=p.x_clip).clamp(-1, 1)
+        return float((own - ref).pow(2).mean().sqrt())
+
     def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
         """PPO epochs over the rollout's env steps; then the next iteration's noise bounds. Returns mean metrics."""
         d = self._prepare(ro)
         train_actor = iteration >= self.critic_warmup_iters
+        lrs = self.set_learning_rates(iteration)
         S = d["cond"].shape[0]
         with torch.no_grad():
             noise_std = float(self.policy.transitions(d["cond"][:256], d["chains"][:256])[1].mean())
+            ret_var = d["ret"].var()
+            explained = float(1 - (d["ret"] - d["v"]).var() / ret_var) if S > 1 and ret_var > 0 else float("nan")
         out = minibatch_epochs(S * self.repeat_samples, lambda idx: self._minibatch(d, idx, train_actor),
                                n_epochs=self.n_epochs, batch_size=self.batch_size, target_kl=self.target_kl,
                                generator=self.gen, device=self.device)
         hi = decayed_max_std(iteration + 1, self.noise_decay_iters, self.std_min, self.std_max,
                              hold_ratio=self.noise_hold_ratio, decay_ratio=self.noise_decay_ratio)
         self.policy.noise_net.set_bounds(self.std_min, max(hi, self.std_min))
-        return {**out, "noise_std": noise_std, "noise_std_max": hi}
+        diag = {"bc_drift": self.bc_drift(d["cond"][:256]), "explained_variance": explained}
+        if "saturated" in d:
+            diag["saturated_frac"] = float(d["saturated"].mean())
+        return {**out, **lrs, **diag, "noise_std": noise_std, "noise_std_max": hi}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -1,5 +1,5 @@
 """ReinFlow's loss pieces (pure functions): bounded noise std, exact chain log-likelihood,
-chain entropy, W2 behaviour-cloning regulariser, and the noise-bound schedule.
+chain entropy, W2 behaviour-cloning regulariser, the noise-bound schedule and the learning-rate schedule.
 
 Zhang et al. 2025, "ReinFlow: Fine-tuning Flow Matching Policy with Online Reinforcement
 Learning" (ReinFlow/ReinFlow ``model/flow/ft_ppo/ppoflow.py``, ``model/flow/mlp_flow.py``).
@@ -38,7 +38,8 @@ def chain_log_prob(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
     """Log-likelihood ``(M,)`` of recorded noisy Euler chains.
 
     Args:
-        chain: ``(M, K+1, Ta, Da)``: ``x_0`` (the starting noise) … ``x_K`` (the unclamped final sample).
+        chain: ``(M, K+1, Ta, Da)``: ``x_0`` (the starting noise) … ``x_K`` (the final sample as stored: clamped to
+            the action box by default, :class:`~robotrl.agents.reinflow.agent.ReinFlowAgent`).
         means, stds: ``(M, K, Ta, Da)`` of each transition ``x_k → x_{k+1}`` (stds > 0).
         include_initial: add ``log N(x_0; 0, I)`` (ReinFlow's ``account_for_initial_stochasticity``;
             a constant of the parameters, it shifts every log-prob and cancels in PPO ratios).
@@ -95,3 +96,23 @@ def decayed_max_std(iteration: int, total_iters: int | None, std_min: float, std
     hold = hold_ratio * total_iters
     p = min(max((iteration - hold) / max(total_iters - hold, 1e-9), 0.0), 1.0)
     return float(end + (std_max - end) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def warmup_cosine_lr(iteration: int, max_lr: float, min_lr: float | None, cycle: int = 100, warmup: int = 10) -> float:
+    """Learning rate of ``iteration`` (0-based count of the optimiser's schedule steps) under ReinFlow's
+    ``CosineAnnealingWarmupRestarts`` (ReinFlow/ReinFlow ``util/scheduler.py``, cycle multiplier and γ 1, as its
+    configs use it): within each ``cycle`` of iterations, a linear rise from ``min_lr`` to ``max_lr`` over the first
+    ``warmup``, then a cosine from ``max_lr`` down to ``min_lr`` over the rest; the first iteration runs at
+    ``min_lr``. ``min_lr`` ``None``: constant ``max_lr``.
+
+    Raises:
+        ValueError: ``warmup >= cycle`` or ``cycle < 1``.
+    """
+    if min_lr is None:
+        return float(max_lr)
+    if cycle < 1 or not 0 <= warmup < cycle:
+        raise ValueError(f"the learning-rate cycle needs 0 <= warmup < cycle, got warmup={warmup}, cycle={cycle}")
+    c = max(int(iteration), 0) % cycle
+    if c < warmup:
+        return float(min_lr + (max_lr - min_lr) * c / warmup)
+    return float(min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * (c - warmup) / (cycle - warmup))) / 2)
