@@ -17,7 +17,8 @@ through the real ``robotrl train`` commands a user types, on FetchPush-v4:
    the episode's FINAL step, the Fetch convention) with each method's pretrained score as its offline score.
 
 Settings (every one recorded in the result's ``setting``): DPPO runs ``configs/tuning/dppo-fetch-push.yaml``
-(robomimic-style: γ 0.999 per 4-step chunk, 50 envs × 13 chunks = one 52-step episode per env and iteration,
+(robomimic-style: γ 0.999 per 4-step chunk, 50 envs × 13 chunk steps per iteration, an episode being 13 chunks
+and a reset step,
 clip base 0.001, 2 critic warm-up iterations) with its reference trust region (``configs/agent/dppo.yaml``);
 ReinFlow runs ``configs/tuning/reinflow-fetch-push.yaml`` (the same collection and discount with ReinFlow's
 robomimic settings: σ in [0.08, 0.14] decaying over the run's iterations, target KL 0.01, entropy 0.01,
