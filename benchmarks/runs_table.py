@@ -1,0 +1,94 @@
+"""A learning result from finished ``robotrl train`` runs made by hand (an ablation), with each run's exact command.
+
+The variants of an investigation are often single ``robotrl train`` commands that differ by a few overrides
+(a discount, a regulariser, a batch size), run one at a time as the machine allows. This script turns their run
+directories into one learning document (:func:`robotrl.bench.sweep.sweep_to_learning`'s form: offline score,
+evaluation curve, wall time per run), names each run's method by ``--labels`` (default: the overrides that differ
+between the runs) and records every run's command (``robotrl train`` + its ``.hydra/overrides.yaml``), so the
+table that ``robotrl.bench.tables.learning_table`` renders from it can be reproduced run by run.
+
+Usage::
+
+    python benchmarks/runs_table.py RUN_DIR [RUN_DIR ...] --labels NAME [NAME ...] --out NAME.json \\
+        [--metric success] [--budgets 50000 100000 ...] [--note TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import RESULTS_DIR
+
+
+def run_command(run_dir: Path) -> str:
+    """``robotrl train`` with the run's recorded overrides (``.hydra/overrides.yaml``).
+
+    Raises:
+        FileNotFoundError: the run has no recorded overrides (not a ``robotrl train`` run directory).
+    """
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: {run_dir} is not a robotrl train run directory")
+    return "robotrl train " + " ".join(shlex.quote(str(o)) for o in OmegaConf.to_container(OmegaConf.load(path)) or [])
+
+
+def runs_document(run_dirs: list[Path], labels: list[str] | None, *, metric: str, command: str, argv: list[str]) -> dict:
+    """The learning document of ``run_dirs`` (each with a ``report.json``), methods named by ``labels``.
+
+    Raises:
+        ValueError: ``labels`` given but not one per run.
+        robotrl.bench.suite.BenchError: a run has no report (unfinished) or lacks the metric.
+    """
+    from robotrl.bench.sweep import sweep_to_learning
+
+    if labels is not None and len(labels) != len(run_dirs):
+        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs: give one label per run directory")
+    with tempfile.TemporaryDirectory() as tmp:
+        names = {}
+        for i, d in enumerate(run_dirs):  # one directory of links, as a sweep's, in the order given
+            link = Path(tmp) / f"{i:03d}"
+            link.symlink_to(d.resolve(), target_is_directory=True)
+            names[link.name] = d
+        doc = sweep_to_learning(tmp, benchmark="runs_table", argv=argv, command=command, metric=metric)
+    for run in doc["runs"]:
+        d = names[run["sweep_job"]]
+        run["run_dir"], run["command"] = str(d), run_command(d)
+        run["sweep_job"] = d.name
+        if labels is not None:
+            run["method"] = labels[list(names.values()).index(d)]
+    return doc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="finished robotrl train run directories")
+    ap.add_argument("--labels", nargs="+", help="one method name per run (runs of one method share it)")
+    ap.add_argument("--out", required=True, help="under benchmarks/results/")
+    ap.add_argument("--metric", default="success", choices=["success", "return", "normalized_score"])
+    ap.add_argument("--budgets", type=int, nargs="*", help="env steps of the table's columns (default: every evaluation)")
+    ap.add_argument("--note", default="", help="what the runs test (kept in the result)")
+    args = ap.parse_args()
+    command = "python benchmarks/runs_table.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    doc = runs_document(args.runs, args.labels, metric=args.metric, command=command, argv=sys.argv)
+    if args.budgets:
+        doc["budgets"] = sorted(args.budgets)
+    doc["note"] = args.note
+    out = RESULTS_DIR / args.out
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(out)
+    from robotrl.bench.tables import learning_table
+
+    print(learning_table(doc))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
