@@ -17,13 +17,13 @@ through the real ``robotrl train`` commands a user types, on FetchPush-v4:
    the episode's FINAL step, the Fetch convention) with each method's pretrained score as its offline score.
 
 Settings (every one recorded in the result's ``setting``): DPPO runs ``configs/tuning/dppo-fetch-push.yaml``
-(robomimic-style: γ 0.999 per 4-step chunk, 50 envs × 13 chunk steps per iteration, an episode being 13 chunks
+(robomimic-style but γ 0.95 per 4-step chunk (robomimic: 0.999; the tuning file says why), 50 envs × 13 chunk steps per iteration, an episode being 13 chunks
 and a reset step,
 clip base 0.001, 2 critic warm-up iterations) with its reference trust region (``configs/agent/dppo.yaml``);
 ReinFlow runs ``configs/tuning/reinflow-fetch-push.yaml`` (the same collection and discount with ReinFlow's
 robomimic settings: σ in [0.08, 0.14] decaying over the run's iterations, target KL 0.01, entropy 0.01,
 minibatches of 10,000, 2 critic warm-up iterations); Gaussian PPO gets the same collection (50 envs, one
-episode per env and iteration) and discount (0.999^(1/4) per step, as it acts every step). Evaluations: ``--eval-episodes``
+episode per env and iteration) and discount (0.95^(1/4) per step, as it acts every step). Evaluations: ``--eval-episodes``
 episodes every ``--eval-every`` iterations, success at the final step.
 
 Usage (2-core machine; one torch thread per run)::
@@ -44,7 +44,7 @@ from _common import RESULTS_DIR, run_cli, run_cli_all
 
 PRETRAIN = {"dppo": "diffusion", "reinflow": "flow", "ppo": "bc"}  # fine-tuning experiment -> its pretraining
 LABELS = {"dppo": "DPPO (diffusion BC)", "reinflow": "ReinFlow (flow BC)", "ppo": "Gaussian PPO (MLP BC)"}
-NUM_ENVS, CHUNKS, ACT_STEPS, GAMMA_CHUNK = 50, 13, 4, 0.999
+NUM_ENVS, CHUNKS, ACT_STEPS, GAMMA_CHUNK = 50, 13, 4, 0.95
 COLLECTION = {  # the same envs, episodes per iteration and discount for every method (DPPO's tuning file's values)
     "dppo": [],  # configs/tuning/dppo-fetch-push.yaml sets them
     "reinflow": [],  # configs/tuning/reinflow-fetch-push.yaml: the same, with ReinFlow's robomimic settings
