@@ -4,7 +4,8 @@ The exporter works on anything that follows :class:`robotrl.policy.Policy`:
 
 * MLP policies (``BCPolicy``): ``forward(obs (B, Do)) -> (B, Da)``;
 * chunked policies: ``forward(obs (B, Do)) -> (B, Ta, Da)`` and attributes
-  ``chunk_len`` (``Ta``) and ``act_steps`` (``Te``);
+  ``chunk_len`` (``Ta``) and ``act_steps`` (``Te``); a policy on the last ``To > 1`` observations
+  (attribute ``To``) exports ``obs (B, To, Do)``, oldest first, with ``obs_horizon`` in the metadata;
 * extension point for stochastic/iterative policies (diffusion with ``K`` DDIM steps):
   define ``export_module() -> nn.Module``, a deterministic module mapping ``obs (B, Do)``
   to ``(B, Ta, Da)`` with the number of denoising steps fixed and the noise fixed (or
