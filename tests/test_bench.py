@@ -439,3 +439,34 @@ def test_time_to_threshold_column_reports_seconds_never_and_partial_counts():
     assert " | never | " in rows["c"], rows["c"]
     del doc["threshold"]
     assert "time to" not in learning_table(doc)
+
+
+def test_runs_table_names_hand_made_runs_by_label_and_records_each_runs_command(tmp_path):
+    """benchmarks/runs_table.py: run directories from anywhere become one learning document in the order given, each
+    run's method its label and its command ``robotrl train`` + its recorded overrides; a label count that does not
+    match the runs, or a directory that is not a run, is refused."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from runs_table import runs_document
+
+    dirs = []
+    for i, gamma in enumerate(["0.999", "0.95"]):
+        d = tmp_path / f"place{i}" / "dppo_s0"
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text(f"- experiment=dppo\n- seed=0\n- agent.gamma={gamma}\n- run_dir={d}\n")
+        hist = [{"phase": "offline", "step": 0, "success_rate": 0.2},
+                {"phase": "online", "step": 100, "success_rate": 0.2 + 0.3 * i}]
+        (d / "report.json").write_text(json.dumps({
+            "config": {"agent": {"name": "dppo", "onpolicy": {}}, "seed": 0, "env": {"name": "fetch-push"},
+                       "dataset": {"id": "d"}}, "history": hist, "summary": {"wall_time_s": 3.0}}))
+        dirs.append(d)
+    doc = runs_document(dirs, ["gamma 0.999", "gamma 0.95"], metric="success", command="c", argv=[])
+    assert [r["method"] for r in doc["runs"]] == ["gamma 0.999", "gamma 0.95"]
+    assert [r["curve"][-1] for r in doc["runs"]] == [[100, 0.2], [100, 0.5]]
+    assert doc["runs"][1]["command"] == f"robotrl train experiment=dppo seed=0 agent.gamma=0.95 run_dir={dirs[1]}"
+    assert doc["runs"][1]["run_dir"] == str(dirs[1]) and "gamma 0.95" in learning_table(doc)
+    with pytest.raises(ValueError, match="one label per run"):
+        runs_document(dirs, ["only one"], metric="success", command="c", argv=[])
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "report.json").write_text((dirs[0] / "report.json").read_text())
+    with pytest.raises(FileNotFoundError, match="not a robotrl train run"):
+        runs_document([tmp_path / "x"], None, metric="success", command="c", argv=[])
