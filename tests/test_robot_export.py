@@ -31,12 +31,19 @@ class ChunkedPolicy(nn.Module):
         return {"ta": self.chunk_len}
 
 
+def _with_norms(policy) -> np.random.Generator:
+    """Give a ``Do = 5``, ``Da = 3`` policy non-trivial normalisers (the export must carry them); returns the
+    generator that drew them (seed 0), for the test's further draws."""
+    rng = np.random.default_rng(0)
+    policy.set_normalizers(ObservationNormalizer(rng.normal(size=5), rng.uniform(0.5, 2, 5)),
+                           ActionScaler(-rng.uniform(1, 3, 3), rng.uniform(1, 3, 3)))
+    return rng
+
+
 def _bc():
     torch.manual_seed(0)
     p = BCPolicy(5, 3, hidden=(16, 16))
-    rng = np.random.default_rng(0)
-    p.set_normalizers(ObservationNormalizer(rng.normal(size=5), rng.uniform(0.5, 2, 5)),
-                      ActionScaler(-rng.uniform(1, 3, 3), rng.uniform(1, 3, 3)))
+    _with_norms(p)
     return p.eval()
 
 
@@ -90,9 +97,7 @@ def test_diffusion_policy_exports_its_fixed_noise_chain(tmp_path, sampler):
     torch.manual_seed(0)
     policy = DiffusionPolicy(5, 3, action_horizon=4, act_steps=2, denoising_steps=10, sampler=sampler, ddim_steps=4,
                              denoiser_kwargs={"hidden": [32, 32]})
-    rng = np.random.default_rng(0)
-    policy.set_normalizers(ObservationNormalizer(rng.normal(size=5), rng.uniform(0.5, 2, 5)),
-                           ActionScaler(-rng.uniform(1, 3, 3), rng.uniform(1, 3, 3)))
+    rng = _with_norms(policy)
     policy.eval()
     paths = export_policy(policy, tmp_path / sampler)
     obs = rng.normal(scale=2, size=(1, 5)).astype(np.float32)
@@ -211,9 +216,7 @@ def _history_policy(kind: str):
     kw = dict(obs_horizon=2, action_horizon=4, act_steps=2, denoiser_kwargs={"hidden": [32, 32]})
     policy = (DiffusionPolicy(5, 3, denoising_steps=10, sampler="ddim", ddim_steps=4, **kw) if kind == "diffusion"
               else FlowPolicy(5, 3, flow_steps=3, **kw))
-    rng = np.random.default_rng(0)
-    policy.set_normalizers(ObservationNormalizer(rng.normal(size=5), rng.uniform(0.5, 2, 5)),
-                           ActionScaler(-rng.uniform(1, 3, 3), rng.uniform(1, 3, 3)))
+    _with_norms(policy)
     return policy.eval()
 
 
