@@ -61,6 +61,11 @@ TS_FILE = "policy.torchscript.pt"
 ONNX_FILE = "policy.onnx"
 
 
+def example_obs(obs_dim: int, horizon: int = 1, batch: int = 2) -> torch.Tensor:
+    """Zeros shaped like a state export's input: ``(B, Do)`` for ``To = 1``, the history ``(B, To, Do)`` otherwise."""
+    return torch.zeros(batch, obs_dim) if horizon == 1 else torch.zeros(batch, horizon, obs_dim)
+
+
 class _ChunkOutput(nn.Module):
     """``obs (B, Do) -> (B, Ta, Da)`` for any policy module (``Ta = 1`` for MLP policies)."""
 
@@ -86,7 +91,6 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
         RobotRLError: a pixel policy's export failed or differs from the policy
             (:func:`robotrl.vision.export.export_pixel_onnx`).
     """
-    from robotrl.agents.diffusion.export import example_input
     from robotrl.vision.frontend import PixelPolicyFrontend
 
     bad = set(formats) - {"torchscript", "onnx"}
@@ -101,7 +105,7 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
     policy = policy.eval().cpu()
     module = policy.export_module() if hasattr(policy, "export_module") else policy
     wrapped = _ChunkOutput(module).eval()
-    example = example_input(policy)  # (2, Do), or (2, To, Do) for a policy on the last To observations
+    example = example_obs(int(policy.obs_dim), int(getattr(policy, "To", 1)))
     with torch.no_grad():
         ta = int(wrapped(example).shape[1])
     te = int(getattr(policy, "act_steps", ta) or ta)
@@ -372,8 +376,8 @@ def load_deploy_policy(path: str | os.PathLike, backend: str = "auto") -> Deploy
         fn = (_onnx_pixel_fn(export_dir / ONNX_FILE, keys) if backend == "onnx"
               else _ts_pixel_fn(export_dir / TS_FILE, keys))
     else:
-        example = torch.zeros(1, int(meta["obs_dim"])) if horizon == 1 else torch.zeros(1, horizon, int(meta["obs_dim"]))
-        fn = _onnx_fn(export_dir / ONNX_FILE) if backend == "onnx" else _ts_fn(export_dir / TS_FILE, example)
+        fn = (_onnx_fn(export_dir / ONNX_FILE) if backend == "onnx"
+              else _ts_fn(export_dir / TS_FILE, example_obs(int(meta["obs_dim"]), horizon, batch=1)))
     return DeployPolicy(int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["chunk_len"]), int(meta["act_steps"]), backend,
                         fn, cams, int(meta.get("frame_stack", 1)), obs_horizon=horizon)
 

@@ -38,12 +38,6 @@ def as_history(obs: torch.Tensor, To: int) -> torch.Tensor:
     return obs
 
 
-def example_input(policy: nn.Module, batch: int = 2) -> torch.Tensor:
-    """Zeros shaped like an export's input: ``(B, Do)`` for ``To = 1``, ``(B, To, Do)`` otherwise."""
-    To, Do = int(getattr(policy, "To", 1)), int(policy.obs_dim)
-    return torch.zeros(batch, Do) if To == 1 else torch.zeros(batch, To, Do)
-
-
 class DiffusionChunkExport(nn.Module):
     """``obs (B, Do)`` (``To = 1``) or ``(B, To, Do)`` ``-> chunk (B, Ta, Da)`` with fixed noise (see module doc).
 
