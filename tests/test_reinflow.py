@@ -108,6 +108,40 @@ def test_chain_log_prob_is_the_gaussian_likelihood_of_the_sampled_chain(one_thre
     assert not torch.allclose(chain_log_prob(chain.flip(0), m, s), chain_log_prob(chain, m, s))
 
 
+@pytest.mark.parametrize("early_std", [None, 0.0])
+def test_noise_on_the_last_steps_only_keeps_the_likelihood_exact(early_std, one_thread):
+    """``noise_steps = K' = 1`` of K = 3: the first two steps use a fixed std (σ_min, the reference's
+    ``ft_denoising_steps``) or none (``early_std = 0``: exact Euler steps, left out of the score); the chain
+    follows that, and its log-prob is the Gaussian likelihood of exactly the random factors."""
+    torch.manual_seed(0)
+    pol = ReinFlowPolicy(8, 2, flow_steps=3, noise_hidden=[16], std_min=0.05, std_max=0.5, noise_steps=1,
+                         early_std=early_std, **FLOW)
+    cond = torch.randn(6, 1, 8)
+    chain = pol.sample_noisy_chain(cond, eps_clip=None, generator=torch.Generator().manual_seed(7))
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn((6, 4, 2), generator=gen)
+    direct, n = Normal(0.0, 1.0).log_prob(x).sum((1, 2)), 1
+    with torch.no_grad():
+        for k in range(3):
+            t = torch.full((6,), k / 3)
+            mean = (chain[:, k] + pol.velocity(chain[:, k], t, cond) / 3).clamp(-1, 1)
+            std = pol.noise_net(chain[:, k], t, cond) if k == 2 else torch.full_like(mean, early_std or 0.05)
+            eps = torch.randn(mean.shape, generator=gen)
+            if k < 2 and early_std == 0:
+                torch.testing.assert_close(chain[:, k + 1], mean)  # deterministic Euler step
+                continue
+            torch.testing.assert_close(chain[:, k + 1], mean + std * eps)
+            direct, n = direct + Normal(mean, std).log_prob(chain[:, k + 1]).sum((1, 2)), n + 1
+        m, s = pol.transitions(cond, chain)
+    assert m.shape == (6, 1 if early_std == 0 else 3, 4, 2)
+    torch.testing.assert_close(s[:, -1], pol.noise_net(chain[:, 2], torch.full((6,), 2 / 3), cond).detach())
+    torch.testing.assert_close(chain_log_prob(chain, m, s, normalize=False), direct)
+    torch.testing.assert_close(chain_log_prob(chain, m, s), direct / (n * 4 * 2))
+    for bad in ({"noise_steps": 0}, {"noise_steps": 4}, {"early_std": -0.1}):
+        with pytest.raises(ValueError, match="noise_steps|early_std"):
+            ReinFlowPolicy(8, 2, flow_steps=3, **{"noise_steps": 1, **bad}, **FLOW)
+
+
 def test_warm_start_converts_a_flow_checkpoint_and_evaluation_is_the_noise_free_flow(tmp_path, one_thread):
     torch.manual_seed(0)
     flow = FlowAgent(8, 2, **_norms(), flow_steps=3, **FLOW)

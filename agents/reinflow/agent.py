@@ -77,6 +77,9 @@ class ReinFlowAgent:
             pretrained checkpoint). A shortcut policy's chain steps call its network with ``d = 1/K``.
         flow_steps: ``K``, Euler steps of the fine-tuned chain (ReinFlow Gym: 4).
         noise_hidden, noise_act, noise_time_dim, noise_uses_x: the noise network (``[64, 64]``, tanh).
+        noise_steps, early_std: the last ``K'`` steps get the noise network's std, the first ``K − K'`` a fixed
+            ``early_std`` (``None``: ``σ_min``, ReinFlow's ``ft_denoising_steps``; ``0``: deterministic and
+            unscored) — :class:`ReinFlowPolicy`. ``noise_steps`` ``None``: all ``K`` (the reference's configs).
         std_min, std_max: noise std bounds (0.10, 0.24).
         noise_decay_iters: iterations over which ``σ_max`` follows the ``learn_decay`` schedule
             (``None``: constant bounds); noise_hold_ratio, noise_decay_ratio: its shape (0.35, 0.7).
@@ -113,6 +116,7 @@ class ReinFlowAgent:
                  obs_clip: float | None = 10.0, x_clip: float | None = 1.0, shortcut: bool = False,
                  shortcut_max_steps: int = 128, noise_hidden=(64, 64),
                  noise_act: str = "tanh", noise_time_dim: int = 16, noise_uses_x: bool = False,
+                 noise_steps: int | None = None, early_std: float | None = None,
                  std_min: float = 0.10, std_max: float = 0.24, noise_decay_iters: int | None = None,
                  noise_hold_ratio: float = 0.35, noise_decay_ratio: float = 0.7, eps_clip: float | None = 3.0,
                  logprob_min: float = -1.0, logprob_max: float = 1.0, normalize_logprob: bool = True,
@@ -134,7 +138,8 @@ class ReinFlowAgent:
                                      act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
                                      denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip,
                                      shortcut=shortcut, shortcut_max_steps=shortcut_max_steps, noise_hidden=noise_hidden, noise_act=noise_act, noise_time_dim=noise_time_dim,
-                                     std_min=std_min, std_max=std_max, noise_uses_x=noise_uses_x)
+                                     std_min=std_min, std_max=std_max, noise_uses_x=noise_uses_x,
+                                     noise_steps=noise_steps, early_std=early_std)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device).eval()
         self.ref_velocity = copy.deepcopy(self.policy.velocity).requires_grad_(False)

@@ -40,7 +40,8 @@ def chain_log_prob(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
     Args:
         chain: ``(M, K+1, Ta, Da)``: ``x_0`` (the starting noise) … ``x_K`` (the final sample as stored: clamped to
             the action box by default, :class:`~robotrl.agents.reinflow.agent.ReinFlowAgent`).
-        means, stds: ``(M, K, Ta, Da)`` of each transition ``x_k → x_{k+1}`` (stds > 0).
+        means, stds: ``(M, K_s, Ta, Da)`` of the last ``K_s <= K`` transitions ``x_k → x_{k+1}`` (stds > 0; the
+            first ``K − K_s`` steps are deterministic and contribute no factor).
         include_initial: add ``log N(x_0; 0, I)`` (ReinFlow's ``account_for_initial_stochasticity``;
             a constant of the parameters, it shifts every log-prob and cancels in PPO ratios).
         normalize: divide by the number of Gaussian factors ``(K + include_initial)·Ta·Da``.
@@ -48,7 +49,7 @@ def chain_log_prob(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
     Returns:
         ``(M,)`` log-probs (per entry when ``normalize``).
     """
-    nxt = chain[:, 1:]
+    nxt = chain[:, chain.shape[1] - means.shape[1]:]
     z = (nxt - means) / stds
     lp = (-0.5 * z * z - stds.log() - 0.5 * _LOG_2PI).flatten(1).sum(-1)
     n = means[0].numel()
@@ -64,7 +65,7 @@ def chain_entropy(stds: torch.Tensor, *, include_initial: bool = True, normalize
     entry of ``x_0``), normalised like :func:`chain_log_prob` (ReinFlow's entropy-rate estimate).
 
     Args:
-        stds: ``(M, K, Ta, Da)``.
+        stds: ``(M, K_s, Ta, Da)`` of the random transitions.
     """
     h = (0.5 * (_LOG_2PI + 1) + stds.log()).flatten(1).sum(-1)
     n = stds[0].numel()

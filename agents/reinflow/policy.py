@@ -81,40 +81,66 @@ class ReinFlowPolicy(FlowPolicy):
 
     Args:
         noise_hidden, noise_act, noise_time_dim, std_min, std_max, noise_uses_x: :class:`NoiseNet`.
+        noise_steps: ``K'``, the last Euler steps whose noise the noise network sets (ReinFlow's
+            ``ft_denoising_steps``, its ``learn_explore_noise_from = K − K'``); ``None``: all ``K``.
+        early_std: std of the first ``K − K'`` steps: ``None`` (the reference) the current lower bound
+            ``σ_min``, a fixed noise scored like the rest; ``0``: those steps are deterministic Euler steps,
+            left out of the log-likelihood (a deviation: then the chain's randomness is ``x_0`` and the last
+            ``K'`` steps only).
         **kwargs: :class:`FlowPolicy` arguments.
 
     Raises:
-        ConfigError: bad flow settings or noise bounds.
+        ConfigError: bad flow settings, noise bounds, ``noise_steps`` outside ``[1, K]`` or a negative ``early_std``.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, noise_hidden: Sequence[int] = (64, 64),
                  noise_act: str = "tanh", noise_time_dim: int = 16, std_min: float = 0.10, std_max: float = 0.24,
-                 noise_uses_x: bool = False, **kwargs):
+                 noise_uses_x: bool = False, noise_steps: int | None = None, early_std: float | None = None,
+                 **kwargs):
         super().__init__(obs_dim, action_dim, **kwargs)
+        if noise_steps is not None and not 1 <= noise_steps <= self.K:
+            raise ConfigError(f"agent.model.noise_steps must be in [1, flow_steps={self.K}] (or null: all), got {noise_steps}")
+        if early_std is not None and early_std < 0:
+            raise ConfigError(f"agent.model.early_std must be >= 0 (or null: std_min), got {early_std}")
+        self.noise_from = 0 if noise_steps is None else self.K - int(noise_steps)
+        self.early_std = None if early_std is None else float(early_std)
+        #: first transition of the chain that is random (and scored): the early steps are skipped when deterministic
+        self.scored_from = self.noise_from if self.early_std == 0 else 0
         self.noise_net = NoiseNet(self.To * self.obs_dim, self.Ta, self.action_dim, hidden=noise_hidden,
                                   act=noise_act, time_dim=noise_time_dim, std_min=std_min, std_max=std_max,
                                   use_x=noise_uses_x)
         self._spec.update(noise_hidden=list(noise_hidden), noise_act=noise_act, noise_time_dim=int(noise_time_dim),
-                          std_min=float(std_min), std_max=float(std_max), noise_uses_x=bool(noise_uses_x))
+                          std_min=float(std_min), std_max=float(std_max), noise_uses_x=bool(noise_uses_x),
+                          noise_steps=None if noise_steps is None else int(noise_steps), early_std=self.early_std)
 
     def spec(self) -> dict:
         """Constructor kwargs (JSON-able)."""
         return {**super().spec(), "noise_hidden": list(self._spec["noise_hidden"])}
 
+    def _early_std(self) -> torch.Tensor:
+        return self.noise_net.std_min if self.early_std is None else torch.tensor(self.early_std)
+
     def transitions(self, cond: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Means and stds ``(M, K, Ta, Da)`` of every transition of recorded chains, in one batched pass.
+        """Means and stds ``(M, K_s, Ta, Da)`` of the random transitions ``x_k → x_{k+1}``, ``k = K − K_s … K−1``, of
+        recorded chains, in one batched pass (``K_s = K − scored_from``: every step unless the early ones are
+        deterministic).
 
         Args:
             cond: normalised histories ``(M, To, Do)``; chain: ``(M, K+1, Ta, Da)`` (only ``x_0 … x_{K-1}`` are read).
         """
         M, K = chain.shape[0], chain.shape[1] - 1
-        x = chain[:, :K].flatten(0, 1)
-        t = euler_times(K, chain.device).repeat(M)
-        c = cond.repeat_interleave(K, dim=0)
+        first = self.scored_from
+        n = K - first
+        x = chain[:, first:K].flatten(0, 1)
+        t = euler_times(K, chain.device)[first:].repeat(M)
+        c = cond.repeat_interleave(n, dim=0)
         mean = euler_mean(self.velocity, x, t, c, 1.0 / K, self.x_clip)
-        std = self.noise_net(x, t, c)
-        shape = (M, K, self.Ta, self.action_dim)
-        return mean.view(shape), std.view(shape)
+        shape = (M, n, self.Ta, self.action_dim)
+        std = self.noise_net(x, t, c).view(shape)
+        if self.noise_from > first:  # fixed-noise early steps (the reference's σ_min)
+            early = self._early_std().to(std).expand(M, self.noise_from - first, self.Ta, self.action_dim)
+            std = torch.cat([early, std[:, self.noise_from - first:]], dim=1)
+        return mean.view(shape), std
 
     @torch.no_grad()
     def sample_noisy_chain(self, cond: torch.Tensor, *, eps_clip: float | None = 3.0,
@@ -134,6 +160,7 @@ class ReinFlowPolicy(FlowPolicy):
             eps = torch.randn(mean.shape, device=mean.device, generator=generator)
             if eps_clip is not None:
                 eps = eps.clamp(-eps_clip, eps_clip)
-            x = mean + self.noise_net(x, t, cond) * eps
+            std = self.noise_net(x, t, cond) if i >= self.noise_from else self._early_std().to(mean)
+            x = mean + std * eps
             chain.append(x)
         return torch.stack(chain, dim=1)
