@@ -260,8 +260,9 @@ def main(argv: list[str] | None = None) -> dict:
         headers += [f"d3rlpy N={n} upd/s", f"shift/d3rlpy N={n}", f"no aug/d3rlpy N={n}"]
     table = format_table(headers, rows)
     mem_table = format_table(["frames", "buffer B/transition", "naive uint8 B/tr", "naive float32 B/tr"], mem_rows)
-    print(f"pixel SAC/RLPD update (batch {args.batch}; robotrl: 10 LN critics, DrQ encoder, +4-dim state; "
-          f"d3rlpy {d3_version or 'not run'}: pixel SAC, images only), CPU threads {args.threads}")
+    peer = f"; d3rlpy {d3_version}: pixel SAC, images only" if d3_ns else ""
+    print(f"pixel SAC/RLPD update (batch {args.batch}; robotrl: 10 LN critics, DrQ encoder, +4-dim state{peer}), "
+          f"CPU threads {args.threads}")
     print(table)
     if d3_ns:
         print("notes: d3rlpy calls its shared critic encoder once per head and gives the actor its own encoder "
