@@ -470,3 +470,16 @@ def test_runs_table_names_hand_made_runs_by_label_and_records_each_runs_command(
     (tmp_path / "x" / "report.json").write_text((dirs[0] / "report.json").read_text())
     with pytest.raises(FileNotFoundError, match="not a robotrl train run"):
         runs_document([tmp_path / "x"], None, metric="success", command="c", argv=[])
+
+
+def test_a_ratio_target_on_a_cost_row_is_a_maximum_and_a_speed_up_target_a_minimum():
+    """A time-to-score row (lower is better, target on the ratio, e.g. ReinFlow's time to DPPO's final return over
+    DPPO's wall time, target <= 0.3) is met below its target; a throughput ratio target (a speed-up) above it."""
+    cost = {"what": "time to the peer's final return vs the peer's wall", "unit": "s", "ours": 19.7, "peer_name": "DPPO",
+            "peer": 13.9, "ratio": 1.42, "target": 0.3, "target_on": "ratio", "higher_is_better": False}
+    fast = {**cost, "ours": 3.0, "ratio": 0.22}
+    speed = {"what": "updates/s", "unit": "updates/s", "ours": 300.0, "peer_name": "d3rlpy", "peer": 100.0,
+             "ratio": 3.0, "target": 2.0, "target_on": "ratio", "higher_is_better": True}
+    table = throughput_table({"rows": [cost, fast, speed, {**speed, "ratio": 1.5}]}).splitlines()
+    assert table[2].endswith("| < 0.3×: not met |") and table[3].endswith("| < 0.3×: met |")
+    assert table[4].endswith("| ≥ 2×: met |") and table[5].endswith("| ≥ 2×: not met |")

@@ -189,9 +189,10 @@ def _target(r: dict) -> str:
     t = r.get("target")
     if t is None:
         return ""
-    on_ratio = r.get("target_on", "ratio") == "ratio"  # a ratio target is a minimum speed-up
+    on_ratio = r.get("target_on", "ratio") == "ratio"
     v = r.get("ratio") if on_ratio else r.get("ours")
-    higher = True if on_ratio else r.get("higher_is_better", True)
+    # a ratio target is a minimum speed-up, unless the row is a cost (time to a score over the peer's): then a maximum
+    higher = r.get("higher_is_better", True)
     unit = "×" if on_ratio else f" {r.get('unit', '')}"
     want = f"{'≥' if higher else '<'} {t:g}{unit}"
     if v is None:
