@@ -135,12 +135,12 @@ class ReinFlowPolicy(FlowPolicy):
         t = euler_times(K, chain.device)[first:].repeat(M)
         c = cond.repeat_interleave(n, dim=0)
         mean = euler_mean(self.velocity, x, t, c, 1.0 / K, self.x_clip)
-        shape = (M, n, self.Ta, self.action_dim)
-        std = self.noise_net(x, t, c).view(shape)
-        if self.noise_from > first:  # fixed-noise early steps (the reference's σ_min)
-            early = self._early_std().to(std).expand(M, self.noise_from - first, self.Ta, self.action_dim)
-            std = torch.cat([early, std[:, self.noise_from - first:]], dim=1)
-        return mean.view(shape), std
+        L = K - self.noise_from  # steps whose std the noise net sets; the scored ones before them have a fixed σ
+        std = self.noise_net(chain[:, self.noise_from:K].flatten(0, 1), euler_times(K, chain.device)[self.noise_from:].repeat(M),
+                             cond.repeat_interleave(L, dim=0)).view(M, L, self.Ta, self.action_dim)
+        if n > L:  # the reference's σ_min on the first K − K' steps
+            std = torch.cat([self._early_std().to(std).expand(M, n - L, self.Ta, self.action_dim), std], dim=1)
+        return mean.view(M, n, self.Ta, self.action_dim), std
 
     @torch.no_grad()
     def sample_noisy_chain(self, cond: torch.Tensor, *, eps_clip: float | None = 3.0,
