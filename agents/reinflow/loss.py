@@ -44,7 +44,7 @@ def chain_log_prob(chain: torch.Tensor, means: torch.Tensor, stds: torch.Tensor,
             first ``K − K_s`` steps are deterministic and contribute no factor).
         include_initial: add ``log N(x_0; 0, I)`` (ReinFlow's ``account_for_initial_stochasticity``;
             a constant of the parameters, it shifts every log-prob and cancels in PPO ratios).
-        normalize: divide by the number of Gaussian factors ``(K + include_initial)·Ta·Da``.
+        normalize: divide by the number of Gaussian factors ``(K_s + include_initial)·Ta·Da``.
 
     Returns:
         ``(M,)`` log-probs (per entry when ``normalize``).
