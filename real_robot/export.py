@@ -439,7 +439,8 @@ def optimized_for_this_machine(mod: torch.jit.ScriptModule, example: torch.Tenso
     weights folded in as constants, ops fused and laid out for this CPU's kernels), when that works and gives
     the outputs of ``mod`` on ``example`` to 1e-5; else ``mod`` itself. Done at load time, on the robot computer,
     so the exported file stays portable (a file optimised on one machine may carry kernels another lacks).
-    Measured at batch 1 (3x512 one-step flow policy, 1 thread, a loaded 2-core machine): 0.77 ms vs 1.21 ms traced.
+    Measured at batch 1 (3x512 one-step flow policy, 1 thread, 2-core machine): 0.26 ms vs 0.28 ms traced when quiet,
+    0.77 ms vs 1.21 ms when loaded (``benchmarks/bench_reinflow.py latency``).
 
     Args:
         mod: a loaded TorchScript module in eval mode; example: a valid input (e.g. zeros ``(1, Do)``).

@@ -60,6 +60,18 @@ def test_latency_table_has_the_onnx_runtime_row_when_measured():
     assert onnx[0]["target"] == 0.5 and onnx[0]["target_on"] == "ours"
 
 
+def test_latency_table_has_the_deployed_torchscript_row_when_measured():
+    lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
+                                            ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),
+                                            ("ddim_5_traced", 5.6))}
+    doc = {"benchmark": "reinflow_latency", "latency": dict(lat), "ratios": {}}
+    assert not any("deployed" in r["what"] for r in normalize(doc, "reinflow_latency")[0]["rows"])
+    doc["latency"].update(flow_1_deployed={"ms_median": 0.6}, ddim_5_deployed={"ms_median": 4.0})
+    dep = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if "deployed" in r["what"]]
+    assert len(dep) == 1 and dep[0]["ours"] == 0.6 and dep[0]["ratio"] == pytest.approx(0.15)
+    assert dep[0]["target"] == 0.5 and dep[0]["peer_name"] == "DDIM-5 (TorchScript as deployed)"
+
+
 def test_latency_table_has_shortcut_rows_when_measured():
     lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
                                             ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),

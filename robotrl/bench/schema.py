@@ -171,7 +171,8 @@ def _bridge_compare(doc: dict, name: str) -> list[dict]:
 
 def _reinflow_latency(doc: dict, name: str) -> list[dict]:
     """``bench_reinflow.py latency``: flow chunk latency at 1/2/4 Euler steps vs DDIM-5, eager and traced, the
-    1-step flow vs DDIM-5 in ONNX Runtime (rows present when the result has ``flow_1_onnx``), and the 1-step
+    1-step flow vs DDIM-5 as ``real_robot`` deploys a TorchScript file (``flow_1_deployed``) and in ONNX Runtime
+    (``flow_1_onnx``; each row present when the result has it), and the 1-step
     shortcut policy vs the 1-step flow (rows present when the result has ``shortcut_1``)."""
     lat, rows = doc["latency"], []
     for kind in ("", "_traced"):
@@ -181,10 +182,12 @@ def _reinflow_latency(doc: dict, name: str) -> list[dict]:
             rows.append(_row(f"flow {k}-step chunk latency{' (traced)' if kind else ''}, batch 1", v,
                              f"DDIM-5{' (traced)' if kind else ''}", ddim, "ms", v / ddim, higher=False,
                              target=0.5 if k == 1 else None, target_on="ours"))
-    if "flow_1_onnx" in lat and "ddim_5_onnx" in lat:
-        v, ddim = lat["flow_1_onnx"]["ms_median"], lat["ddim_5_onnx"]["ms_median"]
-        rows.append(_row("flow 1-step chunk latency (ONNX Runtime), batch 1", v, "DDIM-5 (ONNX Runtime)", ddim, "ms",
-                         v / ddim, higher=False, target=0.5, target_on="ours"))
+    for kind, label in (("_deployed", "TorchScript as deployed: frozen, optimised on this machine"),
+                        ("_onnx", "ONNX Runtime")):  # rows present when measured
+        if f"flow_1{kind}" in lat and f"ddim_5{kind}" in lat:
+            v, ddim = lat[f"flow_1{kind}"]["ms_median"], lat[f"ddim_5{kind}"]["ms_median"]
+            rows.append(_row(f"flow 1-step chunk latency ({label}), batch 1", v, f"DDIM-5 ({label.split(':')[0]})",
+                             ddim, "ms", v / ddim, higher=False, target=0.5, target_on="ours"))
     for kind, label in (("", ""), ("_traced", " (traced)"), ("_onnx", " (ONNX Runtime)")):  # shortcut rows, if measured
         if f"shortcut_1{kind}" in lat and f"flow_1{kind}" in lat:
             v, f = lat[f"shortcut_1{kind}"]["ms_median"], lat[f"flow_1{kind}"]["ms_median"]
