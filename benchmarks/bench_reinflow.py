@@ -338,6 +338,10 @@ def learning(args) -> dict:
     dp_over = _parse_overrides(args.dppo)
     if args.diffusion_steps is not None:  # K of the diffusion BC policy DPPO starts from (bench default 5)
         B.DIFFUSION = {**B.DIFFUSION, "denoising_steps": args.diffusion_steps}
+    if args.denoiser_hidden is not None:  # both policies' network (bench default 2x64; DPPO/ReinFlow Gym: 3x512, t 16)
+        B.DIFFUSION = {**B.DIFFUSION, "denoiser_kwargs": {**B.DIFFUSION["denoiser_kwargs"],
+                                                          "hidden": list(args.denoiser_hidden),
+                                                          "time_dim": args.time_dim}}
     snaps = tuple(int(u) for u in args.flow_snapshots)
     rows, work, matches = [], Path(tempfile.mkdtemp(prefix="bench_reinflow_")), []
     for seed in args.seeds:
@@ -423,6 +427,10 @@ def main() -> None:
                      help="DPPOAgent overrides (e.g. ft_denoising_steps=10 with --diffusion-steps 20: DPPO's Gym K/K')")
     lrn.add_argument("--diffusion-steps", type=int, default=None,
                      help="K of the diffusion BC policy (default: the DPPO benchmark's 5; DPPO's Gym reference: 20)")
+    lrn.add_argument("--denoiser-hidden", type=int, nargs="+", default=None,
+                     help="widths of both policies' residual-MLP network (default: the DPPO benchmark's 64 64; "
+                          "the references' Gym network: 512 512 512)")
+    lrn.add_argument("--time-dim", type=int, default=16, help="time embedding size with --denoiser-hidden")
     lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
     shc = sub.add_parser("shortcut", help="flow vs shortcut policy return at 1 and K steps (same BC budget)")
     shc.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
