@@ -48,34 +48,26 @@ def test_learning_results_without_curves_have_no_time_rows():
     assert [d["benchmark"] for d in normalize(doc, "reinflow_learning")] == ["reinflow_learning"]
 
 
-def test_latency_table_has_the_onnx_runtime_row_when_measured():
-    lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
-                                            ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),
-                                            ("ddim_5_traced", 5.6))}
-    doc = {"benchmark": "reinflow_latency", "latency": dict(lat), "ratios": {}, "one_step_under_0_5_ms": {}}
-    assert not any("ONNX" in r["what"] for r in normalize(doc, "reinflow_latency")[0]["rows"])
-    doc["latency"].update(flow_1_onnx={"ms_median": 0.45}, ddim_5_onnx={"ms_median": 2.5})
-    onnx = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if "ONNX" in r["what"]]
-    assert len(onnx) == 1 and onnx[0]["ours"] == 0.45 and onnx[0]["ratio"] == pytest.approx(0.18)
-    assert onnx[0]["target"] == 0.5 and onnx[0]["target_on"] == "ours"
+def _latency(**extra: float) -> dict:
+    """A latency result's medians (ms): flow 1/2/4 steps and DDIM-5, eager and traced, plus ``extra``."""
+    base = {"flow_1": 1.6, "flow_2": 3.0, "flow_4": 6.0, "ddim_5": 11.0, "flow_1_traced": 1.0, "flow_2_traced": 1.7,
+            "flow_4_traced": 3.1, "ddim_5_traced": 5.6}
+    return {k: {"ms_median": v} for k, v in {**base, **extra}.items()}
 
 
-def test_latency_table_has_the_deployed_torchscript_row_when_measured():
-    lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
-                                            ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),
-                                            ("ddim_5_traced", 5.6))}
-    doc = {"benchmark": "reinflow_latency", "latency": dict(lat), "ratios": {}}
-    assert not any("deployed" in r["what"] for r in normalize(doc, "reinflow_latency")[0]["rows"])
-    doc["latency"].update(flow_1_deployed={"ms_median": 0.6}, ddim_5_deployed={"ms_median": 4.0})
-    dep = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if "deployed" in r["what"]]
-    assert len(dep) == 1 and dep[0]["ours"] == 0.6 and dep[0]["ratio"] == pytest.approx(0.15)
-    assert dep[0]["target"] == 0.5 and dep[0]["peer_name"] == "DDIM-5 (TorchScript as deployed)"
+@pytest.mark.parametrize("kind, peer_name", [("onnx", "DDIM-5 (ONNX Runtime)"),
+                                             ("deployed", "DDIM-5 (TorchScript as deployed)")])
+def test_latency_table_has_the_onnx_and_deployed_rows_when_measured(kind, peer_name):
+    doc = {"benchmark": "reinflow_latency", "latency": _latency(), "ratios": {}, "one_step_under_0_5_ms": {}}
+    assert not any(r["peer_name"] == peer_name for r in normalize(doc, "reinflow_latency")[0]["rows"])
+    doc["latency"] = _latency(**{f"flow_1_{kind}": 0.45, f"ddim_5_{kind}": 2.5})
+    rows = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if r["peer_name"] == peer_name]
+    assert len(rows) == 1 and rows[0]["ours"] == 0.45 and rows[0]["ratio"] == pytest.approx(0.18)
+    assert rows[0]["target"] == 0.5 and rows[0]["target_on"] == "ours"
 
 
 def test_latency_table_has_shortcut_rows_when_measured():
-    lat = {k: {"ms_median": v} for k, v in (("flow_1", 1.6), ("flow_2", 3.0), ("flow_4", 6.0), ("ddim_5", 11.0),
-                                            ("flow_1_traced", 1.0), ("flow_2_traced", 1.7), ("flow_4_traced", 3.1),
-                                            ("ddim_5_traced", 5.6), ("shortcut_1", 1.8), ("shortcut_1_traced", 1.1))}
+    lat = _latency(shortcut_1=1.8, shortcut_1_traced=1.1)
     rows = normalize({"benchmark": "reinflow_latency", "latency": lat, "ratios": {}}, "reinflow_latency")[0]["rows"]
     sc = [r for r in rows if r["what"].startswith("shortcut")]
     assert [r["ours"] for r in sc] == [1.8, 1.1] and sc[0]["ratio"] == pytest.approx(1.8 / 1.6)
