@@ -17,8 +17,9 @@ For each seed, at the same env-step budget:
 4. **full fine-tuning** of the base with Gaussian PPO (:class:`robotrl.agents.ppo.PPOAgent`
    initialised from the BC run, i.e. DPPO's Gaussian baseline), same collection and γ.
 
-Training envs end episodes on success (ResiP/ResFiT; :func:`robotrl.agents.residual.make_success_terminating_envs`,
-``--no-success-termination`` to turn it off); evaluation envs keep Fetch's 50-step episodes.
+Training envs end episodes on success (ResiP/ResFiT; ``make_env(..., terminate_on_success=True)``, the
+experiments' ``env.train_terminate_on_success``, ``--no-success-termination`` to turn it off); evaluation envs
+keep Fetch's 50-step episodes.
 Success is measured at the FINAL step of each evaluation episode (``success``: the object is at
 the goal when the episode ends; ``--eval-episodes`` episodes, seeds 10 000+) and also at any step
 (``success_any_step``, what ``robotrl.evaluation.evaluate`` reported when this was written).
@@ -122,13 +123,10 @@ def train_base(task: str, demos: int, bc_steps: int, seed: int, run_dir: Path, e
 
 
 def _train_env_factory(task: str, num_envs: int, seed: int, success_termination: bool):
-    from robotrl.agents.residual import make_success_terminating_envs
     from robotrl.envs import make_env
 
-    name = f"fetch-{task}"
-    if success_termination:
-        return lambda: make_success_terminating_envs(name, num_envs=num_envs, seed=seed, vectorization="sync")
-    return lambda: make_env(name, num_envs=num_envs, seed=seed, vectorization="sync")
+    return lambda: make_env(f"fetch-{task}", num_envs=num_envs, seed=seed, vectorization="sync",
+                            terminate_on_success=success_termination)
 
 
 def _sizes(task: str, demos: int):
@@ -186,17 +184,10 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
                     f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
                     f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
                     f"trainer.eval_every={eval_every or budget}", f"trainer.checkpoint_every={budget}",
-                    f"trainer.eval_episodes={eval_episodes}", *(overrides or [])])
+                    f"trainer.eval_episodes={eval_episodes}",
+                    f"env.train_terminate_on_success={str(bool(success_termination)).lower()}", *(overrides or [])])
     t = time.time()
     trainer = build_trainer(cfg, run_dir)
-    # `robotrl train` has no success-termination switch yet: swap in training envs that end at success
-    trainer.make_train_envs = _train_env_factory(task, int(cfg.trainer.num_envs), seed, success_termination)
-    if success_termination:  # the demonstrations end at success too (as ResFiT's), with the 0/1 reward
-        from robotrl.agents.residual import terminate_at_success
-
-        fetch_success_reward = 0.0  # Fetch's sparse reward at success, before the agent's scale/bias
-        terminate_at_success(trainer.offline, float(cfg.agent.reward_scale) * fetch_success_reward
-                             + float(cfg.agent.reward_bias))
     summary = trainer.fit()
     wall = time.time() - t
     return {**final_step_success(trainer.agent.policy, task, eval_episodes),

@@ -23,7 +23,14 @@ from robotrl.envs.video import (
     osmesa_available,
     write_video,
 )
-from robotrl.envs.wrappers import ActionChunk, FlattenGoalObservation, RescaleAction, SeedFirstReset, SuccessInfo
+from robotrl.envs.wrappers import (
+    ActionChunk,
+    FlattenGoalObservation,
+    RescaleAction,
+    SeedFirstReset,
+    SuccessInfo,
+    SuccessTermination,
+)
 
 __all__ = [
     "make_env",
@@ -38,6 +45,7 @@ __all__ = [
     "ensure_registered",
     "resolve_env",
     "ActionChunk",
+    "SuccessTermination",
     "FlattenGoalObservation",
     "RescaleAction",
     "SeedFirstReset",

@@ -4,6 +4,7 @@ Wrapper order, innermost first::
 
     gymnasium.make(gym_id, **kwargs)      # TimeLimit(max_episode_steps), env checker
     SuccessInfo                           # info["success"], info["episode_success"]
+    SuccessTermination                    # if terminate_on_success (training envs: success ends the episode)
     VideoRecorder                         # if record_video_dir (one frame per env step)
     PixelObservation(pixels, size)        # if pixels: Dict obs with uint8 (H, W, 3) cameras
     FlattenGoalObservation                # if flatten_goal, the obs space is a Dict and no pixels
@@ -27,7 +28,7 @@ from gymnasium.wrappers import RescaleAction
 from robotrl.envs.pixels import PixelObservation
 from robotrl.envs.registry import resolve_env
 from robotrl.envs.video import VideoRecorder, check_video_format, configure_headless_rendering
-from robotrl.envs.wrappers import ActionChunk, FlattenGoalObservation, SeedFirstReset, SuccessInfo
+from robotrl.envs.wrappers import ActionChunk, FlattenGoalObservation, SeedFirstReset, SuccessInfo, SuccessTermination
 from robotrl.errors import ConfigError
 
 _VECTORIZATION = (None, "none", "sync", "async")
@@ -52,6 +53,7 @@ def _build_single(
     env_kwargs: dict[str, Any] | None,
     pixels: tuple[str, ...] | None = None,
     size: int | tuple[int, int] = 64,
+    terminate_on_success: bool = False,
 ) -> gym.Env:
     """Make and wrap one env (also the thunk body run inside vector sub-processes)."""
     gym_id, kwargs = resolve_env(name)
@@ -64,6 +66,8 @@ def _build_single(
         kwargs.setdefault("render_mode", "rgb_array")
     env: gym.Env = gym.make(gym_id, **kwargs)
     env = SuccessInfo(env)
+    if terminate_on_success:
+        env = SuccessTermination(env)
     if record_video_dir is not None:
         env = VideoRecorder(env, record_video_dir, video_format=video_format)
     if pixels:
@@ -107,6 +111,7 @@ def make_env(
     env_kwargs: dict[str, Any] | None = None,
     pixels: list[str] | tuple[str, ...] | None = None,
     size: int | tuple[int, int] = 64,
+    terminate_on_success: bool = False,
 ) -> gym.Env | gym.vector.VectorEnv:
     """Make a robotrl task, wrapped, optionally vectorised with gymnasium's vector envs.
 
@@ -137,6 +142,10 @@ def make_env(
             not applied (the data layer flattens the non-camera part). Selects headless
             rendering (OSMesa) if no ``MUJOCO_GL`` is set.
         size: camera frame size in pixels, ``H = W`` or ``(H, W)``; used with ``pixels``.
+        terminate_on_success: end an episode (``terminated``) at the step that succeeds
+            (:class:`~robotrl.envs.wrappers.SuccessTermination`; ResiP/ResFiT training envs). For
+            training envs only: evaluation keeps the task's own episodes. Tasks that report no
+            success (locomotion) never terminate through it.
 
     Returns:
         a ``gym.Env`` (observation ``(Do,)``, action ``(Da,)`` or ``(Te, Da)``), or a
@@ -181,6 +190,7 @@ def make_env(
             env_kwargs=dict(env_kwargs or {}),
             pixels=tuple(pixels) if pixels else None,
             size=size,
+            terminate_on_success=bool(terminate_on_success),
         )
 
     if vectorization in (None, "none") and num_envs == 1:
@@ -213,8 +223,8 @@ def make_eval_env(name: str, *, seed: int | None = None, **kwargs: Any) -> gym.E
 
 def make_env_from_args(args: dict[str, Any], **kwargs: Any) -> gym.Env | gym.vector.VectorEnv:
     """:func:`make_env` from a run's recorded env arguments (``derived.train_env`` / ``derived.eval_env`` of a
-    checkpoint's config): ``{"name", "env_kwargs", "max_episode_steps"}`` and, for camera runs, ``"pixels"``
-    (camera names) and ``"size"`` (``[H, W]``). ``kwargs``: further :func:`make_env` arguments (``num_envs``,
+    checkpoint's config): ``{"name", "env_kwargs", "max_episode_steps"}``, for training envs ``"terminate_on_success"``
+    and, for camera runs, ``"pixels"`` (camera names) and ``"size"`` (``[H, W]``). ``kwargs``: further :func:`make_env` arguments (``num_envs``,
     ``seed``, ``record_video_dir``, ...).
 
     Raises:
@@ -223,4 +233,5 @@ def make_env_from_args(args: dict[str, Any], **kwargs: Any) -> gym.Env | gym.vec
     pixels = args.get("pixels")
     size = args.get("size") or 64
     return make_env(args["name"], env_kwargs=args.get("env_kwargs") or None, max_episode_steps=args.get("max_episode_steps"),
-                    pixels=list(pixels) if pixels else None, size=size if np.isscalar(size) else tuple(size), **kwargs)
+                    pixels=list(pixels) if pixels else None, size=size if np.isscalar(size) else tuple(size),
+                    **{"terminate_on_success": bool(args.get("terminate_on_success", False)), **kwargs})

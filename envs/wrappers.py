@@ -9,6 +9,7 @@ actions executed per chunk. Actions are in raw env units unless
 * :class:`ActionChunk` - one ``step`` executes an action chunk ``(Te, Da)``.
 * :class:`SuccessInfo` - a bool ``info["success"]`` and ``info["episode_success"]`` for
   every task family.
+* :class:`SuccessTermination` - success ends the episode (``terminated``), for training envs.
 * :class:`SeedFirstReset` - the first ``reset()`` without a seed uses a given seed.
 """
 
@@ -23,7 +24,7 @@ from gymnasium.wrappers import RescaleAction
 from robotrl.data.spaces import FlatLayout, flat_observation_space, layout_for_space
 from robotrl.errors import SpaceMismatchError
 
-__all__ = ["FlattenGoalObservation", "ActionChunk", "SuccessInfo", "SeedFirstReset", "RescaleAction"]
+__all__ = ["FlattenGoalObservation", "ActionChunk", "SuccessInfo", "SuccessTermination", "SeedFirstReset", "RescaleAction"]
 
 
 class FlattenGoalObservation(gym.ObservationWrapper):
@@ -204,6 +205,28 @@ class SuccessInfo(gym.Wrapper):
         info["success"] = success
         info["episode_success"] = self._episode_success
         return obs, reward, terminated, truncated, info
+
+
+class SuccessTermination(gym.Wrapper):
+    """``terminated = terminated or info["success"]``: success ends the episode.
+
+    ResiP (ankile/robust-rearrangement, ``reset_on_success``) and ResFiT
+    (amazon-science/residual-offpolicy-rl) train on tasks whose episodes end at success: the
+    0/1 success reward is paid once and not bootstrapped past. Gymnasium-robotics goal envs
+    (Fetch) never terminate and run to their time limit. :func:`robotrl.envs.make_env` puts this
+    wrapper right above :class:`SuccessInfo` when ``terminate_on_success=True`` (so an
+    :class:`ActionChunk` stops its chunk at the success); ``robotrl train`` sets it for TRAINING
+    envs with ``env.train_terminate_on_success`` — evaluation keeps the task's own episodes, so
+    the final-step success convention also asks that the task stays solved.
+
+    Raises:
+        KeyError: at ``step``, an env without the bool ``info["success"]`` of :class:`SuccessInfo`.
+    """
+
+    def step(self, action) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step; ``terminated`` is also True when this step succeeded."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, bool(terminated or info["success"]), truncated, info
 
 
 class SeedFirstReset(gym.Wrapper):

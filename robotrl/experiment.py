@@ -10,7 +10,7 @@ only (never the whole config).
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -236,6 +236,42 @@ def _env_fix(data_id: str, data_kwargs: dict[str, Any], cfg_id: str) -> str:
             f"recorded on {cfg_id}>;")
 
 
+def train_env_args(env_cfg: DictConfig, task: dict[str, Any]) -> dict[str, Any]:
+    """The training envs' :func:`robotrl.envs.make_env_from_args` arguments: the task (:func:`task_env_args`) plus
+    ``terminate_on_success`` from ``env.train_terminate_on_success`` (ResiP/ResFiT: success ends TRAINING episodes;
+    evaluation keeps the task's own, see :func:`eval_env_args`)."""
+    return {**task, "terminate_on_success": bool(env_cfg.get("train_terminate_on_success", False))}
+
+
+def terminate_data_at_success(data: OfflineData | None, train_env: dict[str, Any], reports_success: bool) -> OfflineData | None:
+    """The offline data in the training envs' MDP: with ``train_env["terminate_on_success"]`` every transition whose
+    step succeeded (``data.success``) is ``terminated``, as the online envs then end there; unchanged otherwise.
+
+    Demonstrations recorded in envs that go on after a success (Fetch) would otherwise give the critic two targets for
+    reaching the goal (``r`` online, ``r + γ Q(s', a')`` offline) and let n-step sums run past it. Transitions after
+    the first success stay: each is a valid transition of the terminating MDP (its ``terminated`` is a function of
+    its next state).
+
+    Args:
+        reports_success: whether the task reports success at all (:attr:`robotrl.envs.EnvInfo.reports_success`);
+            a task that never succeeds (locomotion) has nothing to end.
+
+    Raises:
+        ConfigError: the task reports success but the dataset records no per-step success to end its episodes at.
+    """
+    if data is None or not train_env.get("terminate_on_success"):
+        return data
+    if data.success is None:
+        if not reports_success:
+            return data
+        raise ConfigError(f"env.train_terminate_on_success=true ends training episodes at success, but dataset "
+                          f"{data.metadata.get('dataset_id')!r} records no per-step success (infos 'success' / "
+                          "'is_success') to end its episodes at too, so offline and online data would be different "
+                          "MDPs: record the data with robotrl collect (it stores success), or set "
+                          "env.train_terminate_on_success=false")
+    return replace(data, terminated=data.terminated | data.success.astype(bool))
+
+
 def eval_env_args(env_cfg: DictConfig, data: OfflineData | None, task: dict[str, Any] | None = None) -> dict[str, Any]:
     """Arguments of :func:`robotrl.envs.make_env` for evaluation: the data's MDP
     (:func:`task_env_args`); with ``env.match_dataset: false`` the configured env, or the
@@ -410,7 +446,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     """
     from hydra.utils import instantiate
 
-    from robotrl.envs import env_info, make_env
+    from robotrl.envs import env_info, make_env, make_env_from_args
 
     if cfg.agent.get("pixels"):  # camera observations: robotrl.experiment_pixels
         from robotrl.experiment_pixels import build_pixel_trainer
@@ -432,6 +468,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     info = env_info(task["name"], task["env_kwargs"] or None)
     if data is not None:
         check_spaces(data, info.observation_space, info.action_space)
+    train_env = train_env_args(cfg.env, task)
+    data = terminate_data_at_success(data, train_env, info.reports_success)
     obs_dim, action_dim = info.obs_dim, info.action_dim
 
     obs_norm = observation_normalizer(data, obs_dim, cfg.agent.model.get("obs_clip"), cfg.dataset.get("obs_std_floor"))
@@ -447,7 +485,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"])
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["derived"] = {"obs_dim": obs_dim, "action_dim": action_dim, "train_env": task, "eval_env": ev,
+    resolved["derived"] = {"obs_dim": obs_dim, "action_dim": action_dim, "train_env": train_env, "eval_env": ev,
                            "device": str(device),
                            "dataset_transitions": data.num_transitions if data is not None else 0,
                            "ref_scores": list(ref_scores) if ref_scores else None}
@@ -459,9 +497,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         ocfg = onpolicy_config(cfg, tcfg)
 
         def make_chunk_envs():
-            return make_env(task["name"], num_envs=ocfg.num_envs, seed=int(cfg.seed), vectorization=ocfg.vectorization,
-                            action_chunk=int(getattr(agent.policy, "Te", 1)), env_kwargs=task["env_kwargs"],
-                            max_episode_steps=task["max_episode_steps"])
+            return make_env_from_args(train_env, num_envs=ocfg.num_envs, seed=int(cfg.seed),
+                                      vectorization=ocfg.vectorization, action_chunk=int(getattr(agent.policy, "Te", 1)))
 
         demos = None
         if ocfg.pretrain_steps > 0:
@@ -469,7 +506,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
                 raise ConfigError("agent.onpolicy.pretrain_steps > 0 needs a dataset (it pretrains on it)")
             demos = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,
                                               seed=int(cfg.seed))
-        make_collector, evaluator = _ray_parts(cfg, agent, task, ev, ocfg.num_envs, obs_dim, action_dim, tcfg)
+        make_collector, evaluator = _ray_parts(cfg, agent, train_env, ev, ocfg.num_envs, obs_dim, action_dim, tcfg)
         return OnPolicyTrainer(agent, run_dir, ocfg, make_train_envs=make_chunk_envs, make_eval_env=make_eval_env,
                                ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved, title=title,
                                offline_buffer=demos, init_from=tcfg.init_from, init_parts=tcfg.init_parts,
@@ -484,8 +521,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     buffer = offline_buffer(cfg.agent, data, tcfg, device, int(cfg.seed))
 
     def make_train_envs():
-        return make_env(task["name"], num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync",
-                        env_kwargs=task["env_kwargs"], max_episode_steps=task["max_episode_steps"])
+        return make_env_from_args(train_env, num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync")
 
     return Trainer(agent, run_dir, tcfg, offline_buffer=buffer, make_eval_env=make_eval_env,
                    make_train_envs=make_train_envs, ref_scores=ref_scores,

@@ -207,8 +207,16 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
             (:func:`check_pixel_warm_start`); online steps for an agent without ``explore`` (pixel BC).
         DatasetNotFoundError, SpaceMismatchError: the dataset is missing or does not fit the env.
     """
-    from robotrl.envs import make_env_from_args
-    from robotrl.experiment import ensure_dataset, eval_env_args, needs_dataset, task_env_args, trainer_config
+    from robotrl.envs import env_info, make_env_from_args
+    from robotrl.experiment import (
+        ensure_dataset,
+        eval_env_args,
+        needs_dataset,
+        task_env_args,
+        terminate_data_at_success,
+        train_env_args,
+        trainer_config,
+    )
     from robotrl.trainer import Trainer
     from robotrl.vision.obs import pixel_layout
 
@@ -224,11 +232,13 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
     cams = camera_args(cfg.env, data)
     ev = {**eval_env_args(cfg.env, data, task), **cams}
     task = {**task, **cams}
+    train_env = train_env_args(cfg.env, task)
     probe = make_env_from_args(task)
     space, action_space = probe.observation_space, probe.action_space
     probe.close()
     if data is not None:
         check_spaces(data, split_images(space)[0], action_space)
+    data = terminate_data_at_success(data, train_env, env_info(task["name"], task["env_kwargs"] or None).reports_success)
     layout = pixel_layout(space)
     state_dim, action_dim = layout.state_dim, flat_dim(action_space)
     obs_norm = observation_normalizer(data, state_dim, cfg.agent.model.get("obs_clip"),
@@ -253,12 +263,12 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["derived"] = {"obs_dim": state_dim, "action_dim": action_dim,
                            "image_shapes": {k: list(v) for k, v in layout.image_shapes.items()},
-                           "train_env": task, "eval_env": ev, "device": str(device),
+                           "train_env": train_env, "eval_env": ev, "device": str(device),
                            "dataset_transitions": data.num_transitions if data is not None else 0,
                            "ref_scores": list(ref_scores) if ref_scores else None}
     return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, data, tcfg, device, int(cfg.seed)),
                    make_eval_env=lambda: make_env_from_args(ev),
-                   make_train_envs=lambda: make_env_from_args(task, num_envs=tcfg.num_envs, seed=int(cfg.seed),
+                   make_train_envs=lambda: make_env_from_args(train_env, num_envs=tcfg.num_envs, seed=int(cfg.seed),
                                                               vectorization="sync"),
                    ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved,
                    title=f"{cfg.agent.name} on {cfg.env.name or task['name']} ({', '.join(cams['pixels'])})",

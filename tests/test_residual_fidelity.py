@@ -173,14 +173,13 @@ def test_success_termination_ends_training_episodes_at_success_only():
     from robotrl.bench.room import ROOM_KW as KW
     from robotrl.bench.room import biased_pd_base
 
-    from robotrl.agents.residual import make_success_terminating_envs
     from robotrl.envs import make_env
     from robotrl.policy import act
 
     base = biased_pd_base(bias=0.0)  # reaches the goal (success 1.0 over 50 episodes)
     for wrapped in (True, False):
-        kw = dict(num_envs=2, seed=0, vectorization="sync", max_episode_steps=100, env_kwargs=KW)
-        envs = make_success_terminating_envs(ENV, **kw) if wrapped else make_env(ENV, **kw)
+        envs = make_env(ENV, num_envs=2, seed=0, vectorization="sync", max_episode_steps=100, env_kwargs=KW,
+                        terminate_on_success=wrapped)
         obs, _ = envs.reset(seed=0)
         first_success, first_term = None, None
         for t in range(100):
@@ -196,21 +195,76 @@ def test_success_termination_ends_training_episodes_at_success_only():
         assert first_term == (first_success if wrapped else None)
 
 
-def test_terminate_at_success_cuts_nstep_returns_of_demos_that_go_on_after_success():
-    from robotrl.agents.residual import terminate_at_success
-    from robotrl.data import ReplayBuffer
+def _offline(rewards, success):
+    """One 5-step episode of a 2-d observation, 1-d action task, as :class:`OfflineData` (success per step or None)."""
+    import gymnasium as gym
 
-    buf = ReplayBuffer(16, 2, 1, gamma=0.9, num_envs=1, seed=0)
-    rewards = [0.0, 0.0, 1.0, 1.0, 1.0]  # a demo that reaches the goal at step 2 and stays (no termination)
-    for t, r in enumerate(rewards):
-        o = np.full((1, 2), t, np.float32)
-        buf.add(o, np.zeros((1, 1), np.float32), np.array([r], np.float32), o + 1, np.array([False]),
-                np.array([t == len(rewards) - 1]))
-    before = buf.sample(1, n_step=3, indices=np.array([1]))
-    assert not bool(before.terminated[0]) and float(before.rewards[0]) == pytest.approx(0.9 + 0.81)
-    assert terminate_at_success(buf, 1.0) == 3
-    after = buf.sample(1, n_step=3, indices=np.array([1]))
-    assert bool(after.terminated[0]) and float(after.rewards[0]) == pytest.approx(0.9)  # stops at the success
+    from robotrl.data.dataset import OfflineData
+
+    n = len(rewards)
+    obs = np.arange(n, dtype=np.float32)[:, None].repeat(2, 1)
+    return OfflineData(observations=obs, actions=np.zeros((n, 1), np.float32), rewards=np.asarray(rewards, np.float32),
+                       next_observations=obs + 1, terminated=np.zeros(n, bool), truncated=np.arange(n) == n - 1,
+                       episode_starts=np.array([0]), episode_ends=np.array([n]),
+                       observation_space=gym.spaces.Box(-np.inf, np.inf, (2,)), action_space=gym.spaces.Box(-1, 1, (1,)),
+                       success=None if success is None else np.asarray(success, bool), metadata={"dataset_id": "t/d-v0"})
+
+
+def test_demos_that_go_on_after_success_end_there_in_the_terminating_mdp():
+    """With ``terminate_on_success`` the demos' successful transitions are terminal, so n-step sums stop at the
+    success (ResFiT's demos end there); without it, or for a task that never succeeds, the data is unchanged; a task
+    that reports success with data that records none is refused (the MDPs would differ)."""
+    from robotrl.data import ReplayBuffer
+    from robotrl.errors import ConfigError
+    from robotrl.experiment import terminate_data_at_success
+
+    data = _offline([0.0, 0.0, 1.0, 1.0, 1.0], [False, False, True, True, True])  # reaches the goal at step 2, stays
+    on, off = {"terminate_on_success": True}, {"terminate_on_success": False}
+    assert terminate_data_at_success(data, off, True) is data
+    cut = terminate_data_at_success(data, on, True)
+    assert cut.terminated.tolist() == [False, False, True, True, True] and not data.terminated.any()
+    for d, term, ret in ((data, False, 0.9 + 0.81), (cut, True, 0.9)):
+        b = ReplayBuffer.from_offline(d, gamma=0.9, seed=0).sample(1, n_step=3, indices=np.array([1]))
+        assert bool(b.terminated[0]) == term and float(b.rewards[0]) == pytest.approx(ret)
+    unknown = _offline([0.0] * 5, None)
+    assert terminate_data_at_success(unknown, on, False) is unknown  # locomotion: nothing ever succeeds
+    with pytest.raises(ConfigError, match="train_terminate_on_success=false"):
+        terminate_data_at_success(unknown, on, True)
+
+
+def test_residual_experiments_end_training_episodes_and_demos_at_success(tmp_path, monkeypatch):
+    """`robotrl train experiment=residual-offpolicy env=fetch-push` (ResFiT) trains in envs that end at success and on
+    demos whose successful transitions are terminal; its evaluation env keeps Fetch's 50-step episodes;
+    ``env.train_terminate_on_success=false`` keeps the task's episodes for both."""
+    from robotrl.envs import SuccessTermination
+    from robotrl.experiment import build_trainer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    data = ["dataset=fetch-push-noisy-20ep", "dataset.id=robotrl/fetch-push/noisy-3ep-term-test-v0",
+            "dataset.recipe_args.num_episodes=3", "+dataset.recipe_args.ref_episodes=1", "trainer.progress=false"]
+    build_trainer(_compose(["experiment=residual-base", "env=fetch-push", *data, "trainer.offline_steps=1", "trainer.batch_size=32",
+                            "trainer.eval_episodes=1"]), tmp_path / "base").fit()
+    assert _compose(["experiment=residual-ppo", "env=fetch-push"]).env.train_terminate_on_success
+    for flag in (True, False):
+        cfg = _compose(["experiment=residual-offpolicy", "env=fetch-push", *data, f"agent.model.base={tmp_path / 'base'}",
+                        "trainer.online_steps=1", *([] if flag else ["env.train_terminate_on_success=false"])])
+        tr = build_trainer(cfg, tmp_path / f"run{flag}")
+        n = len(tr.offline)
+        succ = tr.offline.rewards[:n] == 1.0  # Fetch's 0 at success, shifted to ResFiT's 0/1 by reward_bias 1
+        assert succ.any() and (tr.offline.terminated[:n] == (succ if flag else False)).all()
+        envs, ev = tr.make_train_envs(), tr.make_eval_env()
+        assert any(isinstance(w, SuccessTermination) for w in _wrappers(envs.envs[0])) == flag
+        assert not any(isinstance(w, SuccessTermination) for w in _wrappers(ev))
+        envs.close()
+        ev.close()
+
+
+def _wrappers(env):
+    out = []
+    while hasattr(env, "env"):
+        out.append(env)
+        env = env.env
+    return out
 
 
 @pytest.mark.parametrize("floor", ["default", "null"])

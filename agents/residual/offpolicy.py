@@ -55,10 +55,10 @@ from them, all deliberate:
   0.2; warmup lengths are set per experiment (ResFiT 10k env steps, 10k critic updates).
 - rewards/termination: ResFiT trains on 0/1 success rewards with termination on success;
   here rewards come from the env through ``reward_scale``/``reward_bias`` (Fetch's sparse
-  −1/0 become 0/1 with ``reward_bias: 1``), and termination on success needs the training
-  env to end episodes at success (:class:`~robotrl.agents.residual.envs.SuccessTermination`;
-  ``robotrl train`` has no switch for it yet). Offline demonstrations are not cut at their
-  first success. ``progressive_steps = H > 0`` (Policy Decorator) switches the residual on per
+  −1/0 become 0/1 with ``reward_bias: 1``); ``experiment=residual-offpolicy`` ends training
+  episodes at success (``env.train_terminate_on_success``, :class:`robotrl.envs.SuccessTermination`)
+  and marks the demonstrations' successful transitions terminal
+  (:func:`robotrl.experiment.terminate_data_at_success`). ``progressive_steps = H > 0`` (Policy Decorator) switches the residual on per
   env and step with probability ``min(t/H, 1)``, ``t`` counting explore calls after the
   base-noise phase; otherwise the base acts alone.
 """

@@ -25,9 +25,9 @@ CPU (``configs/agent/residual-ppo.yaml``):
   add throughput there, they only lengthen an iteration).
 - γ fitted to the horizon: ResiP's 0.999 over ~700-step episodes is ``1 − 1/(1.4 H)``; for
   Fetch's 50-step episodes ``1 − 1/H = 0.98`` (the class default keeps 0.999).
-- success ends the episode in ResiP (``reset_on_success``); Fetch never terminates, so training
-  envs must be wrapped (:func:`robotrl.agents.residual.make_success_terminating_envs`, used by
-  ``benchmarks/bench_residual.py``; ``robotrl train`` has no switch for it yet).
+- success ends the episode in ResiP (``reset_on_success``); Fetch never terminates, so
+  ``experiment=residual-ppo`` ends its training episodes at success
+  (``env.train_terminate_on_success``, :class:`robotrl.envs.SuccessTermination`).
 - critic lr 1e-3 constant (ResiP 5e-3 with a cosine schedule), ``mish`` value MLP (ResiP ReLU),
   no reward clip at ±5.
 """

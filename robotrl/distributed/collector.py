@@ -133,21 +133,21 @@ class RolloutWorker:
 
     Args:
         agent_spec: :func:`build_worker_agent`'s spec.
-        env_args: ``{"name", "env_kwargs", "max_episode_steps"}`` (:func:`robotrl.experiment.task_env_args`).
+        env_args: ``{"name", "env_kwargs", "max_episode_steps", "terminate_on_success"}``
+            (:func:`robotrl.experiment.train_env_args`).
         offset, num_envs: the shard; env ``j`` is seeded ``seed + offset + j``.
         seed: the run seed; vectorization: ``"sync"``/``"async"``; torch_threads: per worker.
     """
 
     def __init__(self, agent_spec: dict, env_args: dict, *, offset: int, num_envs: int, seed: int,
                  vectorization: str = "sync", torch_threads: int = 1):
-        from robotrl.envs import make_env
+        from robotrl.envs import make_env_from_args
 
         torch.set_num_threads(int(torch_threads))
         self.agent = build_worker_agent(agent_spec)
         self.offset, self.n = int(offset), int(num_envs)
-        self.envs = make_env(env_args["name"], num_envs=self.n, seed=int(seed) + self.offset, vectorization=vectorization,
-                             action_chunk=int(getattr(self.agent.policy, "Te", 1)), env_kwargs=env_args.get("env_kwargs"),
-                             max_episode_steps=env_args.get("max_episode_steps"))
+        self.envs = make_env_from_args(env_args, num_envs=self.n, seed=int(seed) + self.offset, vectorization=vectorization,
+                                       action_chunk=int(getattr(self.agent.policy, "Te", 1)))
         self.collector: RolloutCollector | None = None
 
     def start(self, reset_seed: int, gen_seed: int | None) -> int:
