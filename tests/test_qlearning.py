@@ -296,19 +296,26 @@ def _plain_copy(critic: EnsembleCritic) -> EnsembleCritic:
     return ref
 
 
+@pytest.mark.parametrize("layer_norm", [False, True])
 @pytest.mark.parametrize("hidden,out_dim,shared,input_grad", [
     ((64, 64), 1, True, False), ((64, 64), 1, True, True), ((48,), 1, False, True),
     ((32, 32, 32), 3, False, True), ((64, 64), 2, True, False)])
-def test_fused_ensemble_mlp_matches_plain_pass(hidden, out_dim, shared, input_grad):
-    """The fused one-node forward/backward == the module-by-module pass: values, weight and input grads.
+def test_fused_ensemble_mlp_matches_plain_pass(hidden, out_dim, shared, input_grad, layer_norm):
+    """The fused one-node forward/backward == the module-by-module pass: values, weight and input grads
+    (LayerNorm: also its per-head affine's grads, with affine weights away from their 1/0 start).
 
     Repeated three times so that the recycled (pooled) buffers of earlier passes are exercised.
     """
-    from robotrl.agents.qlearning.networks import EnsembleMLP
+    from robotrl.agents.qlearning.networks import EnsembleLayerNorm, EnsembleMLP
 
     torch.manual_seed(0)
     N, M, Din = 3, 700, 9  # N·M·H >= 2^16: the big buffers go through the pool
-    net = EnsembleMLP(N, Din, out_dim, hidden)
+    net = EnsembleMLP(N, Din, out_dim, hidden, layer_norm=layer_norm)
+    with torch.no_grad():
+        for m in net.net:
+            if isinstance(m, EnsembleLayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.3, 0.3)
     ref = copy.deepcopy(net)
     ref.fused = False
     for rep in range(3):
@@ -335,16 +342,16 @@ def test_fused_ensemble_backward_runs_once():
         q.sum().backward()
 
 
-def test_fused_critic_is_used_only_for_float32_relu_without_layer_norm():
+def test_fused_critic_is_used_only_for_float32_relu():
     x = torch.randn(2, 5, 6)
     assert EnsembleCritic(4, 2, n=2).net._fast_ok(x)
-    assert not EnsembleCritic(4, 2, n=2, layer_norm=True).net._fast_ok(x)
+    assert EnsembleCritic(4, 2, n=2, layer_norm=True).net._fast_ok(x)
     assert not EnsembleCritic(4, 2, n=2, act="tanh").net._fast_ok(x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not EnsembleCritic(4, 2, n=2).net._fast_ok(x)
 
 
-@pytest.mark.parametrize("algo", ["sac", "cql", "calql", "iql"])
+@pytest.mark.parametrize("algo", ["sac", "cql", "calql", "iql", "sac-layernorm"])
 def test_fused_updates_match_the_plain_critic_pass(algo):
     """Whole agent updates (losses, metrics, every parameter) with the fused critic == the plain pass.
 
@@ -352,7 +359,8 @@ def test_fused_updates_match_the_plain_critic_pass(algo):
     state); only the critic's kernels differ, so everything agrees to float rounding (1e-5).
     """
     torch.manual_seed(0)
-    fused, plain = (_agent(algo, seed=11, cql_n_actions=3) for _ in range(2))
+    algo, ln = algo.removesuffix("-layernorm"), algo.endswith("-layernorm")  # WSRL/RLPD's LayerNorm critics
+    fused, plain = (_agent(algo, seed=11, cql_n_actions=3, critic_layer_norm=ln) for _ in range(2))
     for c in (plain.critic, plain.critic_target):
         c.net.fused = False
     for s in range(4):

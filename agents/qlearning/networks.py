@@ -87,20 +87,23 @@ class EnsembleMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, Din)`` (shared by all heads) or ``(N, B, Din)`` -> ``(N, B, Dout)``.
 
-        The float32 ReLU MLP without LayerNorm (SAC/CQL/Cal-QL/IQL critics) runs as ONE
-        autograd node with a hand-written backward (:class:`_EnsembleReluMLP`): same
-        values and gradients up to float rounding, fewer and cheaper kernels. Other
-        configurations (LayerNorm, other activations, bfloat16 autocast) use ``self.net``.
+        The float32 ReLU MLP, with or without LayerNorm (every critic: SAC/CQL/Cal-QL/IQL,
+        and the LayerNorm ones of RLPD/WSRL/ResFiT), runs as ONE autograd node with a
+        hand-written backward (:class:`_EnsembleReluMLP`): same values and gradients up to
+        float rounding, fewer and cheaper kernels. Other configurations (other activations,
+        bfloat16 autocast) use ``self.net``.
         """
         if x.ndim == 2:
             x = x.unsqueeze(0).expand(self.n, -1, -1)
         if self._fast_ok(x):
             params = [t for m in self.net if isinstance(m, EnsembleLinear) for t in (m.weight, m.bias)]
-            return _EnsembleReluMLP.apply(x, *params)
+            norms = [m for m in self.net if isinstance(m, EnsembleLayerNorm)]
+            params += [t for m in norms for t in (m.weight, m.bias)]
+            return _EnsembleReluMLP.apply(x, norms[0].eps if norms else None, *params)
         return self.net(x)
 
     def _fast_ok(self, x: torch.Tensor) -> bool:
-        return (self.fused and self.act_name == "relu" and not self.layer_norm and x.dtype == torch.float32
+        return (self.fused and self.act_name == "relu" and x.dtype == torch.float32
                 and self.net[0].weight.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type))
 
     @torch.no_grad()
@@ -153,11 +156,14 @@ _POOL = _BufferPool()
 
 
 class _EnsembleReluMLP(torch.autograd.Function):
-    """``N`` stacked ReLU MLPs ``(N, M, Din) -> (N, M, Dout)`` as one autograd node (float32).
+    """``N`` stacked ReLU MLPs ``(N, M, Din) -> (N, M, Dout)`` as one autograd node (float32),
+    optionally with a per-head LayerNorm after every hidden linear layer (RLPD/WSRL/ResFiT critics).
 
-    Inputs: ``x`` then ``weight (N, Din, Dout), bias (N, 1, Dout)`` of every layer.
-    Computes exactly the layers of :class:`EnsembleMLP` (``baddbmm`` + in-place ReLU) and
-    their gradients, but:
+    Inputs: ``x``, the LayerNorm ``eps`` (``None``: no LayerNorm), the ``weight (N, Din, Dout),
+    bias (N, 1, Dout)`` of every linear layer, then (LayerNorm only) the ``weight, bias (N, 1, H)``
+    of every hidden layer's LayerNorm. Computes exactly the layers of :class:`EnsembleMLP`
+    (``baddbmm``, LayerNorm ``(z - μ) / sqrt(σ² + eps) · γ + β``, in-place ReLU) and their
+    gradients, but:
 
     - a scalar head (``Dout = 1``, every critic) is a matrix-vector product per head
       (``mv``) forward and backward instead of a degenerate ``baddbmm``/``bmm`` with one
@@ -166,18 +172,29 @@ class _EnsembleReluMLP(torch.autograd.Function):
       head's input gradient is written over the (then dead) last hidden activation: no
       extra ``(N, M, H)`` buffers, fewer fresh allocations and page faults; hence the
       backward runs once per forward (a second ``retain_graph`` backward raises);
+    - LayerNorm runs as ATen's fused kernels (``native_layer_norm`` without affine, its
+      backward) with the per-head affine applied around them, in place where the buffers allow;
     - nothing is computed for inputs that need no gradient (the first layer's input).
     """
 
     @staticmethod
-    def forward(ctx, x, *params):
-        ws, bs = params[0::2], params[1::2]
-        hs = [x]
+    def forward(ctx, x, eps, *params):
+        n_lin = (len(params) + 2) // 4 if eps is not None else len(params) // 2  # LayerNorm: 2 more per hidden layer
+        lin, lns = params[: 2 * n_lin], params[2 * n_lin:]
+        ws, bs = lin[0::2], lin[1::2]
+        hs, zs, stats = [x], [], []
         h = x
         pooled = any(ctx.needs_input_grad)  # a backward will run and hand the buffers back
-        for w, b in zip(ws[:-1], bs[:-1]):
+        for i, (w, b) in enumerate(zip(ws[:-1], bs[:-1])):
             shape = (w.shape[0], h.shape[1], w.shape[2])
-            h = torch.baddbmm(b, h, w, out=_POOL.take(shape, h)) if pooled else torch.baddbmm(b, h, w)
+            z = torch.baddbmm(b, h, w, out=_POOL.take(shape, h)) if pooled else torch.baddbmm(b, h, w)
+            if eps is not None:  # y = LN(z)·γ + β (x̂ kept for γ's gradient, z and the statistics for LN's backward)
+                xhat, mean, rstd = torch.native_layer_norm(z, [z.shape[-1]], None, None, eps)
+                h = torch.addcmul(lns[2 * i + 1], xhat, lns[2 * i], out=_POOL.take(shape, z) if pooled else None)
+                zs.append(z)
+                stats += [xhat, mean, rstd]
+            else:
+                h = z
             h.relu_()
             hs.append(h)
         w, b = ws[-1], bs[-1]
@@ -185,9 +202,19 @@ class _EnsembleReluMLP(torch.autograd.Function):
             out = torch.stack([torch.mv(h[i], w[i, :, 0]) for i in range(w.shape[0])]).unsqueeze(-1).add_(b)
         else:
             out = torch.baddbmm(b, h, w)
-        ctx.save_for_backward(*hs, *ws)
-        ctx.n_layers, ctx.consumed = len(ws), False
+        ctx.save_for_backward(*hs, *ws, *zs, *stats, *lns[0::2])
+        ctx.n_layers, ctx.consumed, ctx.eps = len(ws), False, eps
         return out
+
+    @staticmethod
+    def _ln_backward(g_y: torch.Tensor, z: torch.Tensor, xhat: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                     gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Gradients through ``LN(z)·γ + β`` from ``g_y (N, M, H)``: ``(g_z, g_γ, g_β)`` (``g_y`` is overwritten)."""
+        g_beta = g_y.sum(1, keepdim=True)
+        g_gamma = (g_y * xhat).sum(1, keepdim=True)
+        g_z = torch.ops.aten.native_layer_norm_backward(g_y.mul_(gamma), z, [z.shape[-1]], mean, rstd, None, None,
+                                                        [True, False, False])[0]
+        return g_z, g_gamma, g_beta
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -195,21 +222,24 @@ class _EnsembleReluMLP(torch.autograd.Function):
         if ctx.consumed:  # the saved activations were overwritten by the first backward
             raise RuntimeError("EnsembleMLP's fused backward runs once per forward (no retain_graph re-use)")
         ctx.consumed = True
-        L = ctx.n_layers
+        L, ln = ctx.n_layers, ctx.eps is not None
         saved = ctx.saved_tensors
-        hs, ws = saved[:L], saved[L:]
+        hs, ws = saved[:L], saved[L:2 * L]
+        zs = saved[2 * L:3 * L - 1] if ln else ()
+        stats = saved[3 * L - 1:6 * L - 4] if ln else ()
+        gammas = saved[6 * L - 4:] if ln else ()
         need = ctx.needs_input_grad
-        grads: list[torch.Tensor | None] = [None] * (1 + 2 * L)
+        grads: list[torch.Tensor | None] = [None] * (2 + 2 * L + (2 * (L - 1) if ln else 0))
         g_out = g_out.contiguous()
         from_bmm = False  # whether g_h lives in a buffer taken from the pool in this backward
         for layer in range(L - 1, -1, -1):
             h_in, w = hs[layer], ws[layer]
             if layer == L - 1 and w.shape[-1] == 1:
                 g = g_out[..., 0]  # (N, M)
-                if need[1 + 2 * layer]:
-                    grads[1 + 2 * layer] = torch.bmm(g.unsqueeze(1), h_in).transpose(1, 2)
                 if need[2 + 2 * layer]:
-                    grads[2 + 2 * layer] = g.sum(1).view(-1, 1, 1)
+                    grads[2 + 2 * layer] = torch.bmm(g.unsqueeze(1), h_in).transpose(1, 2)
+                if need[3 + 2 * layer]:
+                    grads[3 + 2 * layer] = g.sum(1).view(-1, 1, 1)
                 if layer > 0:  # g ⊗ w masked by the ReLU below, written over h_in (dead after this)
                     g_h = h_in.sign_().mul_(g.unsqueeze(-1)).mul_(w.transpose(1, 2))
                     h_in = None
@@ -217,10 +247,10 @@ class _EnsembleReluMLP(torch.autograd.Function):
                     g_h = g.unsqueeze(-1) * w.transpose(1, 2)  # outer product, (N, M, Din)
             else:
                 g = g_out if layer == L - 1 else g_h
-                if need[1 + 2 * layer]:
-                    grads[1 + 2 * layer] = torch.bmm(h_in.transpose(1, 2), g)
                 if need[2 + 2 * layer]:
-                    grads[2 + 2 * layer] = g.sum(1, keepdim=True)
+                    grads[2 + 2 * layer] = torch.bmm(h_in.transpose(1, 2), g)
+                if need[3 + 2 * layer]:
+                    grads[3 + 2 * layer] = g.sum(1, keepdim=True)
                 if layer > 0:
                     g_h = torch.bmm(g, w.transpose(1, 2), out=_POOL.take((g.shape[0], g.shape[1], w.shape[1]), g))
                 elif need[0]:
@@ -230,11 +260,18 @@ class _EnsembleReluMLP(torch.autograd.Function):
                 from_bmm = layer > 0
             if layer > 0 and h_in is not None:  # ReLU of the layer below: zero the gradient where its output is 0
                 torch.ops.aten.threshold_backward.grad_input(g_h, h_in, 0.0, grad_input=g_h)
+            if layer > 0 and ln:  # the layer below's LayerNorm: gradient w.r.t. its linear output z
+                k = layer - 1
+                g_z, g_gamma, g_beta = _EnsembleReluMLP._ln_backward(g_h, zs[k], *stats[3 * k:3 * k + 3], gammas[k])
+                grads[2 + 2 * L + 2 * k], grads[3 + 2 * L + 2 * k] = g_gamma, g_beta
+                if from_bmm:
+                    _POOL.give(g_h)
+                g_h, from_bmm = g_z, False
         if need[0]:
             grads[0] = g_h
-        for h in hs[1:]:
-            if h is not None:
-                _POOL.give(h)
+        for t in (*hs[1:], *zs):
+            if t is not None:
+                _POOL.give(t)
         return tuple(grads)
 
 
