@@ -494,6 +494,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     if cfg.agent.get("onpolicy") is not None:  # DPPO / Gaussian PPO / residual PPO: the on-policy loop
         from robotrl.onpolicy import OnPolicyTrainer
 
+        if tcfg.her_ratio > 0:
+            raise ConfigError(f"trainer.her_ratio relabels the goals of replayed transitions; agent={cfg.agent.name} "
+                              "learns on-policy from fresh rollouts: set trainer.her_ratio=0")
+
         ocfg = onpolicy_config(cfg, tcfg)
 
         def make_chunk_envs():
@@ -523,8 +527,15 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     def make_train_envs():
         return make_env_from_args(train_env, num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync")
 
+    relabeler = None
+    if tcfg.her_ratio > 0:  # HER: the task's own goal functions recompute rewards for relabelled goals
+        from robotrl.data.her import GoalRelabeler
+
+        relabeler = GoalRelabeler(make_env_from_args(task), info.layout, ratio=tcfg.her_ratio, reward_scale=r_scale,
+                                  reward_bias=r_bias, terminate_on_success=train_env["terminate_on_success"],
+                                  seed=int(cfg.seed) + 2)
     return Trainer(agent, run_dir, tcfg, offline_buffer=buffer, make_eval_env=make_eval_env,
                    make_train_envs=make_train_envs, ref_scores=ref_scores,
                    seed=int(cfg.seed), run_config=resolved, title=title,
                    reward_scale=r_scale, reward_bias=r_bias, mc_sparse_fill=fill,
-                   gamma=float(cfg.agent.get("gamma", 0.99)))
+                   gamma=float(cfg.agent.get("gamma", 0.99)), goal_relabeler=relabeler)

@@ -227,6 +227,9 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
     if cfg.agent.get("onpolicy") is not None:
         raise ConfigError(f"agent={cfg.agent.name} trains off-policy from scratch or from its dataset: drop the "
                           "onpolicy section (on-policy pixel agents are not built yet)")
+    if tcfg.her_ratio > 0:
+        raise ConfigError("trainer.her_ratio (HER) relabels goals in flat state observations; camera runs do not "
+                          "relabel what the frames show: set trainer.her_ratio=0")
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
     task = task_env_args(cfg.env, data)  # the data's MDP
     cams = camera_args(cfg.env, data)

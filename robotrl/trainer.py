@@ -43,11 +43,13 @@ from robotrl.agent import OffPolicyAgent
 from robotrl.checkpoint import load_arrays, save_arrays
 from robotrl.data.mixing import MixedSampler
 from robotrl.data.replay import ReplayBuffer
+from robotrl.errors import ConfigError
 from robotrl.runner import Runner
 from robotrl.utd import batch_split, update_schedule
 from robotrl.utils import check_schedule
 
 if TYPE_CHECKING:
+    from robotrl.data.her import GoalRelabeler
     from robotrl.vision.obs import PixelLayout
 
 
@@ -73,6 +75,7 @@ class TrainerConfig:
     init_from: str | None = None
     init_parts: list[str] | None = None
     warmup_updates: int = 0
+    her_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""
@@ -80,7 +83,7 @@ class TrainerConfig:
                                                   "checkpoint_every", "log_every", "num_envs", "online_buffer_size",
                                                   "utd"),
                        non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates"),
-                       fractions=("offline_ratio",))
+                       fractions=("offline_ratio", "her_ratio"))
 
 
 
@@ -102,6 +105,8 @@ class OffPolicyLoop:
             units (``None``: the offline buffer's setting).
         gamma: discount of the online buffer's n-step sums and MC returns (``None``: the
             offline buffer's, else 0.99).
+        goal_relabeler: HER relabelling of both buffers' batches (:class:`robotrl.data.her.GoalRelabeler`, from
+            ``trainer.her_ratio``); ``None``: off.
         obs_layout: how the training envs' ``Dict`` observations with cameras split into the flat
             state ``(N, Ds)`` and the frames ``{key: uint8 (N, H, W, C)}``
             (:class:`~robotrl.vision.obs.PixelLayout`); the online buffer then stores each frame once
@@ -111,13 +116,17 @@ class OffPolicyLoop:
     Raises:
         ValueError: ``online_steps > 0`` without ``make_train_envs``, or ``offline_steps > 0``
             without an offline buffer.
+        ConfigError: a relabeller with an agent that reads MC returns, or with offline data whose rewards are not
+            the task's (:meth:`robotrl.data.her.GoalRelabeler.check`).
     """
 
     def __init__(self, agent: OffPolicyAgent, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
                  make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None, seed: int = 0,
                  reward_scale: float = 1.0, reward_bias: float = 0.0, mc_sparse_fill: float | None = None,
-                 gamma: float | None = None, obs_layout: PixelLayout | None = None):
+                 gamma: float | None = None, obs_layout: PixelLayout | None = None,
+                 goal_relabeler: GoalRelabeler | None = None):
         self.agent, self.cfg = agent, config
+        self.relabeler = goal_relabeler
         self.offline, self.make_train_envs, self.seed = offline_buffer, make_train_envs, seed
         self.reward_scale, self.reward_bias, self.mc_sparse_fill = float(reward_scale), float(reward_bias), mc_sparse_fill
         self.gamma, self.obs_layout = gamma, obs_layout
@@ -130,6 +139,13 @@ class OffPolicyLoop:
         if self.offline is None and config.offline_steps > 0:
             raise ValueError("offline_steps > 0 needs an offline buffer (a dataset)")
         self.schedule = update_schedule(batch_split(agent), config.utd, config.batch_size)  # robotrl.utd: ConfigError
+        if goal_relabeler is not None:
+            if self._needs_mc:
+                raise ConfigError("HER (trainer.her_ratio > 0) relabels goals, whose Monte-Carlo returns the data does "
+                                  "not hold, and this agent's updates read them (Cal-QL): set trainer.her_ratio=0")
+            if self.offline is not None:
+                goal_relabeler.check(self.offline)  # the stored rewards are this task's, in the buffers' units
+                self.offline.relabeler = goal_relabeler
 
     # ------------------------------------------------------------------ Loop protocol
     @property
@@ -216,11 +232,13 @@ class OffPolicyLoop:
             int(self.agent.policy.action_dim))
         gamma = self.gamma if self.gamma is not None else getattr(ref, "gamma", 0.99)
         fill = self.mc_sparse_fill if self.mc_sparse_fill is not None else getattr(ref, "mc_sparse_fill", None)
-        return ReplayBuffer(min(self.cfg.online_buffer_size, max(self.cfg.online_steps, 1) * self.cfg.num_envs),
-                            od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
-                            seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
-                            image_shapes=layout.image_shapes if layout is not None else None,
-                            frame_stack=int(getattr(self.agent, "frame_stack", 1)))
+        buf = ReplayBuffer(min(self.cfg.online_buffer_size, max(self.cfg.online_steps, 1) * self.cfg.num_envs),
+                           od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
+                           seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
+                           image_shapes=layout.image_shapes if layout is not None else None,
+                           frame_stack=int(getattr(self.agent, "frame_stack", 1)))
+        buf.relabeler = self.relabeler
+        return buf
 
     def _online_phase(self, runner: Runner) -> None:
         cfg = self.cfg
@@ -313,7 +331,8 @@ def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *
     Args:
         agent, config, offline_buffer, make_train_envs, seed: as :class:`OffPolicyLoop`.
         run_dir, make_eval_env, ref_scores, run_config, title: as :class:`~robotrl.runner.Runner`.
-        loop_kwargs: ``reward_scale``, ``reward_bias``, ``mc_sparse_fill``, ``gamma``, ``obs_layout`` of the loop.
+        loop_kwargs: ``reward_scale``, ``reward_bias``, ``mc_sparse_fill``, ``gamma``, ``obs_layout``,
+            ``goal_relabeler`` of the loop.
 
     Raises:
         ValueError: as :class:`OffPolicyLoop`.

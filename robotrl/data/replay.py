@@ -43,6 +43,7 @@ served for a frame that has been replaced.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -52,6 +53,9 @@ from robotrl.data.dataset import OfflineData
 from robotrl.data.returns import mc_returns as _mc_returns
 from robotrl.errors import BatchSizeError
 from robotrl.vision.stack import stack_channels
+
+if TYPE_CHECKING:
+    from robotrl.data.her import GoalRelabeler
 
 __all__ = ["ReplayBuffer"]
 
@@ -136,6 +140,8 @@ class ReplayBuffer:
         self._open_last = np.full(self.num_envs, _NO_LINK, np.int64)  # last slot per env
         self.image_shapes = {k: tuple(int(d) for d in v) for k, v in (image_shapes or {}).items()}
         self.frame_stack = int(frame_stack)
+        #: HER goal relabelling of sampled batches (:class:`robotrl.data.her.GoalRelabeler`), ``None``: off
+        self.relabeler: GoalRelabeler | None = None
         self.frames = {k: np.zeros((C, *shape), np.uint8) for k, shape in self.image_shapes.items()}
         # next-observation frames that no successor slot holds: slot -> {key: (H, W, C)}
         self._final: dict[int, dict[str, np.ndarray]] = {}
@@ -452,6 +458,11 @@ class ReplayBuffer:
         idx = self._indices(batch_size, complete_only) if indices is None else np.asarray(indices)
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
+        if self.relabeler is not None:  # HER: goals relabelled, rewards/terminations recomputed (robotrl.data.her)
+            f = self.relabeler.relabel(self, idx, n_step)
+            last = f.pop("last")
+            return Batch.from_numpy(self.device, actions=self.actions[idx], mc_returns=self.mc_returns[idx],
+                                    extras=self._image_extras(idx, last) if self.image_shapes else None, **f)
         ret, disc, last = self._nstep(idx, n_step)
         return Batch.from_numpy(
             self.device,
