@@ -68,11 +68,25 @@ LABELS = {"base": "base (frozen BC)", "residual_ppo": "residual PPO", "residual_
           "full_ppo": "full fine-tuning (Gaussian PPO)"}
 
 
-def _compose(overrides: list[str]):
+def _compose(overrides: list[str], run_dir: Path | None = None):
+    """The ``robotrl train`` config of ``overrides``; with ``run_dir``, the overrides are also recorded there as
+    ``.hydra/overrides.yaml`` (what a ``robotrl train`` run writes), so the run is a ``robotrl train`` command
+    (``benchmarks/runs_table.py`` reads it)."""
     from hydra import compose, initialize_config_module
 
+    if run_dir is not None:
+        write_overrides(run_dir, overrides)
     with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
         return compose(config_name="train", overrides=overrides)
+
+
+def write_overrides(run_dir: Path, overrides: list[str]) -> None:
+    """``run_dir/.hydra/overrides.yaml`` holding ``overrides`` (a YAML list, as Hydra writes it)."""
+    import yaml
+
+    path = Path(run_dir) / ".hydra" / "overrides.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump([*overrides, f"run_dir={run_dir}"], default_flow_style=False))
 
 
 def _data_overrides(task: str, demos: int) -> list[str]:
@@ -114,7 +128,7 @@ def train_base(task: str, demos: int, bc_steps: int, seed: int, run_dir: Path, e
 
     cfg = _compose(["experiment=residual-base", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
                     f"trainer.offline_steps={bc_steps}", f"trainer.eval_every={bc_steps}",
-                    f"trainer.checkpoint_every={bc_steps}", f"trainer.eval_episodes={eval_episodes}"])
+                    f"trainer.checkpoint_every={bc_steps}", f"trainer.eval_episodes={eval_episodes}"], run_dir)
     t = time.time()
     summary = build_trainer(cfg, run_dir).fit()
     wall = time.time() - t
@@ -168,6 +182,20 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
             "wall_s": wall}
 
 
+def offpolicy_overrides(task: str, demos: int, base_dir: Path, seed: int, budget: int, eval_episodes: int, warmup: int,
+                        utd: int, critic_n: int = 10, hidden: int = 256, success_termination: bool = True,
+                        eval_every: int | None = None, overrides: list[str] | None = None) -> list[str]:
+    """The ``robotrl train`` overrides of :func:`run_offpolicy`'s run."""
+    return ["experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
+            f"agent.model.base={base_dir}", f"agent.model.base_noise_steps={warmup}",
+            f"agent.model.critic_warmup_updates={warmup}", f"agent.model.num_critics={critic_n}",
+            f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
+            f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
+            f"trainer.eval_every={eval_every or budget}", f"trainer.checkpoint_every={budget}",
+            f"trainer.eval_episodes={eval_episodes}",
+            f"env.train_terminate_on_success={str(bool(success_termination)).lower()}", *(overrides or [])]
+
+
 def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int, run_dir: Path,
                   eval_episodes: int, warmup: int, utd: int, critic_n: int = 10, hidden: int = 256,
                   success_termination: bool = True, eval_every: int | None = None,
@@ -178,14 +206,8 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     ``overrides``: further Hydra overrides of the run (after this function's own), e.g. ``agent.model.residual_scale=0.2``."""
     from robotrl.experiment import build_trainer
 
-    cfg = _compose(["experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
-                    f"agent.model.base={base_dir}", f"agent.model.base_noise_steps={warmup}",
-                    f"agent.model.critic_warmup_updates={warmup}", f"agent.model.num_critics={critic_n}",
-                    f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
-                    f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
-                    f"trainer.eval_every={eval_every or budget}", f"trainer.checkpoint_every={budget}",
-                    f"trainer.eval_episodes={eval_episodes}",
-                    f"env.train_terminate_on_success={str(bool(success_termination)).lower()}", *(overrides or [])])
+    cfg = _compose(offpolicy_overrides(task, demos, base_dir, seed, budget, eval_episodes, warmup, utd, critic_n, hidden,
+                                       success_termination, eval_every, overrides), run_dir)
     t = time.time()
     trainer = build_trainer(cfg, run_dir)
     summary = trainer.fit()
