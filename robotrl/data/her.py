@@ -118,33 +118,19 @@ class GoalRelabeler:
         her = self.rng.random(idx.shape) < self.ratio
         if her.any():
             goal[her] = buf.next_observations[self.future_slots(buf, idx[her]), self.achieved]
-        g = buf.gamma
-        last = idx.copy()
 
-        def step_fields(slots: np.ndarray, goals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def step_fields(slots: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             ach = buf.next_observations[slots, self.achieved]
             own = buf.next_observations[slots, self.desired]  # the goal the step was recorded with
-            term = (buf.terminated[slots] & ~self.goal_terminal(ach, own)) | self.goal_terminal(ach, goals)
-            return self.rewards(ach, goals), term
+            term = (buf.terminated[slots] & ~self.goal_terminal(ach, own)) | self.goal_terminal(ach, goal[rows])
+            return self.rewards(ach, goal[rows]), term
 
-        ret, term = step_fields(idx, goal)
-        disc = np.full(idx.shape, g, np.float32)
-        done = term | buf.truncated[idx] | (buf.next_idx[idx] < 0)
-        for _ in range(1, n_step):
-            act = ~done
-            if not act.any():
-                break
-            last[act] = buf.next_idx[last[act]]
-            r, t = step_fields(last[act], goal[act])
-            ret[act] += disc[act] * r
-            disc[act] *= g
-            term[act] = t
-            done[act] = t | buf.truncated[last[act]] | (buf.next_idx[last[act]] < 0)
+        ret, disc, last, term = buf.nstep(idx, n_step, step_fields)
         obs, nobs = buf.observations[idx].copy(), buf.next_observations[last].copy()
         obs[:, self.desired] = goal
         nobs[:, self.desired] = goal
-        return {"observations": obs, "next_observations": nobs, "rewards": ret.astype(np.float32),
-                "discounts": disc, "terminated": term, "truncated": buf.truncated[last], "last": last}
+        return {"observations": obs, "next_observations": nobs, "rewards": ret, "discounts": disc, "terminated": term,
+                "truncated": buf.truncated[last], "last": last}
 
     def check(self, buf: ReplayBuffer, max_rows: int = 2000) -> None:
         """Refuse a buffer whose stored rewards / goal terminations are not what the env's goal functions give for

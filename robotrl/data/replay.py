@@ -419,21 +419,38 @@ class ReplayBuffer:
                 "lower the batch size or collect/load more data"
             )
 
-    def _nstep(self, idx: np.ndarray, n: int):
+    def nstep(self, idx: np.ndarray, n: int, step_fields=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """n-step sums along the episodes of slots ``idx (B,)``, stopping at a terminal, a truncation or the newest step.
+
+        Args:
+            step_fields: ``(slots (M,), rows (M,)) -> (rewards (M,), terminated (M,))`` of the steps in ``slots``,
+                which belong to batch rows ``rows``; ``None``: the stored ones. HER
+                (:meth:`robotrl.data.her.GoalRelabeler.relabel`) recomputes them for relabelled goals.
+
+        Returns:
+            ``(rewards (B,), discounts γ^m (B,), last slot (B,), terminated of the last step (B,))``.
+        """
+        def stored(slots: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return self.rewards[slots], self.terminated[slots]
+
+        fields = step_fields or stored
         g = self.gamma
         last = idx.copy()
-        ret = self.rewards[idx].astype(np.float32)
+        r, t = fields(idx, np.arange(idx.size))
+        ret, term = np.array(r, np.float32), np.array(t, bool)
         disc = np.full(idx.shape, g, np.float32)
-        done = self.terminated[idx] | self.truncated[idx] | (self.next_idx[idx] < 0)
+        done = term | self.truncated[idx] | (self.next_idx[idx] < 0)
         for _ in range(1, n):
-            act = ~done
-            if not act.any():
+            rows = np.flatnonzero(~done)
+            if rows.size == 0:
                 break
-            last[act] = self.next_idx[last[act]]
-            ret[act] += disc[act] * self.rewards[last[act]]
-            disc[act] *= g
-            done = done | self.terminated[last] | self.truncated[last] | (self.next_idx[last] < 0)
-        return ret, disc, last
+            last[rows] = self.next_idx[last[rows]]
+            r, t = fields(last[rows], rows)
+            ret[rows] += disc[rows] * r
+            disc[rows] *= g
+            term[rows] = t
+            done[rows] = t | self.truncated[last[rows]] | (self.next_idx[last[rows]] < 0)
+        return ret, disc, last, term
 
     def sample(self, batch_size: int, *, n_step: int = 1, indices: np.ndarray | None = None,
                allow_small: bool = False, complete_only: bool = False) -> Batch:
@@ -463,14 +480,14 @@ class ReplayBuffer:
             last = f.pop("last")
             return Batch.from_numpy(self.device, actions=self.actions[idx], mc_returns=self.mc_returns[idx],
                                     extras=self._image_extras(idx, last) if self.image_shapes else None, **f)
-        ret, disc, last = self._nstep(idx, n_step)
+        ret, disc, last, term = self.nstep(idx, n_step)
         return Batch.from_numpy(
             self.device,
             observations=self.observations[idx],
             actions=self.actions[idx],
             rewards=ret,
             next_observations=self.next_observations[last],
-            terminated=self.terminated[last],
+            terminated=term,
             truncated=self.truncated[last],
             discounts=disc,
             mc_returns=self.mc_returns[idx],
