@@ -20,7 +20,7 @@ Setup (offline only, no online phase), per seed:
   observations at ±10 (robotrl: ``max(std, 1e-6)``, clip 10); initialisation and sampling RNGs
   differ (same seeds, different generators).
 * Evaluation: both final policies with :func:`robotrl.evaluation.evaluate` on the same eval env
-  (the data's MDP, :func:`robotrl.experiment.eval_env_args`, as the trainer does), the
+  (the data's MDP, :func:`robotrl.task_mdp.eval_env_args`, as the trainer does), the
   same episode seeds (``seed + 10_000 + i``, the trainer's) and episode count (the config's
   ``trainer.eval_episodes``, 20, unless ``--eval-episodes``). Reported: D4RL-normalised score
   ``100 (R - ref_min) / (ref_max - ref_min)`` with the dataset's reference scores (the
@@ -78,7 +78,8 @@ def setup(args):
     """The composed main-job config, the dataset (generated on first use) and the eval env builder."""
     from robotrl.data import load_dataset
     from robotrl.envs import make_env
-    from robotrl.experiment import ensure_dataset, eval_env_args
+    from robotrl.experiment import ensure_dataset
+    from robotrl.task_mdp import eval_env_args
 
     cfg = _compose(_data_overrides(args))
     data = load_dataset(ensure_dataset(cfg.dataset))

@@ -211,7 +211,8 @@ def _setup(args):
     """The dataset (generated on first use), and the train / eval env builders of every contender."""
     from robotrl.data import load_dataset
     from robotrl.envs import make_env
-    from robotrl.experiment import ensure_dataset, eval_env_args
+    from robotrl.experiment import ensure_dataset
+    from robotrl.task_mdp import eval_env_args
 
     cfg = _compose(_dataset_overrides(args))
     data = load_dataset(ensure_dataset(cfg.dataset))

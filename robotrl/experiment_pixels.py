@@ -4,7 +4,7 @@ Agents whose config says ``pixels: true`` (``configs/agent/bc-pixels.yaml``, ``r
 instead of :func:`robotrl.experiment.build_trainer`'s flat path. Everything is derived from the dataset and the env,
 never typed in:
 
-* the task (gymnasium id, kwargs, time limit) is the dataset's recorded env spec (:func:`robotrl.experiment.task_env_args`);
+* the task (gymnasium id, kwargs, time limit) is the dataset's recorded env spec (:func:`robotrl.task_mdp.task_env_args`);
 * the cameras and the frame size are the dataset's (``pixels/<camera>`` entries of its observation space, written by
   :class:`robotrl.envs.pixels.PixelObservation` in the recipes): the training and evaluation envs render exactly those.
   ``env.cameras`` / ``env.image_size`` (``null``: the data's) must agree with the data, else :class:`ConfigError`;
@@ -202,21 +202,14 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
         a :class:`~robotrl.runner.Runner` over :class:`~robotrl.trainer.OffPolicyLoop` (``fit() -> summary``).
 
     Raises:
-        ConfigError: as :func:`camera_args` and :func:`robotrl.experiment.task_env_args`; an on-policy pixel run,
+        ConfigError: as :func:`camera_args` and :func:`robotrl.task_mdp.task_env_args`; an on-policy pixel run,
             or a warm start of an agent without ``load_parts`` (pixel BC) or from an incompatible pretraining run
             (:func:`check_pixel_warm_start`); online steps for an agent without ``explore`` (pixel BC).
         DatasetNotFoundError, SpaceMismatchError: the dataset is missing or does not fit the env.
     """
     from robotrl.envs import env_info, make_env_from_args
-    from robotrl.experiment import (
-        ensure_dataset,
-        eval_env_args,
-        needs_dataset,
-        task_env_args,
-        terminate_data_at_success,
-        train_env_args,
-        trainer_config,
-    )
+    from robotrl.experiment import ensure_dataset, needs_dataset, trainer_config
+    from robotrl.task_mdp import eval_env_args, task_env_args, terminate_data_at_success, train_env_args
     from robotrl.trainer import Trainer
     from robotrl.vision.obs import pixel_layout
 

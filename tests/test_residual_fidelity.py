@@ -216,7 +216,7 @@ def test_demos_that_go_on_after_success_end_there_in_the_terminating_mdp():
     that reports success with data that records none is refused (the MDPs would differ)."""
     from robotrl.data import ReplayBuffer
     from robotrl.errors import ConfigError
-    from robotrl.experiment import terminate_data_at_success
+    from robotrl.task_mdp import terminate_data_at_success
 
     data = _offline([0.0, 0.0, 1.0, 1.0, 1.0], [False, False, True, True, True])  # reaches the goal at step 2, stays
     on, off = {"terminate_on_success": True}, {"terminate_on_success": False}

@@ -20,7 +20,8 @@ from hydra import compose, initialize_config_module
 
 from robotrl.collect import RECIPES, collect
 from robotrl.errors import ConfigError
-from robotrl.experiment import build_trainer, task_env_args
+from robotrl.experiment import build_trainer
+from robotrl.task_mdp import task_env_args
 
 # recipe -> (env config, dataset config, recipe overrides). Locomotion medium/expert record with the same
 # env as random (one collection env per task, only the acting policy differs) and would train PPO first.

@@ -58,7 +58,7 @@ from them, all deliberate:
   −1/0 become 0/1 with ``reward_bias: 1``); ``experiment=residual-offpolicy`` ends training
   episodes at success (``env.train_terminate_on_success``, :class:`robotrl.envs.SuccessTermination`)
   and marks the demonstrations' successful transitions terminal
-  (:func:`robotrl.experiment.terminate_data_at_success`). ``progressive_steps = H > 0`` (Policy Decorator) switches the residual on per
+  (:func:`robotrl.task_mdp.terminate_data_at_success`). ``progressive_steps = H > 0`` (Policy Decorator) switches the residual on per
   env and step with probability ``min(t/H, 1)``, ``t`` counting explore calls after the
   base-noise phase; otherwise the base acts alone.
 """

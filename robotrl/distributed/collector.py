@@ -134,7 +134,7 @@ class RolloutWorker:
     Args:
         agent_spec: :func:`build_worker_agent`'s spec.
         env_args: ``{"name", "env_kwargs", "max_episode_steps", "terminate_on_success"}``
-            (:func:`robotrl.experiment.train_env_args`).
+            (:func:`robotrl.task_mdp.train_env_args`).
         offset, num_envs: the shard; env ``j`` is seeded ``seed + offset + j``.
         seed: the run seed; vectorization: ``"sync"``/``"async"``; torch_threads: per worker.
     """
