@@ -64,7 +64,7 @@ def test_every_experiment_composes_with_each_env_family():
                              resolved["agent"]["model"].get("base")):
                     if path:
                         assert f"/{slug}/seed0" in path, (experiment, env, path)
-                if "reward_scale" in resolved["agent"] and experiment != "residual-offpolicy":
+                if "reward_scale" in resolved["agent"] and experiment not in ("residual-offpolicy", "residual-offpolicy-cpu"):
                     assert resolved["agent"]["reward_scale"] == resolved["env"]["reward_transform"]["scale"]
 
 
@@ -172,7 +172,8 @@ def test_a_batch_split_that_does_not_divide_the_utd_is_a_config_error():
 @pytest.mark.parametrize("tuning", _options("tuning"))
 def test_each_tuning_file_applies_to_its_experiment_and_env(tuning):
     """``configs/tuning/<experiment>-<env>.yaml`` is picked up by ``experiment=<experiment> env=<env>`` alone:
-    every value it sets is in the composed config, and the agent instantiates with it."""
+    every value it sets, or a tuning file it includes sets, is in the composed config, and the agent instantiates
+    with it."""
     import numpy as np
     from hydra.utils import instantiate
 
@@ -192,7 +193,24 @@ def test_each_tuning_file_applies_to_its_experiment_and_env(tuning):
             else:
                 assert got[k] == v, f"{tuning}: {path}{k} = {got[k]}, the file sets {v}"
 
+    for included in own.pop("defaults", []):  # a tuning file may include another (the CPU-sized experiment's)
+        if included != "_self_":
+            check(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "tuning" / f"{included}.yaml")), cfg, "")
     check(own, cfg, "")
     model = {k: v for k, v in cfg["agent"]["model"].items() if k not in ("base",)}
     instantiate(model, obs_dim=8, action_dim=2, obs_normalizer=ObservationNormalizer.identity(8),
                 action_scaler=ActionScaler(-np.ones(2), np.ones(2)), device="cpu", seed=0, _convert_="all")
+
+
+@pytest.mark.parametrize("env", ["fetch-push", "fetch-pickandplace", "pointmaze-umaze"])
+def test_cpu_sized_resfit_is_resfit_with_the_measured_sizing_only(env):
+    """``experiment=residual-offpolicy-cpu`` is ``experiment=residual-offpolicy`` (its task tuning included)
+    with exactly the sizing the README's FetchPush table measured: 2 critic heads, UTD 1, actor delay 2,
+    100k env steps, evaluations and checkpoints every 10k; nothing else differs."""
+    sizing = ["agent.model.num_critics=2", "agent.model.actor_delay=2", "trainer.utd=1", "trainer.online_steps=100000",
+              "trainer.eval_every=10000", "trainer.checkpoint_every=10000"]
+    cpu = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy-cpu", f"env={env}"]), resolve=True)
+    ref = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy", f"env={env}", *sizing]),
+                                 resolve=True)
+    assert cpu["agent"]["reward_bias"] == ref["agent"]["reward_bias"] == (1.0 if env.startswith("fetch") else 0.0)
+    assert cpu == ref
