@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import robotrl.configs
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG_DIR = Path(robotrl.configs.__file__).parent
 
@@ -205,12 +209,38 @@ def test_each_tuning_file_applies_to_its_experiment_and_env(tuning):
 @pytest.mark.parametrize("env", ["fetch-push", "fetch-pickandplace", "pointmaze-umaze"])
 def test_cpu_sized_resfit_is_resfit_with_the_measured_sizing_only(env):
     """``experiment=residual-offpolicy-cpu`` is ``experiment=residual-offpolicy`` (its task tuning included)
-    with exactly the sizing the README's FetchPush table measured: 2 critic heads, UTD 1, actor delay 2,
-    100k env steps, evaluations and checkpoints every 10k; nothing else differs."""
-    sizing = ["agent.model.num_critics=2", "agent.model.actor_delay=2", "trainer.utd=1", "trainer.online_steps=100000",
+    with exactly the sizing the README's FetchPush table measured (2 critic heads, UTD 1, actor delay 2, 180k env
+    steps, evaluations and checkpoints every 10k) and, on fetch-push only, the settings measured there (α 0.5,
+    Fetch's own episodes, HER 0.8, γ 0.98); nothing else differs."""
+    sizing = ["agent.model.num_critics=2", "agent.model.actor_delay=2", "trainer.utd=1", "trainer.online_steps=180000",
               "trainer.eval_every=10000", "trainer.checkpoint_every=10000"]
+    push = ["agent.model.residual_scale=0.5", "env.train_terminate_on_success=false", "trainer.her_ratio=0.8",
+            "agent.gamma=0.98"]
     cpu = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy-cpu", f"env={env}"]), resolve=True)
-    ref = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy", f"env={env}", *sizing]),
-                                 resolve=True)
+    ref = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy", f"env={env}", *sizing,
+                                                    *(push if env == "fetch-push" else [])]), resolve=True)
     assert cpu["agent"]["reward_bias"] == ref["agent"]["reward_bias"] == (1.0 if env.startswith("fetch") else 0.0)
     assert cpu == ref
+    if env != "fetch-push":
+        assert cpu["agent"]["model"]["residual_scale"] == 0.1 and cpu["agent"]["gamma"] == 0.99
+
+
+def test_cpu_sized_resfit_on_fetch_push_is_the_recorded_runs_agent():
+    """The FetchPush runs of ``residual_fetch_push_offpolicy_cpu.json`` (recorded as overrides of
+    ``experiment=residual-offpolicy``) ran the agent and schedule ``experiment=residual-offpolicy-cpu env=fetch-push``
+    composes: only where the runs wrote checkpoints, their base and data (paths, the 200-demo dataset), seed and
+    run settings may differ."""
+    doc = json.loads((ROOT / "benchmarks/results/residual_fetch_push_offpolicy_cpu.json").read_text())
+    runs = [r for r in doc["runs"] if "gamma 0.98" in r["method"]]
+    assert len(runs) >= 3
+    for r in runs:
+        ov = shlex.split(r["command"])[2:]
+        keep = [o for o in ov if not o.startswith(("dataset", "+dataset", "agent.model.base=", "run_dir=", "seed=",
+                                                  "torch_threads=", "trainer.progress=", "trainer.checkpoint_every="))]
+        rec = OmegaConf.to_container(_compose("train", keep), resolve=True)
+        cpu = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy-cpu", "env=fetch-push"]),
+                                     resolve=True)
+        assert rec["agent"] == cpu["agent"]
+        for key in ("online_steps", "utd", "her_ratio", "n_step", "batch_size", "offline_ratio", "eval_every"):
+            assert rec["trainer"][key] == cpu["trainer"][key], key
+        assert rec["env"] == cpu["env"]
