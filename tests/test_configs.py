@@ -231,7 +231,7 @@ def test_cpu_sized_resfit_on_fetch_push_is_the_recorded_runs_agent():
     composes: only where the runs wrote checkpoints, their base and data (paths, the 200-demo dataset), seed and
     run settings may differ."""
     doc = json.loads((ROOT / "benchmarks/results/residual_fetch_push_offpolicy_cpu.json").read_text())
-    runs = [r for r in doc["runs"] if "gamma 0.98" in r["method"]]
+    runs = [r for r in doc["runs"] if r["method"].startswith("CPU-sized ResFiT, gamma 0.98")]
     assert len(runs) >= 3
     for r in runs:
         ov = shlex.split(r["command"])[2:]
