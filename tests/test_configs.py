@@ -233,13 +233,12 @@ def test_cpu_sized_resfit_on_fetch_push_is_the_recorded_runs_agent():
     doc = json.loads((ROOT / "benchmarks/results/residual_fetch_push_offpolicy_cpu.json").read_text())
     runs = [r for r in doc["runs"] if r["method"].startswith("CPU-sized ResFiT, gamma 0.98")]
     assert len(runs) >= 3
+    cpu = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy-cpu", "env=fetch-push"]), resolve=True)
     for r in runs:
         ov = shlex.split(r["command"])[2:]
         keep = [o for o in ov if not o.startswith(("dataset", "+dataset", "agent.model.base=", "run_dir=", "seed=",
                                                   "torch_threads=", "trainer.progress=", "trainer.checkpoint_every="))]
         rec = OmegaConf.to_container(_compose("train", keep), resolve=True)
-        cpu = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy-cpu", "env=fetch-push"]),
-                                     resolve=True)
         assert rec["agent"] == cpu["agent"]
         for key in ("online_steps", "utd", "her_ratio", "n_step", "batch_size", "offline_ratio", "eval_every"):
             assert rec["trainer"][key] == cpu["trainer"][key], key
