@@ -74,18 +74,23 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray
 
 # ---------------------------------------------------------------------- reward scaling
 class RunningRewardScaler:
-    """Divide rewards by the running std of the per-env discounted return (DPPO ``RunningRewardScaler``).
+    """Divide rewards by the running std of the per-env discounted return, clipped (DPPO
+    ``util/reward_scaling.py``: ``RunningRewardScaler``, ``cliprew=10``).
 
-    ``G ← γ G + r`` per env (reset to 0 after ``done``); rewards are divided by
-    ``√(Var[G] + eps)`` with ``Var`` the running variance of every ``G`` seen so far
-    (parallel Welford updates).
+    Per rollout, as DPPO scales its rollouts: ``G ← γ G + r`` per env through the rollout's ``T`` steps
+    (reset to 0 after ``done``), the running variance takes every ``G`` of the rollout at once (a
+    parallel Welford update), and then every reward of the rollout is divided by ``√(Var[G] + eps)``
+    and clipped to ``±clip``. Updating the statistics first matters at the start: were the first step
+    scaled by the variance of its own ``N`` returns, a sparse task whose envs all pay the same reward
+    (Fetch: −1 per step everywhere) would divide it by ``~√(1e-4·r²/N)`` and store it ~100× too large.
 
     Args:
-        num_envs: ``N``; gamma: discount; eps: variance floor.
+        num_envs: ``N``; gamma: discount; eps: variance floor; clip: bound of the scaled reward
+            (DPPO's ``cliprew``; ``None``: no clip).
     """
 
-    def __init__(self, num_envs: int, gamma: float = 0.99, eps: float = 1e-8):
-        self.gamma, self.eps = float(gamma), float(eps)
+    def __init__(self, num_envs: int, gamma: float = 0.99, eps: float = 1e-8, clip: float | None = 10.0):
+        self.gamma, self.eps, self.clip = float(gamma), float(eps), clip
         self.ret = np.zeros(num_envs)
         self.mean, self.var, self.count = 0.0, 1.0, 1e-4
 
@@ -96,14 +101,27 @@ class RunningRewardScaler:
         self.var = (self.var * self.count + bv * bc + d * d * self.count * bc / tot) / tot
         self.count = tot
 
-    def __call__(self, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
-        """Scaled rewards ``(N,)``; ``dones (N,)`` resets the return after this step; ``valid`` masks updates."""
-        ok = np.ones(len(rewards), bool) if valid is None else np.asarray(valid, bool)
-        self.ret = np.where(ok, self.ret * self.gamma + rewards, self.ret)
-        if ok.any():
-            self._update(self.ret[ok])
+    def scale_rollout(self, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+        """Scaled rewards ``(T, N)`` float32 of one rollout's ``rewards (T, N)`` (raw, float64 best).
+
+        ``dones (T, N)`` resets a return after its step; ``valid (T, N)`` (default all) marks the steps
+        that were real env steps: the others neither add to a return nor to the statistics. The per-env
+        returns carry over to the next rollout.
+        """
+        rewards = np.asarray(rewards, np.float64)
+        ok = np.ones(rewards.shape, bool) if valid is None else np.asarray(valid, bool)
+        dones = np.asarray(dones, bool)
+        seen = []
+        for t in range(rewards.shape[0]):
+            self.ret = np.where(ok[t], self.ret * self.gamma + rewards[t], self.ret)
+            seen.append(self.ret[ok[t]])
+            self.ret = np.where(dones[t], 0.0, self.ret)
+        returns = np.concatenate(seen)
+        if returns.size:
+            self._update(returns)
         out = rewards / np.sqrt(self.var + self.eps)
-        self.ret = np.where(np.asarray(dones, bool), 0.0, self.ret)
+        if self.clip is not None:
+            out = np.clip(out, -self.clip, self.clip)
         return out.astype(np.float32)
 
     def state_dict(self) -> dict:
@@ -174,7 +192,7 @@ class RolloutCollector:
         """``T`` vector steps with ``agent.rollout_act``; returns the :class:`Rollout`."""
         N, To = self.N, self.To
         obs_b, nobs_b = np.zeros((T, N, To, self.hist.shape[-1]), np.float32), np.zeros((T, N, To, self.hist.shape[-1]), np.float32)
-        rew, srew = np.zeros((T, N), np.float32), np.zeros((T, N), np.float32)
+        rew, rew64 = np.zeros((T, N), np.float32), np.zeros((T, N), np.float64)
         term_b, trunc_b, valid_b = np.zeros((T, N), bool), np.zeros((T, N), bool), np.zeros((T, N), bool)
         extras: dict[str, list] = {}
         env_steps, rets, succs = 0, [], []
@@ -192,9 +210,8 @@ class RolloutCollector:
             r = np.where(valid, np.asarray(r, np.float64), 0.0)
             term, trunc = np.asarray(term, bool) & valid, np.asarray(trunc, bool) & valid
             nhist = np.concatenate([self.hist[:, 1:], next_obs[:, None]], axis=1)
-            obs_b[t], nobs_b[t], rew[t] = self.hist, nhist, r
+            obs_b[t], nobs_b[t], rew[t], rew64[t] = self.hist, nhist, r, r
             term_b[t], trunc_b[t], valid_b[t] = term, trunc, valid
-            srew[t] = self.scaler(r, term | trunc, valid) if self.scaler is not None else r
             steps = np.asarray(info.get("executed_steps", np.ones(N)), np.int64)
             env_steps += int(np.where(valid, steps, 0).sum())
             self.ep_ret += r
@@ -212,6 +229,7 @@ class RolloutCollector:
             self.fresh = self.resetting.copy()
             self.resetting = done
         stacked = {k: torch.stack(v, 0) for k, v in extras.items()}
+        srew = self.scaler.scale_rollout(rew64, term_b | trunc_b, valid_b) if self.scaler is not None else rew.copy()
         return Rollout(obs_b, nobs_b, rew, srew, term_b, trunc_b, valid_b, stacked, env_steps, rets, succs)
 
     def state_dict(self) -> dict:

@@ -4,6 +4,7 @@ vector envs with gymnasium's next-step autoreset."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from robotrl.envs import make_env
@@ -69,12 +70,47 @@ def test_gae_invalid_reset_steps_get_zero_and_do_not_leak():
 def test_running_reward_scaler_divides_by_return_std_and_resets_on_done():
     sc = RunningRewardScaler(2, gamma=0.9)
     rng = np.random.default_rng(1)
-    for _ in range(2000):
-        sc(rng.normal(3.0, 1.0, size=2), np.zeros(2, bool))
+    for _ in range(200):
+        sc.scale_rollout(rng.normal(3.0, 1.0, size=(10, 2)), np.zeros((10, 2), bool))
     # returns of a constant-mean reward converge: the variance estimate is positive and finite
     assert np.isfinite(sc.var) and sc.var > 0
-    sc(np.ones(2), np.array([True, False]))
+    r = rng.normal(3.0, 1.0, size=(1, 2))
+    out = sc.scale_rollout(r, np.array([[True, False]]))
     assert sc.ret[0] == 0.0 and sc.ret[1] != 0.0
+    np.testing.assert_allclose(out, r / np.sqrt(sc.var + sc.eps), rtol=1e-6)
+
+
+def test_running_reward_scaler_first_rollout_of_identical_sparse_rewards_stays_in_scale():
+    """Fetch pays −1 per step in every env until success. Scaled step by step, the first step's
+    reward was divided by the std of N identical returns (~0) and stored as ~−686 (4-step chunks,
+    50 envs); DPPO scales the rollout with the statistics of all its returns, clipped to ±10."""
+    T, N = 13, 50
+    r = np.full((T, N), -4.0)
+    r[8:, :10] = -2.0
+    done = np.zeros((T, N), bool)
+    done[-1] = True
+    sc = RunningRewardScaler(N, gamma=0.95)
+    out = sc.scale_rollout(r, done)
+    g = np.zeros(N)
+    rets = []
+    for t in range(T):  # the per-env discounted returns of the rollout, all of them in the statistics
+        g = 0.95 * g + r[t]
+        rets.append(g.copy())
+    rets = np.concatenate(rets)
+    assert sc.count == pytest.approx(1e-4 + T * N)
+    assert sc.var == pytest.approx(float(rets.var()), rel=1e-3)
+    np.testing.assert_allclose(out, r / np.sqrt(sc.var + sc.eps), rtol=1e-5)
+    assert np.abs(out).max() < 1.0            # the first step is scaled like every other
+    assert (sc.ret == 0).all()                # the episodes ended: the next rollout starts new returns
+    # a reward far outside the running scale (one env among the 650 returns seen) is clipped to DPPO's ±10
+    spike = np.full((1, N), -4.0)
+    spike[0, 0] = -1e4
+    big = sc.scale_rollout(spike, np.zeros((1, N), bool))
+    assert big[0, 0] == -10.0 and np.abs(big[0, 1:]).max() < 1.0
+    # steps that were not real env steps (valid False) add neither to a return nor to the statistics
+    count, ret = sc.count, sc.ret.copy()
+    sc.scale_rollout(np.full((2, N), 5.0), np.zeros((2, N), bool), np.zeros((2, N), bool))
+    assert sc.count == count and np.array_equal(sc.ret, ret)
 
 
 class _ConstantAgent:

@@ -146,8 +146,7 @@ def test_two_ray_workers_equal_local_collection_of_their_shards(cluster):
     assert torch.equal(agent.gen.get_state(), ref_agents[0].gen.get_state())
     # one running scaler over all N envs, as a local N-env collector would have it
     scaler = RunningRewardScaler(N, agent.gamma)
-    expect = np.stack([scaler(ro.rewards[t].astype(np.float64), ro.terminated[t] | ro.truncated[t], ro.valid[t])
-                       for t in range(16)])
+    expect = scaler.scale_rollout(ro.rewards.astype(np.float64), ro.terminated | ro.truncated, ro.valid)
     np.testing.assert_allclose(ro.scaled_rewards, expect, rtol=1e-6)
     # episode statistics ordered by step, then global env index
     ends = np.argwhere(ro.terminated | ro.truncated)

@@ -118,10 +118,10 @@ class _RewardTap:
 
     def __init__(self, n: int):
         self.ret = np.zeros(n)  # what RolloutCollector.load_state_dict zeroes
-        self.steps: list[np.ndarray] = []
+        self.rewards: np.ndarray | None = None
 
-    def __call__(self, rewards, dones, valid=None) -> np.ndarray:
-        self.steps.append(np.asarray(rewards, np.float64).copy())
+    def scale_rollout(self, rewards, dones, valid=None) -> np.ndarray:
+        self.rewards = np.asarray(rewards, np.float64).copy()
         return np.asarray(rewards, np.float32)
 
     def state_dict(self) -> None:
@@ -165,10 +165,10 @@ class RolloutWorker:
         if gen_state is not None:
             self.agent.gen.set_state(torch.from_numpy(np.array(gen_state, copy=True)))
         tap = self.collector.scaler
-        tap.steps = []
+        tap.rewards = None
         ro = self.collector.collect(self.agent, int(T))
         out = {k: getattr(ro, k) for k in _ROLLOUT_ARRAYS}
-        out["rewards64"] = np.stack(tap.steps, 0)
+        out["rewards64"] = tap.rewards
         out["extras"] = {k: v.detach().cpu().numpy() for k, v in ro.extras.items()}
         out.update(env_steps=ro.env_steps, episode_returns=ro.episode_returns, episode_successes=ro.episode_successes)
         out["gen_state"] = self.agent.gen.get_state().numpy() if gen_state is not None else None
@@ -358,12 +358,8 @@ class RayRolloutCollector:
     def _merge(self, parts: list[dict], T: int, device: torch.device) -> Rollout:
         cat = {k: np.concatenate([p[k] for p in parts], axis=1) for k in _ROLLOUT_ARRAYS}
         r64 = np.concatenate([p["rewards64"] for p in parts], axis=1)
-        if self.scaler is not None:
-            srew = np.zeros_like(cat["rewards"])
-            for t in range(T):
-                srew[t] = self.scaler(r64[t], cat["terminated"][t] | cat["truncated"][t], cat["valid"][t])
-        else:
-            srew = cat["rewards"].copy()
+        srew = (self.scaler.scale_rollout(r64, cat["terminated"] | cat["truncated"], cat["valid"])
+                if self.scaler is not None else cat["rewards"].copy())
         extras = {k: torch.from_numpy(np.concatenate([p["extras"][k] for p in parts], axis=1)).to(device)
                   for k in parts[0]["extras"]}
         # episode statistics in the local order: by step, then by global env index
