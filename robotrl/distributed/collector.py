@@ -353,9 +353,9 @@ class RayRolloutCollector:
         parts = [results[s.index] for s in self.shards]
         if self.share_gen and self.shards[0].index == 0:
             agent.gen.set_state(torch.from_numpy(np.array(parts[0]["gen_state"], copy=True)))
-        return self._merge(parts, T, agent_device(agent))
+        return self._merge(parts, agent_device(agent))
 
-    def _merge(self, parts: list[dict], T: int, device: torch.device) -> Rollout:
+    def _merge(self, parts: list[dict], device: torch.device) -> Rollout:
         cat = {k: np.concatenate([p[k] for p in parts], axis=1) for k in _ROLLOUT_ARRAYS}
         r64 = np.concatenate([p["rewards64"] for p in parts], axis=1)
         srew = (self.scaler.scale_rollout(r64, cat["terminated"] | cat["truncated"], cat["valid"])
