@@ -192,7 +192,7 @@ class RolloutCollector:
         """``T`` vector steps with ``agent.rollout_act``; returns the :class:`Rollout`."""
         N, To = self.N, self.To
         obs_b, nobs_b = np.zeros((T, N, To, self.hist.shape[-1]), np.float32), np.zeros((T, N, To, self.hist.shape[-1]), np.float32)
-        rew, rew64 = np.zeros((T, N), np.float32), np.zeros((T, N), np.float64)
+        rew64 = np.zeros((T, N), np.float64)
         term_b, trunc_b, valid_b = np.zeros((T, N), bool), np.zeros((T, N), bool), np.zeros((T, N), bool)
         extras: dict[str, list] = {}
         env_steps, rets, succs = 0, [], []
@@ -210,7 +210,7 @@ class RolloutCollector:
             r = np.where(valid, np.asarray(r, np.float64), 0.0)
             term, trunc = np.asarray(term, bool) & valid, np.asarray(trunc, bool) & valid
             nhist = np.concatenate([self.hist[:, 1:], next_obs[:, None]], axis=1)
-            obs_b[t], nobs_b[t], rew[t], rew64[t] = self.hist, nhist, r, r
+            obs_b[t], nobs_b[t], rew64[t] = self.hist, nhist, r
             term_b[t], trunc_b[t], valid_b[t] = term, trunc, valid
             steps = np.asarray(info.get("executed_steps", np.ones(N)), np.int64)
             env_steps += int(np.where(valid, steps, 0).sum())
@@ -229,6 +229,7 @@ class RolloutCollector:
             self.fresh = self.resetting.copy()
             self.resetting = done
         stacked = {k: torch.stack(v, 0) for k, v in extras.items()}
+        rew = rew64.astype(np.float32)
         srew = self.scaler.scale_rollout(rew64, term_b | trunc_b, valid_b) if self.scaler is not None else rew.copy()
         return Rollout(obs_b, nobs_b, rew, srew, term_b, trunc_b, valid_b, stacked, env_steps, rets, succs)
 
