@@ -31,8 +31,20 @@ until the end) is in the normalised learning form of ``robotrl.bench.schema`` (`
 
 Usage (one torch thread, as on the shared 2-core machine)::
 
-    python benchmarks/bench_residual.py --task push --seeds 0 1 2 --budget 20000
+    python benchmarks/bench_residual.py --task push --seeds 0 1 2 --budget 20000   # the agents' reference values
     python benchmarks/bench_residual.py --quick          # smoke run: 1 seed, tiny budgets (~3 min)
+
+The full tier's ``residual_push`` runs the README's measured FetchPush setting instead (``robotrl/bench/suite.py``
+``_RESIDUAL_PUSH``; ~14 CPU-minutes per seed for all three methods at 40k env steps, where ResFiT's 10-head UTD-4
+agent alone takes ~65 per 20k): the base on 200
+noisy demos, Fetch's own episodes, the off-policy residual as ``experiment=residual-offpolicy-cpu`` (its FetchPush
+tuning file: α 0.5, HER 0.8, γ 0.98), residual PPO with α 0.5 and the full-PPO peer's batch::
+
+    python benchmarks/bench_residual.py --task push --demos 200 --seeds 0 1 2 --no-success-termination \
+        --warmup 2000 --offpolicy-experiment residual-offpolicy-cpu --steps-per-iter 50 --residual-scale 0.5 \
+        --residual-peer-batch --budget 40000 --offpolicy-eval-every 10000
+
+``--utd``, ``--critic-n`` and ``--hidden`` override the off-policy experiment's own values (unset: the experiment's).
 
 The off-policy residual that lifts a 200-demonstration BC base (0.25 -> 0.56 final-step success in 20k env steps,
 ~48 CPU-minutes per seed; ``benchmarks/results/residual_fetch_push_offpolicy.json``, README)::
@@ -161,8 +173,13 @@ def _sizes(task: str, demos: int):
 
 def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, budget: int, num_envs: int,
                  run_dir: Path, eval_episodes: int, steps_per_iter: int = 200, gamma: float = 0.98,
-                 success_termination: bool = True) -> dict:
-    """Residual PPO (``kind="residual_ppo"``, ResiP defaults) or full Gaussian-PPO fine-tuning (``"full_ppo"``)."""
+                 success_termination: bool = True, residual_scale: float | None = None,
+                 residual_peer_batch: bool = False) -> dict:
+    """Residual PPO (``kind="residual_ppo"``, ResiP defaults) or full Gaussian-PPO fine-tuning (``"full_ppo"``).
+
+    ``residual_scale``: residual PPO's α (default: the agent's, ResiP's 0.1). ``residual_peer_batch``: residual PPO
+    updates like the full-PPO peer (10 epochs, minibatch 1024) instead of its ResiP defaults (50 epochs, minibatch
+    3200), so the two differ only in what they train."""
     from robotrl.agents.ppo import PPOAgent
     from robotrl.agents.residual import ResidualPPOAgent
     from robotrl.envs import make_env
@@ -171,7 +188,10 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
     info, obs_norm, scaler = _sizes(task, demos)
     common = dict(obs_normalizer=obs_norm, action_scaler=scaler, seed=seed, gamma=gamma)
     if kind == "residual_ppo":  # the agent's ResiP defaults: α 0.1, 50 epochs, minibatch 3200, target KL 0.1
-        agent = ResidualPPOAgent(info.obs_dim, info.action_dim, base=base_dir, critic_warmup_iters=1, **common)
+        extra: dict = {} if residual_scale is None else {"residual_scale": residual_scale}
+        if residual_peer_batch:
+            extra.update(n_epochs=10, batch_size=1024)
+        agent = ResidualPPOAgent(info.obs_dim, info.action_dim, base=base_dir, critic_warmup_iters=1, **common, **extra)
     else:
         agent = PPOAgent(info.obs_dim, info.action_dim, n_epochs=10, batch_size=1024, critic_warmup_iters=1, **common)
         agent.load_pretrained(str(base_dir))
@@ -190,23 +210,30 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
 
 
 def offpolicy_overrides(task: str, demos: int, base_dir: Path, seed: int, budget: int, eval_episodes: int, warmup: int,
-                        utd: int, critic_n: int = 10, hidden: int = 256, success_termination: bool = True,
-                        eval_every: int | None = None, overrides: list[str] | None = None) -> list[str]:
-    """The ``robotrl train`` overrides of :func:`run_offpolicy`'s run."""
-    return ["experiment=residual-offpolicy", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
+                        utd: int | None, critic_n: int | None = 10, hidden: int | None = 256,
+                        success_termination: bool = True, eval_every: int | None = None,
+                        overrides: list[str] | None = None, experiment: str = "residual-offpolicy") -> list[str]:
+    """The ``robotrl train`` overrides of :func:`run_offpolicy`'s run.
+
+    ``utd``, ``critic_n``, ``hidden``: ``None`` keeps ``experiment``'s own value (e.g. ``residual-offpolicy-cpu``'s
+    2 heads and UTD 1)."""
+    sizes = [*([] if critic_n is None else [f"agent.model.num_critics={critic_n}"]),
+             *([] if hidden is None else [f"agent.model.hidden=[{hidden},{hidden}]",
+                                          f"agent.model.critic_hidden=[{hidden},{hidden}]"]),
+             *([] if utd is None else [f"trainer.utd={utd}"])]
+    return [f"experiment={experiment}", f"env=fetch-{task}", f"dataset=fetch-{task}-noisy-20ep", *_data_overrides(task, demos), f"seed={seed}",
             f"agent.model.base={base_dir}", f"agent.model.base_noise_steps={warmup}",
-            f"agent.model.critic_warmup_updates={warmup}", f"agent.model.num_critics={critic_n}",
-            f"agent.model.hidden=[{hidden},{hidden}]", f"agent.model.critic_hidden=[{hidden},{hidden}]",
-            f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
+            f"agent.model.critic_warmup_updates={warmup}", *sizes,
+            f"trainer.online_steps={budget}", f"trainer.online_warmup_steps={warmup}",
             f"trainer.eval_every={eval_every or budget}", f"trainer.checkpoint_every={budget}",
             f"trainer.eval_episodes={eval_episodes}",
             f"env.train_terminate_on_success={str(bool(success_termination)).lower()}", *(overrides or [])]
 
 
 def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int, run_dir: Path,
-                  eval_episodes: int, warmup: int, utd: int, critic_n: int = 10, hidden: int = 256,
+                  eval_episodes: int, warmup: int, utd: int | None, critic_n: int | None = 10, hidden: int | None = 256,
                   success_termination: bool = True, eval_every: int | None = None,
-                  overrides: list[str] | None = None) -> dict:
+                  overrides: list[str] | None = None, experiment: str = "residual-offpolicy") -> dict:
     """ResFiT (TD3 residual, the experiment's reference defaults) for ``budget`` env steps, demos at offline ratio 0.5.
 
     ``eval_every``: env steps between the trainer's evaluations (final-step success, ``curve``); default: at the end.
@@ -214,7 +241,7 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     from robotrl.experiment import build_trainer
 
     cfg = _compose(offpolicy_overrides(task, demos, base_dir, seed, budget, eval_episodes, warmup, utd, critic_n, hidden,
-                                       success_termination, eval_every, overrides), run_dir)
+                                       success_termination, eval_every, overrides, experiment), run_dir)
     t = time.time()
     trainer = build_trainer(cfg, run_dir)
     summary = trainer.fit()
@@ -272,9 +299,17 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, default=32, help="envs of the on-policy methods")
     p.add_argument("--steps-per-iter", type=int, default=200, help="on-policy rollout steps per env per update")
     p.add_argument("--gamma", type=float, default=0.98, help="on-policy discount (1 - 1/H for 50-step episodes)")
-    p.add_argument("--utd", type=int, default=4, help="off-policy updates per env step (ResFiT 4)")
-    p.add_argument("--critic-n", type=int, default=10, help="off-policy critic heads (ResFiT 10)")
-    p.add_argument("--hidden", type=int, default=256, help="off-policy actor/critic width (2 layers)")
+    p.add_argument("--utd", type=int, default=None, help="off-policy updates per env step (default: the experiment's; ResFiT 4)")
+    p.add_argument("--critic-n", type=int, default=None, help="off-policy critic heads (default: the experiment's; ResFiT 10)")
+    p.add_argument("--hidden", type=int, default=None,
+                   help="off-policy actor/critic width, 2 layers (default: the experiment's; ResFiT 256)")
+    p.add_argument("--offpolicy-experiment", default="residual-offpolicy",
+                   choices=["residual-offpolicy", "residual-offpolicy-cpu"],
+                   help="the off-policy run's experiment: ResFiT's reference values, or its CPU-sized variant (with "
+                        "configs/tuning/residual-offpolicy-cpu-fetch-push.yaml's measured FetchPush settings)")
+    p.add_argument("--residual-scale", type=float, default=None, help="residual PPO's α (default: the agent's, ResiP 0.1)")
+    p.add_argument("--residual-peer-batch", action="store_true",
+                   help="residual PPO updates with the full-PPO peer's 10 epochs and minibatch 1024 (ResiP: 50, 3200)")
     p.add_argument("--warmup", type=int, default=1000, help="off-policy base+noise steps and critic-only updates")
     p.add_argument("--no-success-termination", dest="success_termination", action="store_false",
                    help="training episodes run to the time limit instead of ending at success")
@@ -318,10 +353,12 @@ def main() -> None:
                 elif m == "residual_offpolicy":
                     r = run_offpolicy(args.task, args.demos, base_dir, seed, args.offpolicy_budget or args.budget, rd,
                                       args.eval_episodes, args.warmup, args.utd, args.critic_n, args.hidden,
-                                      args.success_termination, args.offpolicy_eval_every, args.offpolicy_overrides)
+                                      args.success_termination, args.offpolicy_eval_every, args.offpolicy_overrides,
+                                      args.offpolicy_experiment)
                 else:
                     r = run_onpolicy(m, args.task, args.demos, base_dir, seed, args.budget, args.num_envs, rd,
-                                     args.eval_episodes, args.steps_per_iter, args.gamma, args.success_termination)
+                                     args.eval_episodes, args.steps_per_iter, args.gamma, args.success_termination,
+                                     args.residual_scale, args.residual_peer_batch)
                 results[m].append({"seed": seed, **r})
                 print(f"[seed {seed}] {m}: final-step success {r['success']:.2f} (any step {r['success_any_step']:.2f}) "
                       f"in {r['wall_s']:.0f} s", flush=True)

@@ -221,6 +221,29 @@ def test_the_final_sample_is_stored_clamped_to_the_action_box_as_the_reference_s
     np.testing.assert_allclose(actions, final.clamp(-1, 1).numpy(), atol=1e-6)  # identity action scaler
 
 
+def test_straight_through_clip_scores_the_same_chain_and_gives_clamped_entries_a_gradient(one_thread):
+    """With the velocity net's output bias pushed far out, every Euler mean sits at the clamp. The reference clamp
+    gives those entries no gradient, so the chain's log-prob has none through the velocity net;
+    ``straight_through_clip`` keeps the same log-prob values and passes the unclamped mean's gradient."""
+    grads, values = {}, {}
+    for st in (False, True):
+        torch.manual_seed(0)  # the same networks and condition for both
+        agent = _agent(straight_through_clip=st)
+        last = [m for m in agent.policy.velocity.modules() if isinstance(m, torch.nn.Linear)][-1]
+        with torch.no_grad():
+            last.bias.fill_(40.0)  # v·Δt >> 1: every mean clamped at +1
+        cond = torch.randn(16, 1, 8)
+        chain = agent.policy.sample_noisy_chain(cond, generator=torch.Generator().manual_seed(1))
+        chain[:, -1] = chain[:, -1].clamp(-1.0, 1.0)
+        logp = agent.log_prob(cond, chain)[0]
+        agent.policy.velocity.zero_grad()
+        logp.sum().backward()
+        values[st] = logp.detach()
+        grads[st] = float(last.bias.grad.abs().sum())
+    torch.testing.assert_close(values[True], values[False])
+    assert grads[False] == 0.0 and grads[True] > 0.0
+
+
 def test_ppo_update_starts_at_ratio_one_and_moves_log_probs_with_the_advantage_sign(one_thread):
     """First minibatch: ratio exactly 1 (the stored chains are scored by the policy that sampled them).
     One small actor step (clip off, no entropy) with advantage +1 on half the chains and -1 on the other

@@ -61,7 +61,7 @@ def velocity(net: nn.Module, x: torch.Tensor, t: torch.Tensor, cond: torch.Tenso
 
 
 def euler_mean(net: nn.Module, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, dt: float,
-               x_clip: float | None = 1.0) -> torch.Tensor:
+               x_clip: float | None = 1.0, straight_through: bool = False) -> torch.Tensor:
     """One Euler step's mean ``clip(x + v(x, t, s)·Δt, ±x_clip)`` ``(B, Ta, Da)``.
 
     Args:
@@ -69,9 +69,14 @@ def euler_mean(net: nn.Module, x: torch.Tensor, t: torch.Tensor, cond: torch.Ten
             network (it is given ``d = Δt``: :func:`velocity`).
         x: latents ``(B, Ta, Da)``; t: times ``(B,)``; cond: normalised history ``(B, To, Do)``.
         dt: step size ``1/K``; x_clip: clamp of the result (``None``: off).
+        straight_through: the clamp's value with the unclamped mean's gradient (a straight-through
+            estimator), so an entry clamped at the bound can still be pulled back inside; the value is unchanged.
     """
     mean = x + velocity(net, x, t, cond, dt) * dt
-    return mean.clamp(-x_clip, x_clip) if x_clip is not None else mean
+    if x_clip is None:
+        return mean
+    clamped = mean.clamp(-x_clip, x_clip)
+    return mean + (clamped - mean).detach() if straight_through else clamped
 
 
 def euler_sample(net: nn.Module, cond: torch.Tensor, x0: torch.Tensor, K: int, *,

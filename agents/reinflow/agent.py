@@ -94,6 +94,9 @@ class ReinFlowAgent:
         lr_cycle_iters, lr_warmup_iters: its cycle and linear warmup in iterations (100, 10).
         score_clamped_final: store and score the chain's final sample clamped to ``±1`` (reference; ``False``:
             the unclamped sample, its exact density).
+        straight_through_clip: score the chain with straight-through clamps of its Euler means (the clamped value,
+            the unclamped mean's gradient; a deviation, off by default): the reference's clamp gives an entry whose
+            mean is past the bound no gradient, so an update cannot pull it back inside.
         critic_hidden, critic_act: value net.
         n_epochs, batch_size: epochs and minibatch size in env steps.
         repeat_samples: each env step appears this many times per epoch (ReinFlow's ``repeat_samples``
@@ -124,7 +127,7 @@ class ReinFlowAgent:
                  clip: float = 0.01, actor_lr: float = 4.5e-5, actor_weight_decay: float = 0.0,
                  critic_lr: float = 6.5e-4, critic_weight_decay: float = 1e-5, actor_lr_min: float | None = 2e-5,
                  critic_lr_min: float | None = 3e-4, lr_cycle_iters: int = 100, lr_warmup_iters: int = 10,
-                 score_clamped_final: bool = True, critic_hidden=(256, 256, 256),
+                 score_clamped_final: bool = True, straight_through_clip: bool = False, critic_hidden=(256, 256, 256),
                  critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000, repeat_samples: int = 10,
                  target_kl: float | None = 1.0, vf_coef: float = 0.5, ent_coef: float = 0.03, bc_coef: float = 0.0,
                  max_grad_norm: float | None = None, critic_warmup_iters: int = 0, reward_scaling: bool = True,
@@ -162,6 +165,7 @@ class ReinFlowAgent:
         self.lr_cycle_iters, self.lr_warmup_iters = int(lr_cycle_iters), int(lr_warmup_iters)
         warmup_cosine_lr(0, actor_lr, actor_lr_min, self.lr_cycle_iters, self.lr_warmup_iters)  # checks the cycle
         self.score_clamped_final = bool(score_clamped_final)
+        self.policy.straight_through_clip = bool(straight_through_clip)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
     # ------------------------------------------------------------------ warm start

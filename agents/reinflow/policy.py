@@ -103,6 +103,8 @@ class ReinFlowPolicy(FlowPolicy):
         if early_std is not None and early_std < 0:
             raise ConfigError(f"agent.model.early_std must be >= 0 (or null: std_min), got {early_std}")
         self.noise_from = 0 if noise_steps is None else self.K - int(noise_steps)
+        #: score the chain with straight-through clamps of the step means (set by the agent; a training option)
+        self.straight_through_clip = False
         self.early_std = None if early_std is None else float(early_std)
         #: first transition of the chain that is random (and scored): the early steps are skipped when deterministic
         self.scored_from = self.noise_from if self.early_std == 0 else 0
@@ -134,7 +136,7 @@ class ReinFlowPolicy(FlowPolicy):
         x = chain[:, first:K].flatten(0, 1)
         t = euler_times(K, chain.device)[first:].repeat(M)
         c = cond.repeat_interleave(n, dim=0)
-        mean = euler_mean(self.velocity, x, t, c, 1.0 / K, self.x_clip)
+        mean = euler_mean(self.velocity, x, t, c, 1.0 / K, self.x_clip, straight_through=self.straight_through_clip)
         L = K - self.noise_from  # steps whose std the noise net sets; the scored ones before them have a fixed σ
         std = self.noise_net(chain[:, self.noise_from:K].flatten(0, 1), euler_times(K, chain.device)[self.noise_from:].repeat(M),
                              cond.repeat_interleave(L, dim=0)).view(M, L, self.Ta, self.action_dim)
