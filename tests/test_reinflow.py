@@ -443,3 +443,28 @@ def test_reinflow_fine_tuning_raises_return_of_weakened_flow_policy(weakened_flo
     gains = [a - b for a, b in zip(after, before)]
     print(f"ReinFlow fine-tuning: return per eval seed set {before} -> {after} (gains {gains})")
     assert min(gains) > 0.1 * float(np.mean(before)), (before, after)
+
+
+def test_per_step_ratio_scores_each_transition_like_dppo_and_moves_with_the_advantage_sign(one_thread):
+    """``per_step_ratio``: one log-prob per scored Euler transition, the mean of its executed entries' Gaussian
+    log-likelihoods (clamped to [-5, 2]); the first minibatch's ratios are exactly 1, and a small actor step with
+    advantage +1 on half the env steps and -1 on the other half raises the first half's transitions' log-probs and
+    lowers the second's."""
+    torch.manual_seed(0)
+    agent = _agent(per_step_ratio=True, clip=10.0, ent_coef=0.0, actor_lr=1e-4)
+    ro = _rollout(agent)
+    d = agent._prepare(ro)
+    S = d["cond"].shape[0]
+    K = agent.policy.K
+    assert d["logp"].shape == (S, K)
+    mean, std = agent.policy.transitions(d["cond"], d["chains"])
+    direct = Normal(mean, std).log_prob(d["chains"][:, 1:]).clamp(-5.0, 2.0)[:, :, : agent.policy.Te].mean(dim=(-1, -2))
+    torch.testing.assert_close(d["logp"], direct)
+    sign = torch.where(torch.arange(S) % 2 == 0, 1.0, -1.0)
+    d["adv"] = sign.clone()
+    out = agent._minibatch(d, torch.arange(S), train_actor=True)
+    assert float(out["ratio"]) == pytest.approx(1.0, abs=1e-6)
+    with torch.no_grad():
+        new = agent.log_prob(d["cond"], d["chains"])[0]
+    delta = (new - d["logp"]).mean(dim=1)
+    assert float(delta[sign > 0].mean()) > 0 > float(delta[sign < 0].mean())

@@ -47,7 +47,8 @@ import numpy as np
 import torch
 
 from robotrl.agents.flow.sampling import euler_sample
-from robotrl.agents.ppo.loss import normalize_advantages, ppo_policy_loss, value_loss
+from robotrl.agents.dppo.loss import chunk_log_prob
+from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
 from robotrl.agents.ppo.update import ONPOLICY_STATE, gae_targets, load_state, minibatch_epochs, save_state
 from robotrl.agents.reinflow.loss import (chain_entropy, chain_log_prob, decayed_max_std, w2_bc_loss,
                                           warmup_cosine_lr)
@@ -97,6 +98,10 @@ class ReinFlowAgent:
         straight_through_clip: score the chain with straight-through clamps of its Euler means (the clamped value,
             the unclamped mean's gradient; a deviation, off by default): the reference's clamp gives an entry whose
             mean is past the bound no gradient, so an update cannot pull it back inside.
+        per_step_ratio: DPPO's ratio structure instead of the reference's one per chain (a deviation, off by default):
+            one PPO ratio per (env step, scored Euler transition), each transition's log-prob the mean over its
+            executed ``Te×Da`` entries clamped to DPPO's ``[−5, 2]`` (:func:`robotrl.agents.dppo.loss.chunk_log_prob`),
+            every ratio clipped at ``clip`` with its env step's advantage; ``x_0``'s constant factor left out.
         critic_hidden, critic_act: value net.
         n_epochs, batch_size: epochs and minibatch size in env steps.
         repeat_samples: each env step appears this many times per epoch (ReinFlow's ``repeat_samples``
@@ -127,7 +132,8 @@ class ReinFlowAgent:
                  clip: float = 0.01, actor_lr: float = 4.5e-5, actor_weight_decay: float = 0.0,
                  critic_lr: float = 6.5e-4, critic_weight_decay: float = 1e-5, actor_lr_min: float | None = 2e-5,
                  critic_lr_min: float | None = 3e-4, lr_cycle_iters: int = 100, lr_warmup_iters: int = 10,
-                 score_clamped_final: bool = True, straight_through_clip: bool = False, critic_hidden=(256, 256, 256),
+                 score_clamped_final: bool = True, straight_through_clip: bool = False, per_step_ratio: bool = False,
+                 critic_hidden=(256, 256, 256),
                  critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000, repeat_samples: int = 10,
                  target_kl: float | None = 1.0, vf_coef: float = 0.5, ent_coef: float = 0.03, bc_coef: float = 0.0,
                  max_grad_norm: float | None = None, critic_warmup_iters: int = 0, reward_scaling: bool = True,
@@ -166,6 +172,7 @@ class ReinFlowAgent:
         warmup_cosine_lr(0, actor_lr, actor_lr_min, self.lr_cycle_iters, self.lr_warmup_iters)  # checks the cycle
         self.score_clamped_final = bool(score_clamped_final)
         self.policy.straight_through_clip = bool(straight_through_clip)
+        self.per_step_ratio = bool(per_step_ratio)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
     # ------------------------------------------------------------------ warm start
@@ -206,14 +213,25 @@ class ReinFlowAgent:
 
     # ------------------------------------------------------------------ chain likelihood
     def log_prob(self, cond: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clamped chain log-probs ``(M,)`` and entropies ``(M,)`` under the current policy.
+        """Clamped chain log-probs ``(M,)`` (per transition ``(M, K_s)`` with ``per_step_ratio``) and entropies ``(M,)``
+        under the current policy.
 
         Args:
             cond: normalised histories ``(M, To, Do)``; chain: ``(M, K+1, Ta, Da)``.
         """
         mean, std = self.policy.transitions(cond, chain)
         kw = dict(include_initial=self.include_initial_logprob, normalize=self.normalize_logprob)
+        if self.per_step_ratio:
+            return self._step_log_probs(chain, mean, std), chain_entropy(std, **kw)
         return chain_log_prob(chain, mean, std, **kw).clamp(*self.logprob_clamp), chain_entropy(std, **kw)
+
+    def _step_log_probs(self, chain: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """Per-transition log-probs ``(M, K_s)`` of ``per_step_ratio``: each scored transition's entry-wise
+        log-likelihood clamped and averaged over the executed ``Te×Da`` entries (DPPO's ``chunk_log_prob``)."""
+        nxt = chain[:, chain.shape[1] - mean.shape[1]:]
+        lp = gaussian_log_prob(nxt, mean, std)  # (M, K_s, Ta, Da)
+        M, Ks = lp.shape[:2]
+        return chunk_log_prob(lp.flatten(0, 1), self.policy.Te).view(M, Ks)
 
     # ------------------------------------------------------------------ update
     def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
@@ -257,7 +275,10 @@ class ReinFlowAgent:
         if train_actor:
             chain = d["chains"][u]
             logp, ent = (x[inv] for x in self.log_prob(cond, chain))
-            pl, info = ppo_policy_loss(logp, d["logp"][s], normalize_advantages(d["adv"][s]), self.clip)
+            adv = normalize_advantages(d["adv"][s])
+            if self.per_step_ratio:  # (M, K_s) ratios, each with its env step's advantage
+                adv = adv[:, None].expand_as(logp)
+            pl, info = ppo_policy_loss(logp.flatten(), d["logp"][s].flatten(), adv.flatten(), self.clip)
             loss = loss + pl - self.ent_coef * ent.mean()
             out.update(policy_loss=pl.detach(), entropy=ent.mean().detach(), **info)
             if self.bc_coef > 0:
