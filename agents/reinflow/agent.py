@@ -235,7 +235,8 @@ class ReinFlowAgent:
 
     # ------------------------------------------------------------------ update
     def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
-        """Flatten the valid steps: cond ``(S, To, Do)``, chains ``(S, K+1, Ta, Da)``, adv/ret/logp ``(S,)``."""
+        """Flatten the valid steps: cond ``(S, To, Do)``, chains ``(S, K+1, Ta, Da)``, adv/ret ``(S,)``, logp ``(S,)``
+        (``(S, K_s)`` with ``per_step_ratio``)."""
         dev, p = self.device, self.policy
         with torch.no_grad():
             cond = p.condition(torch.as_tensor(ro.observations, device=dev).flatten(0, 1))

@@ -137,13 +137,6 @@ R = "benchmarks/results"
 #: critics have LayerNorm) and RLPD at UTD 4 (paper: 20), both said in the table's note. 3 seeds (a seed costs
 #: over an hour of CPU here, where the issue allows 3). Hours on 2 cores; every (seed, contender) unit is cached,
 #: so an interrupted run resumes with what was done (robotrl runs from their last checkpoint).
-# The README's measured FetchPush residual setting (``residual_fetch_push_offpolicy_cpu.json`` and
-# ``residual_fetch_push_onpolicy_bc_base.json``): the BC base on 200 noisy demos, Fetch's own episodes; the off-policy
-# residual as experiment=residual-offpolicy-cpu (with its FetchPush tuning: α 0.5, HER 0.8, γ 0.98); residual PPO with
-# α 0.5 and the full-PPO peer's batch (32 envs x 50 steps, 10 epochs, minibatch 1024), full PPO beside it, γ 0.98.
-_RESIDUAL_PUSH = ("--demos", "200", "--seeds", "0", "1", "2", "--no-success-termination", "--warmup", "2000",
-                  "--offpolicy-experiment", "residual-offpolicy-cpu", "--steps-per-iter", "50",
-                  "--residual-scale", "0.5", "--residual-peer-batch")
 _QL_FULL = ("--seeds", "0", "1", "2", "--workers", "2", "--threads", "1", "--dataset", "pointmaze-umaze-noisy",
             "--dataset-id", "robotrl/pointmaze/umaze-noisy-v1", "--dataset-steps", "100000", "--offline-steps", "3000", "--online-steps",
             "50000", "--eval-every", "2500", "--eval-episodes", "20", "--warmup", "5000", "--d3rlpy-hidden", "64", "64",
@@ -151,6 +144,13 @@ _QL_FULL = ("--seeds", "0", "1", "2", "--workers", "2", "--threads", "1", "--dat
             "--robotrl-extra", "agent.model.num_critics=2", "agent.model.hidden=[64,64]",
             "agent.model.critic_hidden=[64,64]", "agent.model.target_subset=null", "agent.model.critic_layer_norm=true",
             "agent.model.critic_init=data")
+# The README's measured FetchPush residual setting (``residual_fetch_push_offpolicy_cpu.json`` and
+# ``residual_fetch_push_onpolicy_bc_base.json``): the BC base on 200 noisy demos, Fetch's own episodes; the off-policy
+# residual as experiment=residual-offpolicy-cpu (with its FetchPush tuning: α 0.5, HER 0.8, γ 0.98); residual PPO with
+# α 0.5 and the full-PPO peer's batch (32 envs x 50 steps, 10 epochs, minibatch 1024), full PPO beside it, γ 0.98.
+_RESIDUAL_PUSH = ("--demos", "200", "--seeds", "0", "1", "2", "--no-success-termination", "--warmup", "2000",
+                  "--offpolicy-experiment", "residual-offpolicy-cpu", "--steps-per-iter", "50",
+                  "--residual-scale", "0.5", "--residual-peer-batch")
 
 FULL = [
     Task("replay", "throughput", ("benchmarks/bench_replay.py",), f"{R}/replay.json"),
