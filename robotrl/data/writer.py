@@ -158,6 +158,18 @@ def _resolve_env_spec(env) -> gym.envs.registration.EnvSpec | None:
     raise TypeError(f"env must be an id, EnvSpec or gym.Env, got {type(env).__name__}")
 
 
+def commit_dir(tmp: Path, final: Path) -> None:
+    """Move the finished folder ``tmp`` to ``final`` with ``os.replace``; an existing ``final`` (an overwrite) is
+    kept aside until the new one is in place, then deleted. ``tmp`` and ``final`` share a parent (one filesystem)."""
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
 def write_dataset(
     dataset_id: str,
     episodes: Iterable[Episode],
@@ -281,13 +293,7 @@ def write_dataset(
         storage.update_episodes([_to_buffer(i, ep, observation_space, action_space, data_format) for i, ep in enumerate(episodes)])
         size_mb = sum(f.stat().st_size for f in (tmp / "data").rglob("*") if f.is_file()) / 2**20
         storage.update_metadata({"dataset_size": round(size_mb, 3)})
-        if final.exists():  # overwrite: keep the old copy until the new one is in place
-            old = final.parent / f".{final.name}.old-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        commit_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

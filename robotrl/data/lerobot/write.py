@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from robotrl.data.writer import commit_dir
 from robotrl.errors import DatasetExistsError
 from robotrl.data.lerobot.format import CODEBASE_VERSION, DATA_PATH, VIDEO_PATH, EPISODES_PATH, CODECS, _CODEC_NAME, ConvertError, _need_av, LeRobotEpisode, LeRobotInfo
 
@@ -80,16 +81,6 @@ def _atomic_dir(final: Path, overwrite: bool):
         raise DatasetExistsError(f"{final} already exists; choose another destination, pass overwrite (--overwrite), or delete it")
     final.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-
-
-def _commit_dir(tmp: Path, final: Path) -> None:
-    if final.exists():
-        old = final.parent / f".{final.name}.old-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
 
 
 def write_lerobot(
@@ -198,7 +189,7 @@ def write_lerobot(
             "data_path": DATA_PATH, "video_path": VIDEO_PATH if cams else None, "features": features,
         }
         (tmp / "meta" / "info.json").write_text(json.dumps(meta, indent=4))
-        _commit_dir(tmp, final)
+        commit_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
