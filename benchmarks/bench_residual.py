@@ -83,6 +83,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS_DIR, learning_result, set_threads, write_json  # noqa: E402
 
+#: Full PPO's update (10 epochs, minibatch 1024), which ``--residual-peer-batch`` gives residual PPO too.
+PPO_PEER_BATCH = {"n_epochs": 10, "batch_size": 1024}
 LABELS = {"base": "base (frozen BC)", "residual_ppo": "residual PPO", "residual_offpolicy": "off-policy residual",
           "full_ppo": "full fine-tuning (Gaussian PPO)"}
 
@@ -190,10 +192,10 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
     if kind == "residual_ppo":  # the agent's ResiP defaults: α 0.1, 50 epochs, minibatch 3200, target KL 0.1
         extra: dict = {} if residual_scale is None else {"residual_scale": residual_scale}
         if residual_peer_batch:
-            extra.update(n_epochs=10, batch_size=1024)
+            extra.update(PPO_PEER_BATCH)
         agent = ResidualPPOAgent(info.obs_dim, info.action_dim, base=base_dir, critic_warmup_iters=1, **common, **extra)
     else:
-        agent = PPOAgent(info.obs_dim, info.action_dim, n_epochs=10, batch_size=1024, critic_warmup_iters=1, **common)
+        agent = PPOAgent(info.obs_dim, info.action_dim, critic_warmup_iters=1, **PPO_PEER_BATCH, **common)
         agent.load_pretrained(str(base_dir))
     cfg = OnPolicyConfig(iterations=10**6, steps_per_iter=steps_per_iter, num_envs=num_envs, eval_every=10**6,
                          eval_episodes=eval_episodes, eval_envs=10, checkpoint_every=10**6, max_env_steps=budget,
