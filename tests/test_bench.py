@@ -483,3 +483,38 @@ def test_a_ratio_target_on_a_cost_row_is_a_maximum_and_a_speed_up_target_a_minim
     table = throughput_table({"rows": [cost, fast, speed, {**speed, "ratio": 1.5}]}).splitlines()
     assert table[2].endswith("| < 0.3×: not met |") and table[3].endswith("| < 0.3×: met |")
     assert table[4].endswith("| ≥ 2×: met |") and table[5].endswith("| ≥ 2×: not met |")
+
+
+def _paired_report(d: Path, agent: str, seed: int, scores: list[float], walls: list[float]) -> None:
+    d.mkdir(parents=True)
+    hist = [{"phase": "offline", "step": 0, "success_rate": 0.3, "return_mean": -40.0}]
+    hist += [{"phase": "online", "step": 1000 * (i + 1), "success_rate": v, "return_mean": -30.0, "train_wall_s": w}
+             for i, (v, w) in enumerate(zip(scores, walls))]
+    (d / "report.json").write_text(json.dumps({"config": {"agent": {"name": agent, "onpolicy": {}}, "seed": seed},
+                                               "history": hist, "summary": {"wall_time_s": walls[-1] + 5}}))
+
+
+def test_reinflow_time_to_dppo_final_success_from_paired_fetch_runs(tmp_path):
+    from robotrl.bench.sweep import add_time_to_peer_final, sweep_to_learning
+
+    # seed 0: DPPO ends at 0.6 after 100 s; ReinFlow first reaches 0.6 at its third evaluation, 24 s in
+    _paired_report(tmp_path / "dppo_s0", "dppo", 0, [0.4, 0.5, 0.6], [30.0, 60.0, 100.0])
+    _paired_report(tmp_path / "reinflow_s0", "reinflow", 0, [0.5, 0.58, 0.62], [8.0, 16.0, 24.0])
+    # seed 1: ReinFlow never reaches DPPO's final 0.7
+    _paired_report(tmp_path / "dppo_s1", "dppo", 1, [0.5, 0.7, 0.7], [30.0, 60.0, 90.0])
+    _paired_report(tmp_path / "reinflow_s1", "reinflow", 1, [0.5, 0.6, 0.68], [8.0, 16.0, 24.0])
+    doc = sweep_to_learning(tmp_path, benchmark="fetch_chunked", argv=[], command="", metric="success")
+    assert doc["runs"][0]["wall_curve"] == [[1000, 30.0], [2000, 60.0], [3000, 100.0]]
+    add_time_to_peer_final(doc, ours="reinflow", peer="dppo")
+    assert doc["summary"]["time_to_dppo_final_ratio_per_seed"] == [pytest.approx(0.24), None]
+    assert doc["summary"]["time_to_dppo_final_ratio_iqm"] is None  # a seed never reached it
+    docs = normalize(doc, "fetch_chunked")
+    rows = docs[1]["rows"]
+    assert docs[1]["benchmark"] == "fetch_chunked_time"
+    assert rows[0]["ours"] == 24.0 and rows[0]["peer"] == 100.0 and "final success 0.60" in rows[0]["what"]
+    assert rows[1]["ours"] is None and "(never)" in rows[1]["what"]
+    assert "(never on some seed)" in rows[2]["what"]
+    only_dppo = sweep_to_learning(tmp_path, benchmark="b", argv=[], command="", metric="success")
+    only_dppo["runs"] = [r for r in only_dppo["runs"] if r["family"] == "dppo"]
+    with pytest.raises(BenchError, match="same seeds"):
+        add_time_to_peer_final(only_dppo, ours="reinflow", peer="dppo")

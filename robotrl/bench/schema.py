@@ -214,21 +214,24 @@ def _shortcut_quality(doc: dict, name: str) -> list[dict]:
 
 
 def _reinflow_learning_time(doc: dict) -> dict | None:
-    """``bench_reinflow.py learning`` with per-iteration curves: per seed, ReinFlow's training wall seconds until its
-    eval return first reaches DPPO's final one vs DPPO's whole fine-tuning wall time (target ratio <= 0.3; "never":
-    not reached within the budget), and the IQM of the ratios over seeds (None if a seed never reaches it)."""
+    """``bench_reinflow.py learning`` with per-iteration curves, or ``bench_fetch_chunked.py`` with both methods
+    (:func:`robotrl.bench.sweep.add_time_to_peer_final`): per seed, ReinFlow's training wall seconds until its
+    eval score (the document's metric) first reaches DPPO's final one vs DPPO's whole fine-tuning wall time (target
+    ratio <= 0.3; "never": not reached within the budget), and the IQM of the ratios over seeds (None if a seed never
+    reaches it)."""
     per = [r for r in doc.get("per_run", []) if r.get("method") == "reinflow" and "time_to_dppo_final_s" in r]
     if not per:
         return None
     dppo = {r["seed"]: r for r in doc["per_run"] if r.get("method") == "dppo"}
+    metric = {"normalized_score": "normalised score"}.get(doc.get("metric", "return"), doc.get("metric", "return"))
     rows = []
     for r in per:
         t, wall = r["time_to_dppo_final_s"], dppo[r["seed"]]["finetune_wall_s"]
-        rows.append(_row(f"seed {r['seed']}: ReinFlow time to DPPO's final return {r['dppo_final_eval_return']:.2f}"
+        rows.append(_row(f"seed {r['seed']}: ReinFlow time to DPPO's final {metric} {r['dppo_final_eval_return']:.2f}"
                          f"{' (never)' if t is None else ''} vs DPPO wall", t, "DPPO", wall, "s",
                          None if t is None else t / wall, target=0.3, higher=False, check=False))
     iqm = doc.get("summary", {}).get("time_to_dppo_final_ratio_iqm")
-    rows.append(_row("ReinFlow / DPPO wall time to DPPO's final return, IQM over seeds"
+    rows.append(_row(f"ReinFlow / DPPO wall time to DPPO's final {metric}, IQM over seeds"
                      f"{' (never on some seed)' if iqm is None else ''}", iqm, None, None, "x", iqm, target=0.3,
                      higher=False, target_on="ours", check=False))
     return {"benchmark": f"{doc.get('benchmark', 'reinflow_learning')}_time", "command": command_of(doc),

@@ -201,6 +201,12 @@ FULL = [
          f"{R}/reinflow_learning.json",
          note="ReinFlow vs DPPO from flow / diffusion BC on the DPPO benchmark's task, the references' chains "
               "(DPPO K=20, K'=10; ReinFlow K=4, repeat_samples 10), 100k env steps, 4 seeds"),
+    Task("reinflow_fetch", "learning",
+         ("benchmarks/bench_fetch_chunked.py", "--methods", "dppo", "reinflow", "--seeds", "0", "1", "2", "--demos", "100",
+          "--env-steps", "300000", "--workers", "2", "--out", "fetch_reinflow_dppo_push.json"),
+         f"{R}/fetch_reinflow_dppo_push.json",
+         note="ReinFlow vs DPPO on FetchPush from flow / diffusion BC on 100 noisy demos (one pretraining per method "
+              "and seed), 300k env steps, 3 seeds, one run per core; ReinFlow's time to DPPO's final success"),
     Task("online_link", "throughput", ("benchmarks/bench_online_link.py", "--n", "20000", "--pushes", "50",
                                        "--out", "online_link_i16.json"),
          f"{R}/online_link_i16.json", note="actor -> learner transitions/s and weight-push latency vs bare pyzmq"),

@@ -50,7 +50,9 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
 
     Per run: ``offline_score`` = the last offline evaluation (None without offline phase),
     ``curve`` = the online evaluations at online env steps (the offline score at step 0
-    first), ``wall_s`` = the run's training wall time. The metric is the normalised score
+    first), ``wall_s`` = the run's training wall time, ``wall_curve`` = ``[[online env steps,
+    training wall seconds], ...]`` at each online evaluation (evaluations excluded; only when
+    every evaluation recorded it). The metric is the normalised score
     when every evaluation has one, else the success rate when every evaluation has one,
     else the return; ``metric`` (``"normalized_score"``, ``"success"`` or ``"return"``) picks one instead,
     e.g. ``"success"`` on goal tasks whose datasets also record reference returns (Fetch).
@@ -90,13 +92,57 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
         if varying:
             method += " (" + ", ".join(f"{k}={ov.get(k)}" for k in varying) + ")"
         tasks.add(f"{cfg.get('env', {}).get('name', '?')} / {cfg.get('dataset', {}).get('id', '?')}")
-        runs.append({"method": method, "family": str(agent.get("name", "agent")), "peer": False,
-                     "seed": int(cfg.get("seed", len(runs))), "offline_score": off.get(key) if off else None,
-                     "curve": curve, "success_curve": succ, "wall_s": doc.get("summary", {}).get("wall_time_s"),
-                     "sweep_job": reports[len(runs)].parent.name})
+        run = {"method": method, "family": str(agent.get("name", "agent")), "peer": False,
+               "seed": int(cfg.get("seed", len(runs))), "offline_score": off.get(key) if off else None,
+               "curve": curve, "success_curve": succ, "wall_s": doc.get("summary", {}).get("wall_time_s"),
+               "sweep_job": reports[len(runs)].parent.name}
+        if online and all(_finite(h.get("train_wall_s")) for h in online):  # reports from 2026-11-25 on
+            run["wall_curve"] = [[int(h["step"]) - offset, round(float(h["train_wall_s"]), 2)] for h in online]
+        runs.append(run)
     kinds = {h.get("success_metric", "any-step") for d in docs for h in d["history"] if _finite(h.get("success_rate"))}
     doc = {"benchmark": benchmark, "task": ", ".join(sorted(tasks)), "metric": metric, "budgets": sorted(budgets),
            "runs": runs, "command": command, "argv": list(argv), "environment": environment()}
     if kinds:  # reports written before final-step success existed counted any step
         doc["success_metric"] = kinds.pop() if len(kinds) == 1 else "mixed (" + ", ".join(sorted(kinds)) + ")"
     return validate_learning(doc)
+
+
+def add_time_to_peer_final(doc: dict, *, ours: str, peer: str) -> dict:
+    """Add issue 15's wall-time comparison to a learning document of paired runs, in place.
+
+    Per seed that has a run of family ``ours`` and one of family ``peer`` (both with a
+    ``wall_curve``): the peer's final evaluation is the target; ``time_to_<peer>_final_s`` is
+    ``ours``' training wall seconds at its first online evaluation at or above it (None: never
+    within the budget, see :func:`robotrl.bench.stats.time_to_threshold`), set beside the peer's
+    whole fine-tuning wall time. Written as ``doc["per_run"]`` rows and
+    ``doc["summary"]["time_to_<peer>_final_ratio_iqm"]`` (None when some seed never reaches the
+    target), the form :mod:`robotrl.bench.schema` renders as the ``<benchmark>_time`` table
+    (ReinFlow paper's claim: 82.63 % less wall time than DPPO; issue 15's target ratio <= 0.3).
+
+    Raises:
+        BenchError: no seed has both runs with wall curves (nothing to compare).
+    """
+    from robotrl.bench.stats import iqm, time_to_threshold
+
+    by = {(r["family"], r["seed"]): r for r in doc["runs"]}
+    seeds = sorted(s for f, s in by if f == ours and (peer, s) in by
+                   and by[ours, s].get("wall_curve") and by[peer, s].get("wall_curve"))
+    if not seeds:
+        raise BenchError(f"no seed has both a {ours!r} and a {peer!r} run with a wall curve: run both methods on the "
+                         f"same seeds (reports written before per-evaluation wall times cannot be paired)")
+    per_run, ratios = [], []
+    for s in seeds:
+        mine, theirs = by[ours, s], by[peer, s]
+        target, peer_wall = float(theirs["curve"][-1][1]), float(theirs["wall_curve"][-1][1])
+        t = time_to_threshold(mine["curve"], mine["wall_curve"], target)
+        t = None if t is None or math.isinf(t) else t
+        ratios.append(None if t is None else t / peer_wall)
+        per_run += [{"method": peer, "seed": s, "finetune_wall_s": peer_wall},
+                    {"method": ours, "seed": s, "finetune_wall_s": float(mine["wall_curve"][-1][1]),
+                     f"{peer}_final_eval_return": target, f"time_to_{peer}_final_s": t,
+                     f"time_to_{peer}_final_over_{peer}_wall": ratios[-1]}]
+    doc["per_run"] = per_run
+    doc.setdefault("summary", {}).update({
+        f"time_to_{peer}_final_ratio_per_seed": ratios,
+        f"time_to_{peer}_final_ratio_iqm": None if None in ratios else iqm(ratios)})
+    return doc
