@@ -3,8 +3,9 @@
 Zhang et al. 2025, "ReinFlow: Fine-tuning Flow Matching Policy with Online Reinforcement
 Learning" (ReinFlow/ReinFlow ``model/flow/ft_ppo/ppoflow.py``,
 ``agent/finetune/reinflow/train_ppo_flow_agent.py``). Symbols: ``T`` chunk steps per env
-per iteration, ``N`` envs, ``S`` valid env steps of a rollout, ``K`` Euler steps, ``M``
-minibatch of env steps, ``To``/``Do``, ``Ta``/``Te``/``Da`` as in :mod:`robotrl.agents.flow`.
+per iteration, ``N`` envs, ``S`` valid env steps of a rollout, ``K`` Euler steps, ``K_s`` of them
+scored (the last ``noise_steps``; ``K`` by default), ``M`` minibatch of env steps, ``To``/``Do``,
+``Ta``/``Te``/``Da`` as in :mod:`robotrl.agents.flow`.
 
 Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
 
@@ -16,7 +17,8 @@ Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
 3. One PPO ratio per env step: the chain's exact log-likelihood
    (:func:`~robotrl.agents.reinflow.loss.chain_log_prob`, normalised by ``(K+1)·Ta·Da`` and
    clamped to ``[logprob_min, logprob_max]``, as ReinFlow does), advantages normalised per
-   minibatch, clip ``ε``; loss ``pg − ent_coef·H + vf_coef·V-loss + bc_coef·W2``, one backward,
+   minibatch, clip ``ε``; with ``per_step_ratio`` instead one ratio per (env step, scored transition),
+   ``(M, K_s)``, as DPPO's per denoising step; loss ``pg − ent_coef·H + vf_coef·V-loss + bc_coef·W2``, one backward,
    actor (velocity + noise nets) and critic stepped together; early stop on approx KL.
 4. After the update the noise upper bound follows ReinFlow's ``learn_decay`` schedule
    (:func:`~robotrl.agents.reinflow.loss.decayed_max_std`) when ``noise_decay_iters`` is set.
@@ -102,6 +104,9 @@ class ReinFlowAgent:
             one PPO ratio per (env step, scored Euler transition), each transition's log-prob the mean over its
             executed ``Te×Da`` entries clamped to DPPO's ``[−5, 2]`` (:func:`robotrl.agents.dppo.loss.chunk_log_prob`),
             every ratio clipped at ``clip`` with its env step's advantage; ``x_0``'s constant factor left out.
+            ``logprob_min``/``logprob_max``, ``normalize_logprob`` and ``include_initial_logprob`` then shape only
+            the logged entropy, not the ratio. Minibatches still draw env steps (each with its ``K_s`` transitions),
+            where DPPO draws (env step, denoising step) pairs independently: the same loss in expectation.
         critic_hidden, critic_act: value net.
         n_epochs, batch_size: epochs and minibatch size in env steps.
         repeat_samples: each env step appears this many times per epoch (ReinFlow's ``repeat_samples``
@@ -116,6 +121,8 @@ class ReinFlowAgent:
 
     Raises:
         ConfigError: ``repeat_samples < 1``, ``flow_steps < 1`` or bad flow/noise settings.
+        ValueError: a learning-rate cycle that :func:`~robotrl.agents.reinflow.loss.warmup_cosine_lr` refuses
+            (``lr_cycle_iters < 1`` or ``lr_warmup_iters`` not below it).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
@@ -261,6 +268,11 @@ class ReinFlowAgent:
         gradient, which sums over the copies) is the one of the duplicated batch at the cost of the distinct
         steps: the same update in up to ``repeat_samples``× less compute (exact up to float summation order;
         ReinFlow's reference runs the copies through the networks).
+
+        Shapes: log-probs, old log-probs and advantages ``(M,)``, or ``(M, K_s)`` with ``per_step_ratio`` (each env
+        step's advantage repeated over its transitions); entropy ``(M,)``. The W2 term (``bc_coef > 0``) starts both
+        velocity nets from the stored ``x_0`` (ReinFlow: from ``z = 0``), so it compares the chunks the rollout
+        actually began from.
 
         Returns:
             ``(loss, metrics)`` — ``vf_coef·V-loss`` plus, when ``train_actor``, ``pg − ent_coef·H (+ bc_coef·W2)``.

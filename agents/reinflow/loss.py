@@ -89,7 +89,9 @@ def decayed_max_std(iteration: int, total_iters: int | None, std_min: float, std
 
     Held at ``std_max`` for the first ``hold_ratio·total_iters`` iterations, then cosine-annealed
     to ``std_min·(1 − decay_ratio) + std_max·decay_ratio`` at ``total_iters``; ``total_iters``
-    ``None`` (or 0): constant ``std_max``.
+    ``None`` (or 0): constant ``std_max``. Stds in normalised action units (the chain's ``[−1, 1]`` box).
+    Source: ReinFlow/ReinFlow ``model/flow/ft_ppo/ppoflow.py`` (``noise_scheduler_type: learn_decay``,
+    ``max_noise_hold_ratio``, ``max_noise_decay_ratio``).
     """
     if not total_iters:
         return float(std_max)

@@ -70,6 +70,9 @@ class NoiseNet(nn.Module):
         self.std_max.fill_(float(std_max))
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """Noise std ``(B, Ta, Da)`` (normalised action units, in ``[std_min, std_max]``) of the Euler step at
+        flow times ``t (B,)`` from conditioning ``cond (B, To, Do)`` and, with ``noise_uses_x``, the sample
+        ``x (B, Ta, Da)``."""
         B = x.shape[0]
         parts = [cond.reshape(B, -1), self.time_emb(t)] + ([x.reshape(B, -1)] if self.use_x else [])
         raw = self.net(torch.cat(parts, dim=-1)).view(B, *self.shape)
