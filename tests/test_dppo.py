@@ -16,6 +16,7 @@ from robotrl.agents.dppo import DPPOAgent, DPPOPolicy
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule, denoising_discount
 from robotrl.data import ActionScaler, ObservationNormalizer
 from robotrl.envs import make_env
+from robotrl.errors import ConfigError
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.policy import load_policy
 
@@ -152,6 +153,10 @@ def test_clip_schedule_for_one_and_many_fine_tuned_steps():
     d = denoising_discount(4, 0.9)
     assert d.tolist() == pytest.approx([0.9 ** 3, 0.9 ** 2, 0.9, 1.0])
     assert _agent(ft_denoising_steps=1).clip_i.tolist() == pytest.approx([0.01])
+    for bad in (lambda: clip_schedule(0, 0.01, 0.001), lambda: denoising_discount(0, 0.99),
+                lambda: _agent(ft_denoising_steps=50)):  # K' outside [1, K]: named, with the way out
+        with pytest.raises(ConfigError, match="ft_denoising_steps"):
+            bad()
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from robotrl.errors import ConfigError
+
 
 def clip_schedule(ft_steps: int, clip: float, clip_base: float, rate: float = 3.0) -> torch.Tensor:
     """Per-denoising-step PPO clip ``ε_i`` ``(K',)``, growing towards the final step.
@@ -21,10 +23,11 @@ def clip_schedule(ft_steps: int, clip: float, clip_base: float, rate: float = 3.
     the original divides 0/0; here the only step is the final one and gets ``ε``.
 
     Raises:
-        ValueError: ``ft_steps < 1``.
+        ConfigError: ``ft_steps < 1``.
     """
     if ft_steps < 1:
-        raise ValueError(f"ft_denoising_steps must be >= 1, got {ft_steps}")
+        raise ConfigError(f"agent.model.ft_denoising_steps must be >= 1 (the fine-tuned chain's last steps), "
+                          f"got {ft_steps}")
     if ft_steps == 1:
         return torch.tensor([float(clip)])
     i = torch.arange(ft_steps, dtype=torch.float64)
@@ -33,7 +36,13 @@ def clip_schedule(ft_steps: int, clip: float, clip_base: float, rate: float = 3.
 
 
 def denoising_discount(ft_steps: int, gamma_denoising: float) -> torch.Tensor:
-    """Advantage multiplier ``γ_denoise^(K'−1−i)`` per fine-tuned step ``(K',)`` (1 at the final step)."""
+    """Advantage multiplier ``γ_denoise^(K'−1−i)`` per fine-tuned step ``(K',)`` (1 at the final step).
+
+    Raises:
+        ConfigError: ``ft_steps < 1``.
+    """
+    if ft_steps < 1:
+        raise ConfigError(f"agent.model.ft_denoising_steps must be >= 1, got {ft_steps}")
     i = torch.arange(ft_steps, dtype=torch.float64)
     return (gamma_denoising ** (ft_steps - 1 - i)).float()
 

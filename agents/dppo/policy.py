@@ -19,6 +19,7 @@ import copy
 from torch import nn
 
 from robotrl.agents.diffusion.policy import DiffusionPolicy
+from robotrl.errors import ConfigError
 
 
 class DPPOPolicy(DiffusionPolicy):
@@ -29,14 +30,15 @@ class DPPOPolicy(DiffusionPolicy):
         **kwargs: :class:`DiffusionPolicy` arguments (``sampler="ddim"`` fine-tunes a DDIM chain).
 
     Raises:
-        ValueError: ``K'`` outside ``[1, n]``.
+        ConfigError: ``K'`` outside ``[1, n]``.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, ft_denoising_steps: int = 10, **kwargs):
         super().__init__(obs_dim, action_dim, **kwargs)
         n = self.chain_length()
         if not 1 <= ft_denoising_steps <= n:
-            raise ValueError(f"ft_denoising_steps K'={ft_denoising_steps} must be in [1, {n}] for the {self.sampler} chain")
+            raise ConfigError(f"agent.model.ft_denoising_steps K'={ft_denoising_steps} must be in [1, {n}] for the "
+                              f"{self.sampler} chain of {n} steps: lower it or lengthen the chain")
         self.ft_steps = int(ft_denoising_steps)
         self._spec["ft_denoising_steps"] = self.ft_steps
         self.denoiser.requires_grad_(False)
