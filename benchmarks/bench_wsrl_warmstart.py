@@ -85,6 +85,10 @@ def main() -> None:
     ap.add_argument("--matmul-dtype", default="float32", choices=["float32", "bfloat16"],
                     help="agent.model.matmul_dtype of every run (bfloat16: ~2.7x faster CQL on AVX512-BF16 CPUs, "
                          "same learning: qlearning_precision)")
+    ap.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="Hydra overrides of every pretraining and fine-tuning, after the arms' own (they win), e.g. "
+                         "agent.model.num_critics=10 agent.model.target_subset=2 for WSRL's 10-head ensemble on a GPU (with a fresh "
+                         "--root: finished pretrainings and runs there are reused by name)")
     args = ap.parse_args()
 
     root = Path(args.root)
@@ -95,7 +99,7 @@ def main() -> None:
     arms = [(i, name, *ARMS[name]) for i, name in enumerate(ARMS) if i in args.arms]
     nets = sorted({net for *_, net in arms})
     pretrain = {net: root / f"pretrain_{net}" for net in nets}
-    run_cli_all([(["train", "experiment=cql", *common, *NETS[net], f"trainer.offline_steps={args.cql_steps}",
+    run_cli_all([(["train", "experiment=cql", *common, *NETS[net], *args.overrides, f"trainer.offline_steps={args.cql_steps}",
                 "trainer.eval_every=2000", "trainer.checkpoint_every=2000", f"run_dir={pretrain[net]}"],
                root / f"pretrain_{net}.log")  # one CQL pretraining per network; a killed one resumes
               for net in nets if not (pretrain[net] / "report.json").exists()], args.workers)
@@ -104,7 +108,7 @@ def main() -> None:
         for i, _name, parts, net in arms:
             run_dir = root / "online" / f"arm{i}_s{seed}"
             if not (run_dir / "report.json").exists():
-                jobs.append((["train", "experiment=wsrl", *common, *NETS[net], f"trainer.init_from={pretrain[net]}",
+                jobs.append((["train", "experiment=wsrl", *common, *NETS[net], *args.overrides, f"trainer.init_from={pretrain[net]}",
                               f"seed={seed}", f"trainer.init_parts={parts}", f"trainer.online_steps={args.online_steps}",
                               f"trainer.online_warmup_steps={args.warmup}", f"trainer.eval_every={args.eval_every}",
                               "trainer.checkpoint_every=5000", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
@@ -123,6 +127,7 @@ def main() -> None:
         run["lowest_after_warmup_minus_offline"] = min(after) - run["offline_score"] if after else None
         run["mean_last5"] = fmean(score for _, score, *_ in run["curve"][-5:])
     doc["setup"] = {"pretraining": f"CQL, {args.cql_steps} updates, one checkpoint per network for all its runs",
+                    "overrides": args.overrides,
                     "network": {name: NET_DOC[net] + ", critic_init=data (CPU-sized; module doc)" for _, name, _, net in arms},
                     "matmul_dtype": args.matmul_dtype, "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4,
                     "cql_curve": {net: [[h["step"], h.get("normalized_score")] for h in
