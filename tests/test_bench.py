@@ -304,6 +304,8 @@ def test_is_done_uses_the_argv_a_result_records_and_ignores_partial_results(tmp_
     (tmp_path / "r.json").write_text(json.dumps({**doc, "partial": True}))
     assert not is_done(task, tmp_path, {"tasks": {}})[0]
     assert norm_argv(["/abs/benchmarks/bench_x.py", "--out=a", "--n", "3"]) == ("bench_x.py", "--n", "3")
+    assert norm_argv(["bench_x.py", "--root", "/tmp/runs", "--n", "3", "--root=b"]) == ("bench_x.py", "--n", "3")
+    assert norm_argv(["bench_x.py", "--n", "3"]) != norm_argv(["bench_x.py", "--n", "4"])
 
 
 def test_tiers_have_distinct_outputs_and_a_result_without_a_command_is_not_done(tmp_path):

@@ -29,16 +29,17 @@ MANIFEST = "manifest.json"
 
 
 def norm_argv(argv) -> tuple[str, ...]:
-    """argv in comparable form: ``--out X`` dropped, a script path reduced to its file name."""
+    """argv in comparable form: ``--out X`` and ``--root X`` dropped (where the result and the runs are written, not
+    what is measured), a script path reduced to its file name."""
     out, skip = [], False
     for i, a in enumerate(str(x) for x in argv):
         if skip:
             skip = False
             continue
-        if a == "--out":
+        if a in ("--out", "--root"):
             skip = True
             continue
-        if a.startswith("--out="):
+        if a.startswith(("--out=", "--root=")):
             continue
         out.append(Path(a).name if i == 0 and a.endswith(".py") else a)
     return tuple(out)

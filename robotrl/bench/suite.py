@@ -203,7 +203,7 @@ FULL = [
               "(DPPO K=20, K'=10; ReinFlow K=4, repeat_samples 10), 100k env steps, 4 seeds"),
     Task("reinflow_fetch", "learning",
          ("benchmarks/bench_fetch_chunked.py", "--methods", "dppo", "reinflow", "--seeds", "0", "1", "2", "--demos", "100",
-          "--env-steps", "300000", "--workers", "2", "--out", "fetch_reinflow_dppo_push.json"),
+          "--bc-updates", "20000", "--env-steps", "300000", "--workers", "2", "--out", "fetch_reinflow_dppo_push.json"),
          f"{R}/fetch_reinflow_dppo_push.json",
          note="ReinFlow vs DPPO on FetchPush from flow / diffusion BC on 100 noisy demos (one pretraining per method "
               "and seed), 300k env steps, 3 seeds, one run per core; ReinFlow's time to DPPO's final success"),
