@@ -516,6 +516,8 @@ def test_reinflow_time_to_dppo_final_success_from_paired_fetch_runs(tmp_path):
     assert rows[0]["ours"] == 24.0 and rows[0]["peer"] == 100.0 and "final success 0.60" in rows[0]["what"]
     assert rows[1]["ours"] is None and "(never)" in rows[1]["what"]
     assert "(never on some seed)" in rows[2]["what"]
+    table = throughput_table(docs[1])  # a seed that never reaches the target misses it; it is not "not measured"
+    assert "not met (never reached)" in table and "0.24×" in table and "not measured" not in table
     only_dppo = sweep_to_learning(tmp_path, benchmark="b", argv=[], command="", metric="success")
     only_dppo["runs"] = [r for r in only_dppo["runs"] if r["family"] == "dppo"]
     with pytest.raises(BenchError, match="same seeds"):

@@ -196,7 +196,7 @@ def _target(r: dict) -> str:
     unit = "×" if on_ratio else f" {r.get('unit', '')}"
     want = f"{'≥' if higher else '<'} {t:g}{unit}"
     if v is None:
-        return f"{want}: not measured"
+        return f"{want}: not met (never reached)" if r.get("never") else f"{want}: not measured"
     met = v >= t if higher else v < t
     return f"{want}: {'met' if met else 'not met'}"
 
