@@ -340,7 +340,17 @@ class ReinFlowAgent:
         return float((own - ref).pow(2).mean().sqrt())
 
     def update_rollout(self, ro: Rollout, iteration: int) -> dict[str, float]:
-        """PPO epochs over the rollout's env steps; then the next iteration's noise bounds. Returns mean metrics."""
+        """PPO epochs over the rollout's env steps (the critic only during the first ``critic_warmup_iters``
+        iterations); then the next iteration's noise bounds.
+
+        Args:
+            ro: the iteration's rollout (``T`` chunk steps × ``N`` envs, chains ``(T, N, K+1, Ta, Da)`` in its extras).
+            iteration: 0-based iteration, for the learning-rate and noise schedules and the critic warm-up.
+
+        Returns:
+            Mean metrics over the minibatches (losses, approx KL, clip fraction, entropy, noise std,
+            ``saturated_frac``, ``bc_drift``, ``explained_variance``, learning rates).
+        """
         d = self._prepare(ro)
         train_actor = iteration >= self.critic_warmup_iters
         lrs = self.set_learning_rates(iteration)
@@ -366,5 +376,10 @@ class ReinFlowAgent:
         return save_state(self, _STATE)
 
     def load_state_dict(self, state: dict) -> None:
-        """Inverse of :meth:`state_dict`."""
+        """Inverse of :meth:`state_dict`.
+
+        Raises:
+            KeyError: ``state`` lacks one of the saved parts; RuntimeError / ValueError: a part that does not
+                fit this agent's networks (torch's own errors).
+        """
         load_state(self, state, _STATE)
