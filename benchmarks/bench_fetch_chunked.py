@@ -16,7 +16,7 @@ through the real ``robotrl train`` commands a user types, on FetchPush-v4:
 4. the runs' reports as one learning result (:func:`robotrl.bench.sweep.sweep_to_learning`, metric: success at
    the episode's FINAL step, the Fetch convention) with each method's pretrained score as its offline score;
    with DPPO and ReinFlow on the same seeds also issue 15's wall-time comparison
-   (:func:`robotrl.bench.sweep.add_time_to_peer_final`: ReinFlow's training seconds until it first reaches DPPO's
+   (:func:`robotrl.bench.sweep.add_reinflow_time_to_dppo_final`: ReinFlow's training seconds until it first reaches DPPO's
    final success vs DPPO's whole fine-tuning time; table ``<out>_time``). Fair timing needs one run per core:
    ``--workers`` at most the machine's cores.
 
@@ -104,7 +104,7 @@ def main() -> None:
               for m in args.methods for s in args.seeds if not (online / f"{m}_s{s}" / "report.json").exists()],
              args.workers)
 
-    from robotrl.bench.sweep import add_time_to_peer_final, sweep_to_learning
+    from robotrl.bench.sweep import add_reinflow_time_to_dppo_final, sweep_to_learning
 
     command = "python benchmarks/bench_fetch_chunked.py " + " ".join(sys.argv[1:])
     doc = sweep_to_learning(online, benchmark="fetch_chunked", argv=sys.argv, command=command, metric="success")
@@ -125,7 +125,7 @@ def main() -> None:
                                                                             .read_text())["summary"].get("final_success_rate")
                                             for r in doc["runs"]}}
     if {"dppo", "reinflow"} <= {r["family"] for r in doc["runs"]}:  # issue 15: ReinFlow's time to DPPO's final score
-        add_time_to_peer_final(doc, ours="reinflow", peer="dppo")
+        add_reinflow_time_to_dppo_final(doc)
         print("ReinFlow / DPPO wall time to DPPO's final success per seed:",
               doc["summary"]["time_to_dppo_final_ratio_per_seed"], flush=True)
     out = RESULTS_DIR / args.out

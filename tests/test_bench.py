@@ -497,7 +497,7 @@ def _paired_report(d: Path, agent: str, seed: int, scores: list[float], walls: l
 
 
 def test_reinflow_time_to_dppo_final_success_from_paired_fetch_runs(tmp_path):
-    from robotrl.bench.sweep import add_time_to_peer_final, sweep_to_learning
+    from robotrl.bench.sweep import add_reinflow_time_to_dppo_final, sweep_to_learning
 
     # seed 0: DPPO ends at 0.6 after 100 s; ReinFlow first reaches 0.6 at its third evaluation, 24 s in
     _paired_report(tmp_path / "dppo_s0", "dppo", 0, [0.4, 0.5, 0.6], [30.0, 60.0, 100.0])
@@ -507,13 +507,13 @@ def test_reinflow_time_to_dppo_final_success_from_paired_fetch_runs(tmp_path):
     _paired_report(tmp_path / "reinflow_s1", "reinflow", 1, [0.5, 0.6, 0.68], [8.0, 16.0, 24.0])
     doc = sweep_to_learning(tmp_path, benchmark="fetch_chunked", argv=[], command="", metric="success")
     assert doc["runs"][0]["wall_curve"] == [[1000, 30.0], [2000, 60.0], [3000, 100.0]]
-    add_time_to_peer_final(doc, ours="reinflow", peer="dppo")
+    add_reinflow_time_to_dppo_final(doc)
     assert doc["summary"]["time_to_dppo_final_ratio_per_seed"] == [pytest.approx(0.24), None]
     assert doc["summary"]["time_to_dppo_final_ratio_iqm"] is None  # a seed never reached it
     docs = normalize(doc, "fetch_chunked")
     rows = docs[1]["rows"]
     assert docs[1]["benchmark"] == "fetch_chunked_time"
-    assert rows[0]["ours"] == 24.0 and rows[0]["peer"] == 100.0 and "final success 0.60" in rows[0]["what"]
+    assert rows[0]["ours"] == 24.0 and rows[0]["peer"] == 100.0 and "final success rate 0.60" in rows[0]["what"]
     assert rows[1]["ours"] is None and "(never)" in rows[1]["what"]
     assert "(never on some seed)" in rows[2]["what"]
     table = throughput_table(docs[1])  # a seed that never reaches the target misses it; it is not "not measured"
@@ -521,4 +521,4 @@ def test_reinflow_time_to_dppo_final_success_from_paired_fetch_runs(tmp_path):
     only_dppo = sweep_to_learning(tmp_path, benchmark="b", argv=[], command="", metric="success")
     only_dppo["runs"] = [r for r in only_dppo["runs"] if r["family"] == "dppo"]
     with pytest.raises(BenchError, match="same seeds"):
-        add_time_to_peer_final(only_dppo, ours="reinflow", peer="dppo")
+        add_reinflow_time_to_dppo_final(only_dppo)

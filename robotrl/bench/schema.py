@@ -40,6 +40,7 @@ import json
 import math
 from pathlib import Path
 
+from robotrl.bench.tables import METRIC_NAMES
 from robotrl.errors import RobotRLError
 
 METRICS = ("return", "success", "normalized_score")
@@ -215,7 +216,7 @@ def _shortcut_quality(doc: dict, name: str) -> list[dict]:
 
 def _reinflow_learning_time(doc: dict) -> dict | None:
     """``bench_reinflow.py learning`` with per-iteration curves, or ``bench_fetch_chunked.py`` with both methods
-    (:func:`robotrl.bench.sweep.add_time_to_peer_final`): per seed, ReinFlow's training wall seconds until its
+    (:func:`robotrl.bench.sweep.add_reinflow_time_to_dppo_final`): per seed, ReinFlow's training wall seconds until its
     eval score (the document's metric) first reaches DPPO's final one vs DPPO's whole fine-tuning wall time (target
     ratio <= 0.3; "never": not reached within the budget), and the IQM of the ratios over seeds (None if a seed never
     reaches it)."""
@@ -223,7 +224,7 @@ def _reinflow_learning_time(doc: dict) -> dict | None:
     if not per:
         return None
     dppo = {r["seed"]: r for r in doc["per_run"] if r.get("method") == "dppo"}
-    metric = {"normalized_score": "normalised score"}.get(doc.get("metric", "return"), doc.get("metric", "return"))
+    metric = METRIC_NAMES.get(doc.get("metric", "return"), "score")
     rows = []
     for r in per:
         t, wall = r["time_to_dppo_final_s"], dppo[r["seed"]]["finetune_wall_s"]

@@ -107,17 +107,17 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
     return validate_learning(doc)
 
 
-def add_time_to_peer_final(doc: dict, *, ours: str, peer: str) -> dict:
-    """Add issue 15's wall-time comparison to a learning document of paired runs, in place.
+def add_reinflow_time_to_dppo_final(doc: dict) -> dict:
+    """Add issue 15's wall-time comparison to a learning document of paired ReinFlow and DPPO runs, in place.
 
-    Per seed that has a run of family ``ours`` and one of family ``peer`` (both with a
-    ``wall_curve``): the peer's final evaluation is the target; ``time_to_<peer>_final_s`` is
-    ``ours``' training wall seconds at its first online evaluation at or above it (None: never
-    within the budget, see :func:`robotrl.bench.stats.time_to_threshold`), set beside the peer's
-    whole fine-tuning wall time. Written as ``doc["per_run"]`` rows and
-    ``doc["summary"]["time_to_<peer>_final_ratio_iqm"]`` (None when some seed never reaches the
-    target), the form :mod:`robotrl.bench.schema` renders as the ``<benchmark>_time`` table
-    (ReinFlow paper's claim: 82.63 % less wall time than DPPO; issue 15's target ratio <= 0.3).
+    Per seed that has a ``reinflow`` and a ``dppo`` run (families; both with a ``wall_curve``):
+    DPPO's final evaluation is the target; ``time_to_dppo_final_s`` is ReinFlow's training wall
+    seconds at its first online evaluation at or above it (None: never within the budget, see
+    :func:`robotrl.bench.stats.time_to_threshold`), set beside DPPO's whole fine-tuning wall time.
+    Written as ``doc["per_run"]`` rows and ``doc["summary"]["time_to_dppo_final_ratio_iqm"]``
+    (None when some seed never reaches the target), the form ``bench_reinflow.py learning``
+    writes and :mod:`robotrl.bench.schema` renders as the ``<benchmark>_time`` table (ReinFlow
+    paper's claim: 82.63 % less wall time than DPPO; issue 15's target ratio <= 0.3).
 
     Raises:
         BenchError: no seed has both runs with wall curves (nothing to compare).
@@ -125,24 +125,23 @@ def add_time_to_peer_final(doc: dict, *, ours: str, peer: str) -> dict:
     from robotrl.bench.stats import iqm, time_to_threshold
 
     by = {(r["family"], r["seed"]): r for r in doc["runs"]}
-    seeds = sorted(s for f, s in by if f == ours and (peer, s) in by
-                   and by[ours, s].get("wall_curve") and by[peer, s].get("wall_curve"))
+    seeds = sorted(s for f, s in by if f == "reinflow" and ("dppo", s) in by
+                   and by["reinflow", s].get("wall_curve") and by["dppo", s].get("wall_curve"))
     if not seeds:
-        raise BenchError(f"no seed has both a {ours!r} and a {peer!r} run with a wall curve: run both methods on the "
-                         f"same seeds (reports written before per-evaluation wall times cannot be paired)")
+        raise BenchError("no seed has both a 'reinflow' and a 'dppo' run with a wall curve: run both methods on the "
+                         "same seeds (reports written before per-evaluation wall times cannot be paired)")
     per_run, ratios = [], []
     for s in seeds:
-        mine, theirs = by[ours, s], by[peer, s]
-        target, peer_wall = float(theirs["curve"][-1][1]), float(theirs["wall_curve"][-1][1])
-        t = time_to_threshold(mine["curve"], mine["wall_curve"], target)
+        rf, dppo = by["reinflow", s], by["dppo", s]
+        target, dppo_wall = float(dppo["curve"][-1][1]), float(dppo["wall_curve"][-1][1])
+        t = time_to_threshold(rf["curve"], rf["wall_curve"], target)
         t = None if t is None or math.isinf(t) else t
-        ratios.append(None if t is None else t / peer_wall)
-        per_run += [{"method": peer, "seed": s, "finetune_wall_s": peer_wall},
-                    {"method": ours, "seed": s, "finetune_wall_s": float(mine["wall_curve"][-1][1]),
-                     f"{peer}_final_eval_return": target, f"time_to_{peer}_final_s": t,
-                     f"time_to_{peer}_final_over_{peer}_wall": ratios[-1]}]
+        ratios.append(None if t is None else t / dppo_wall)
+        per_run += [{"method": "dppo", "seed": s, "finetune_wall_s": dppo_wall},
+                    {"method": "reinflow", "seed": s, "finetune_wall_s": float(rf["wall_curve"][-1][1]),
+                     "dppo_final_eval_return": target, "time_to_dppo_final_s": t,
+                     "time_to_dppo_final_over_dppo_wall": ratios[-1]}]
     doc["per_run"] = per_run
-    doc.setdefault("summary", {}).update({
-        f"time_to_{peer}_final_ratio_per_seed": ratios,
-        f"time_to_{peer}_final_ratio_iqm": None if None in ratios else iqm(ratios)})
+    doc.setdefault("summary", {}).update({"time_to_dppo_final_ratio_per_seed": ratios,
+                                          "time_to_dppo_final_ratio_iqm": None if None in ratios else iqm(ratios)})
     return doc
