@@ -130,7 +130,7 @@ class RunningRewardScaler:
 
     def load_state_dict(self, s: dict) -> None:
         """Inverse of :meth:`state_dict` (``ret`` as a tensor or an array)."""
-        ret = s["ret"].numpy() if torch.is_tensor(s["ret"]) else np.asarray(s["ret"])
+        ret = s["ret"].cpu().numpy() if torch.is_tensor(s["ret"]) else np.asarray(s["ret"])
         self.ret, self.mean, self.var, self.count = ret.astype(np.float64).copy(), s["mean"], s["var"], s["count"]
 
 

@@ -240,7 +240,10 @@ class Runner:
         path = self.ckpt_dir / "latest.pt"
         if not path.exists():
             return False
-        state = load_checkpoint(path, map_location=agent_device(self.loop.agent))
+        # read onto the CPU: modules and optimizers move their tensors to the agent's device as they load, while the
+        # RNG, generator and collector states are CPU-only (NumPy, torch's set_state): a resume on a GPU read them
+        # onto CUDA and failed ('RNG state must be a torch.ByteTensor', seen on an H200)
+        state = load_checkpoint(path, map_location="cpu")
         try:
             self.loop.agent.load_state_dict(state["agent"])
             self.loop.step, self.loop.updates = int(state["step"]), int(state["updates"])

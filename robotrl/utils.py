@@ -65,15 +65,34 @@ def get_rng_state() -> dict:
     return out
 
 
+def set_generator_state(gen: torch.Generator, state: torch.Tensor) -> None:
+    """Restore a ``torch.Generator`` (any device's) from its ``get_state()`` byte tensor.
+
+    ``state`` may sit on any device: a checkpoint read with ``map_location="cuda"`` (a resume on a GPU)
+    carries it there, while ``Generator.set_state`` takes only a CPU byte tensor.
+
+    Raises:
+        RuntimeError / TypeError: a state that is not a generator state of ``gen``'s kind (torch's own errors).
+    """
+    gen.set_state(state.cpu())
+
+
 def set_rng_state(state: dict) -> None:
-    """Inverse of :func:`get_rng_state`."""
+    """Inverse of :func:`get_rng_state`.
+
+    The state's tensors may sit on any device: a checkpoint read with ``map_location="cuda"``
+    (a resume on a GPU) carries them there, while torch takes RNG states only as CPU byte tensors.
+    CUDA generators are restored for the devices both the state and this machine have.
+    """
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
+    np.random.set_state(("MT19937", n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for i, gen_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(gen_state.cpu(), i)
 
 
 def check_schedule(obj, section: str, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = (),

@@ -102,3 +102,35 @@ def test_load_arrays_refuses_corrupt_missing_and_pickled(tmp_path):
     np.savez(obj, x=np.array([_Custom()], dtype=object))
     with pytest.raises(CheckpointError, match=r"cannot be read.*(pickle|Object arrays)"):
         load_arrays(obj)
+
+
+def _draws():
+    import random
+
+    return random.random(), float(np.random.rand()), float(torch.rand(())), \
+        float(torch.rand((), device="cuda")) if torch.cuda.is_available() else None
+
+
+@pytest.mark.parametrize("map_location", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="a resume on a GPU: the checkpoint's RNG tensors load onto CUDA"))])
+def test_rng_state_round_trips_through_a_checkpoint_read_onto_any_device(tmp_path, map_location):
+    """Python, NumPy, torch (and CUDA) generators continue where the checkpoint left them, also when the
+    checkpoint is read with ``map_location="cuda"`` as a resume on a GPU does (torch takes RNG states only
+    as CPU byte tensors: that resume failed with 'RNG state must be a torch.ByteTensor')."""
+    from robotrl.utils import get_rng_state, set_rng_state, set_seed
+
+    set_seed(3)
+    save_checkpoint(tmp_path / "rng.pt", {"rng": get_rng_state()})
+    expected = _draws()
+    set_seed(4)
+    assert _draws() != expected
+    set_rng_state(load_checkpoint(tmp_path / "rng.pt", map_location=map_location)["rng"])
+    assert _draws() == expected
+    # an agent's own generator (on its device), as the agents' load_state_dict restore it
+    from robotrl.utils import set_generator_state
+
+    gen = torch.Generator(device=map_location).manual_seed(5)
+    save_checkpoint(tmp_path / "gen.pt", {"gen": gen.get_state()})
+    expected = torch.rand(3, generator=gen, device=map_location)
+    set_generator_state(gen, load_checkpoint(tmp_path / "gen.pt", map_location=map_location)["gen"])
+    assert torch.equal(torch.rand(3, generator=gen, device=map_location), expected)

@@ -124,6 +124,6 @@ def test_pretraining_through_sequence_sampling_learns_the_demonstrations(minari_
     # the checkpoint rebuilds the deployable EMA policy with its settings
     pol = load_policy(str(run))
     assert isinstance(pol, DiffusionPolicy) and pol.To == 2 and pol.Te == 4 and pol.K == 10
-    for a, b in zip(pol.denoiser.parameters(), agent.policy.denoiser.parameters()):
-        torch.testing.assert_close(a, b)
-    torch.testing.assert_close(pol.obs_normalizer.mean, agent.policy.obs_normalizer.mean)
+    for a, b in zip(pol.denoiser.parameters(), agent.policy.denoiser.parameters()):  # load_policy: on the CPU
+        torch.testing.assert_close(a, b.cpu())
+    torch.testing.assert_close(pol.obs_normalizer.mean, agent.policy.obs_normalizer.mean.cpu())

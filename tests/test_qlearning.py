@@ -330,8 +330,8 @@ def test_fused_ensemble_mlp_matches_plain_pass(hidden, out_dim, shared, input_gr
             outs.append(y.detach())
             grads.append([p.grad for p in m.parameters()] + ([xi.grad] if input_grad else []))
         torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
-        for a, b in zip(*grads):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        for a, b in zip(*grads):  # sums over M = 700 rows in another order: float32 rounding ~1e-5 (1.08e-5
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=5e-5)  # on the H200 machine's CPU); a wrong pass is O(0.1)
 
 
 def test_fused_ensemble_backward_runs_once():

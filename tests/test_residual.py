@@ -72,7 +72,8 @@ def test_bc_run_base_residual_equals_base_and_checkpoint_rebuilds_without_base_f
                                                        "agent.model.critic_warmup_updates=10", "trainer.offline_steps=0",
                                                        "trainer.online_steps=60", "trainer.online_warmup_steps=20",
                                                        "trainer.n_step=3", "trainer.batch_size=32",
-                                                       "trainer.eval_every=60", "trainer.checkpoint_every=60"])
+                                                       "trainer.eval_every=60", "trainer.checkpoint_every=60",
+                                                       "device=cpu"])  # compared with the CPU base below
     trainer = build_trainer(rcfg, tmp_path / "resfit")
     assert torch.equal(trainer.agent.policy(obs), base(obs))  # starts exactly at the base
     summary = trainer.fit()

@@ -278,7 +278,7 @@ def test_fetch_datasets_floor_the_bc_base_observation_std(tmp_path, monkeypatch,
             "dataset.id=robotrl/fetch-push/noisy-3ep-floor-test-v0", "dataset.recipe_args.num_episodes=3",
             "+dataset.recipe_args.ref_episodes=1", "trainer.offline_steps=1", "trainer.progress=false"]
     cfg = _compose(over + ([] if floor == "default" else ["dataset.obs_std_floor=null"]))
-    std = build_trainer(cfg, tmp_path / "run").agent.policy.obs_normalizer.std.numpy()
+    std = build_trainer(cfg, tmp_path / "run").agent.policy.obs_normalizer.std.cpu().numpy()
     if floor == "default":
         assert std.min() >= 0.1 - 1e-7
     else:

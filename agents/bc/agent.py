@@ -18,6 +18,7 @@ from robotrl.agents.bc.policy import BCPolicy
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.policy import act
+from robotrl.utils import set_generator_state
 
 
 class BCAgent:
@@ -105,4 +106,4 @@ class BCAgent:
         """Inverse of :meth:`state_dict`."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.gen.set_state(state["gen"])
+        set_generator_state(self.gen, state["gen"])

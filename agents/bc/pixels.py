@@ -22,6 +22,7 @@ from robotrl.agents.bc.networks import BCActor
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.vision.frontend import PixelPolicyFrontend
+from robotrl.utils import set_generator_state
 
 __all__ = ["PixelBCPolicy", "PixelBCAgent"]
 
@@ -124,4 +125,4 @@ class PixelBCAgent:
         """Inverse of :meth:`state_dict`."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.gen.set_state(state["gen"])
+        set_generator_state(self.gen, state["gen"])

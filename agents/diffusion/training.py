@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from robotrl.data.batch import Batch
+from robotrl.utils import set_generator_state
 
 
 @torch.no_grad()
@@ -64,4 +65,4 @@ def load_trainer_state(agent, state: dict) -> None:
     agent.policy.load_state_dict(state["policy"])
     agent.optimizer.load_state_dict(state["optimizer"])
     agent.num_updates = int(state["num_updates"])
-    agent.gen.set_state(state["gen"])
+    set_generator_state(agent.gen, state["gen"])

@@ -15,6 +15,7 @@ import torch
 from robotrl.agents.ppo.loss import normalize_advantages, ppo_policy_loss, value_loss
 
 from robotrl.onpolicy import Rollout, compute_gae
+from robotrl.utils import set_generator_state
 
 #: What every on-policy agent saves: its policy and value net, both optimizers and its RNG.
 ONPOLICY_STATE = ("policy", "critic", "actor_opt", "critic_opt", "gen")
@@ -40,7 +41,7 @@ def load_state(agent, state: dict, names: Sequence[str] = ONPOLICY_STATE) -> Non
     for name in names:
         obj = getattr(agent, name)
         if isinstance(obj, torch.Generator):
-            obj.set_state(state[name])
+            set_generator_state(obj, state[name])
         else:
             obj.load_state_dict(state[name])
 

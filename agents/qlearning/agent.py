@@ -38,7 +38,7 @@ from robotrl.agents.qlearning.policy import QLPolicy
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.networks import ValueNet, polyak_update_
-from robotrl.utils import native_bf16
+from robotrl.utils import native_bf16, set_generator_state
 
 ALGOS = ("sac", "cql", "calql", "iql")
 PARTS = ("policy", "critic", "temperature", "value", "optimizers")
@@ -409,7 +409,7 @@ class QLAgent:
         """Inverse of :meth:`state_dict` (resume)."""
         self.load_parts(state, ("policy", "critic", "temperature") + (("value",) if self.value is not None else ()))
         self._optimizers_from(state, keep_lr=False)
-        self.gen.set_state(state["gen"])
+        set_generator_state(self.gen, state["gen"])
         self.num_updates = int(state["num_updates"])
 
     def load_parts(self, state: dict, parts: Sequence[str]) -> None:

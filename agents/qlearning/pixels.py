@@ -44,6 +44,7 @@ from robotrl.networks import polyak_update_
 from robotrl.vision.cache import FrozenFeatureCache
 from robotrl.vision.frontend import PixelPolicyFrontend
 from robotrl.vision.stack import FrameHistory
+from robotrl.utils import set_generator_state
 
 __all__ = ["PixelSACPolicy", "PixelSACAgent"]
 
@@ -325,7 +326,7 @@ class PixelSACAgent:
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
-        self.gen.set_state(state["gen"])
+        set_generator_state(self.gen, state["gen"])
 
     def load_parts(self, state: dict, parts: Sequence[str]) -> None:
         """Warm start from a pretrained pixel agent's :meth:`state_dict` (pixel WSRL from pixel Cal-QL/CQL).

@@ -79,6 +79,7 @@ from robotrl.agents.residual.policy import ResidualPolicy
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.networks import polyak_update_, squashed_gaussian
+from robotrl.utils import set_generator_state
 
 
 def noisy_scaled_residual(r: torch.Tensor, scale: float, std: float, clip: float | None,
@@ -341,4 +342,4 @@ class ResidualOffPolicyAgent:
             self.log_alpha.copy_(state["log_alpha"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
         self.num_updates, self.num_explore = int(state["num_updates"]), int(state["num_explore"])
-        self.gen.set_state(state["gen"])
+        set_generator_state(self.gen, state["gen"])

@@ -50,6 +50,7 @@ from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import MLP, polyak_update_
 from robotrl.vision.frontend import PixelPolicyFrontend
 from robotrl.vision.stack import FrameHistory
+from robotrl.utils import set_generator_state
 
 __all__ = ["PixelResidualPolicy", "PixelResidualAgent", "check_base_fits"]
 
@@ -422,4 +423,4 @@ class PixelResidualAgent:
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.num_updates, self.num_explore = int(state["num_updates"]), int(state["num_explore"])
-        self.gen.set_state(state["gen"])
+        set_generator_state(self.gen, state["gen"])
