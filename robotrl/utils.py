@@ -71,10 +71,25 @@ def set_generator_state(gen: torch.Generator, state: torch.Tensor) -> None:
     ``state`` may sit on any device: a checkpoint read with ``map_location="cuda"`` (a resume on a GPU)
     carries it there, while ``Generator.set_state`` takes only a CPU byte tensor.
 
+    A state written by a generator of the other device kind (a run checkpointed on a GPU, Philox, 16 bytes,
+    resumed on a CPU, Mersenne Twister, 5056 bytes, or the reverse) cannot be carried over: ``gen`` is then
+    seeded from the state's bytes (deterministic: the same checkpoint resumes the same way), with a warning.
+
     Raises:
-        RuntimeError / TypeError: a state that is not a generator state of ``gen``'s kind (torch's own errors).
+        TypeError: ``state`` is not a byte tensor (torch's own error).
     """
-    gen.set_state(state.cpu())
+    import hashlib
+    import warnings
+
+    state = state.cpu()
+    if state.numel() != gen.get_state().numel():
+        seed = int.from_bytes(hashlib.sha256(state.numpy().tobytes()).digest()[:8], "little")
+        gen.manual_seed(seed)
+        warnings.warn(f"a {state.numel()}-byte generator state does not fit this {gen.device.type} generator "
+                      f"({gen.get_state().numel()} bytes; written on another device kind): reseeded from it",
+                      stacklevel=2)
+        return
+    gen.set_state(state)
 
 
 def set_rng_state(state: dict) -> None:

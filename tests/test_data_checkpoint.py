@@ -134,3 +134,22 @@ def test_rng_state_round_trips_through_a_checkpoint_read_onto_any_device(tmp_pat
     expected = torch.rand(3, generator=gen, device=map_location)
     set_generator_state(gen, load_checkpoint(tmp_path / "gen.pt", map_location=map_location)["gen"])
     assert torch.equal(torch.rand(3, generator=gen, device=map_location), expected)
+
+
+def test_a_generator_state_from_the_other_device_kind_reseeds_deterministically():
+    """A run checkpointed on a GPU resumes on a CPU: the agent's CUDA generator state (Philox, 16 bytes) does not
+    fit a CPU generator (Mersenne Twister, 5056 bytes), so the generator is seeded from it, the same way each time,
+    with a warning (the resume failed with 'Expected a CPUGeneratorImplState of size 5056')."""
+    from robotrl.utils import set_generator_state
+
+    cuda_like = torch.arange(16, dtype=torch.uint8)
+    draws = []
+    for _ in range(2):
+        gen = torch.Generator().manual_seed(7)
+        with pytest.warns(UserWarning, match="16-byte generator state does not fit this cpu generator"):
+            set_generator_state(gen, cuda_like)
+        draws.append(torch.rand(4, generator=gen))
+    assert torch.equal(draws[0], draws[1])
+    assert not torch.equal(draws[0], torch.rand(4, generator=torch.Generator().manual_seed(7)))
+    with pytest.raises(TypeError):
+        set_generator_state(torch.Generator(), torch.zeros(5056, dtype=torch.float32))
