@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -78,16 +80,12 @@ def set_generator_state(gen: torch.Generator, state: torch.Tensor) -> None:
     Raises:
         TypeError: ``state`` is not a byte tensor (torch's own error).
     """
-    import hashlib
-    import warnings
-
-    state = state.cpu()
-    if state.numel() != gen.get_state().numel():
+    state, size = state.cpu(), gen.get_state().numel()
+    if state.numel() != size:
         seed = int.from_bytes(hashlib.sha256(state.numpy().tobytes()).digest()[:8], "little")
         gen.manual_seed(seed)
         warnings.warn(f"a {state.numel()}-byte generator state does not fit this {gen.device.type} generator "
-                      f"({gen.get_state().numel()} bytes; written on another device kind): reseeded from it",
-                      stacklevel=2)
+                      f"({size} bytes; written on another device kind): reseeded from it", stacklevel=2)
         return
     gen.set_state(state)
 

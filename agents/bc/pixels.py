@@ -21,8 +21,8 @@ from robotrl.agents.bc.loss import gaussian_nll_loss, mse_loss
 from robotrl.agents.bc.networks import BCActor
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.vision.frontend import PixelPolicyFrontend
 from robotrl.utils import set_generator_state
+from robotrl.vision.frontend import PixelPolicyFrontend
 
 __all__ = ["PixelBCPolicy", "PixelBCAgent"]
 

@@ -41,10 +41,10 @@ from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import ConfigError
 from robotrl.networks import polyak_update_
+from robotrl.utils import set_generator_state
 from robotrl.vision.cache import FrozenFeatureCache
 from robotrl.vision.frontend import PixelPolicyFrontend
 from robotrl.vision.stack import FrameHistory
-from robotrl.utils import set_generator_state
 
 __all__ = ["PixelSACPolicy", "PixelSACAgent"]
 

@@ -48,9 +48,9 @@ from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import MLP, polyak_update_
+from robotrl.utils import set_generator_state
 from robotrl.vision.frontend import PixelPolicyFrontend
 from robotrl.vision.stack import FrameHistory
-from robotrl.utils import set_generator_state
 
 __all__ = ["PixelResidualPolicy", "PixelResidualAgent", "check_base_fits"]
 
