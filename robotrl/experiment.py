@@ -159,7 +159,8 @@ def _explicit_model_keys(overrides: list[str] | None) -> set[str]:
     return keys
 
 
-def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
+def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
+                            run_dir: Path | None = None) -> DictConfig:
     """``cfg`` with the network architecture of the checkpoint it warm-starts from.
 
     A warm start (``trainer.init_from``, for every agent: :func:`robotrl.warmstart.warm_start`)
@@ -168,10 +169,15 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None)
     ``agent.model`` that this agent also has is taken from the checkpoint (normalisers come
     with the loaded policy). Nothing has to be repeated on the command line.
 
+    A run that resumes (``run_dir`` holds ``checkpoints/latest.pt``) is never warm-started
+    again, so its architecture comes from its own checkpoint, which recorded the one it was
+    built with: the warm-start source may since have been moved or deleted.
+
     Args:
         cfg: the composed run config.
         overrides: the command-line overrides (Hydra's ``overrides.task``); a key set there
             to another value than the checkpoint's is a conflict. ``None``: none known.
+        run_dir: the run's directory; ``None``: a fresh run.
 
     Returns:
         ``cfg`` itself when nothing changes, else a merged copy.
@@ -183,6 +189,9 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None)
     from robotrl.checkpoint import load_checkpoint
 
     source = cfg.trainer.get("init_from")
+    own = Path(run_dir) / "checkpoints" / "latest.pt" if run_dir is not None else None
+    if source and own is not None and own.is_file():
+        source = own  # a resume: the run's own recorded architecture, the source is not read again
     if not source or not Path(str(source)).exists():
         return cfg  # missing: the trainer's own warm start raises the clear error
     recorded = (load_checkpoint(source).get("config") or {}).get("agent", {}).get("model") or {}
@@ -270,7 +279,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         from hydra.core.hydra_config import HydraConfig
 
         overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    cfg = warm_start_architecture(cfg, overrides)
+    cfg = warm_start_architecture(cfg, overrides, run_dir)
 
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
     task = task_env_args(cfg.env, data)  # the data's MDP: online and evaluation envs alike

@@ -225,6 +225,33 @@ def test_a_conflicting_network_override_on_a_warm_start_names_both(own_data, tmp
                                 overrides=[*ppo, "agent.model.hidden=[64,64]"])
 
 
+
+
+def test_a_warm_started_run_resumes_without_its_warm_start_source(own_data, tmp_path):
+    """A resume is never warm-started again: its architecture comes from its own checkpoint, so a
+    pretraining directory moved or deleted after the fine-tuning started does not stop the resume
+    (before: the deleted source was read for the architecture and the resume built the defaults)."""
+    import shutil
+
+    from robotrl.experiment import build_trainer
+
+    pre_dir, run_dir = tmp_path / "pre", tmp_path / "ft"
+    build_trainer(_compose(["experiment=bc", "env=gym", f"dataset.id={PENDULUM}", "agent.model.hidden=[16,16]",
+                            "trainer.offline_steps=20", "trainer.eval_every=20", "trainer.checkpoint_every=20",
+                            "trainer.eval_episodes=1", "trainer.progress=false", f"run_dir={pre_dir}"]),
+                  pre_dir, overrides=[]).fit()
+    ppo = ["experiment=ppo", "env=gym", "env.name=InvertedPendulum-v5", f"dataset.id={PENDULUM}",
+           f"trainer.init_from={pre_dir}", "agent.onpolicy.num_envs=2", "agent.onpolicy.steps_per_iter=8", "agent.onpolicy.eval_every=1",
+           "agent.onpolicy.eval_episodes=1", "agent.onpolicy.eval_envs=1", "agent.onpolicy.checkpoint_every=1",
+           "agent.model.critic_hidden=[16,16]", "trainer.progress=false", f"run_dir={run_dir}"]
+    first = build_trainer(_compose([*ppo, "agent.onpolicy.iterations=1"]), run_dir, overrides=ppo)
+    assert first.fit()["resumed"] is False
+    shutil.rmtree(pre_dir)
+    again = [*ppo, "agent.onpolicy.iterations=2"]
+    second = build_trainer(_compose(again), run_dir, overrides=again)
+    assert list(second.run_config["agent"]["model"]["hidden"]) == [16, 16]
+    summary = second.fit()
+    assert summary["resumed"] is True and summary["iterations"] == 2
 @pytest.mark.parametrize("override, message", [
     ("trainer.offline_steps=-5", r"trainer.offline_steps=-5 must be a whole number >= 0"),
     ("trainer.batch_size=0", r"trainer.batch_size=0 must be a whole number >= 1"),
