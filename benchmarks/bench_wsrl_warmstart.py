@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--online-steps", type=int, default=15_000, help="online env steps, warmup included")
     ap.add_argument("--warmup", type=int, default=5_000)
     ap.add_argument("--eval-every", type=int, default=1_000)
+    ap.add_argument("--checkpoint-every", type=int, default=5_000,
+                    help="online steps between checkpoints (smaller on short GPU leases: a killed run resumes from its last)")
     ap.add_argument("--root", default="runs/bench_wsrl_warmstart", help="where the runs go (resumable)")
     ap.add_argument("--out", default="wsrl_warmstart_hopper.json", help="under benchmarks/results/")
     ap.add_argument("--arms", type=int, nargs="+", default=[0, 1],
@@ -111,7 +113,7 @@ def main() -> None:
                 jobs.append((["train", "experiment=wsrl", *common, *NETS[net], *args.overrides, f"trainer.init_from={pretrain[net]}",
                               f"seed={seed}", f"trainer.init_parts={parts}", f"trainer.online_steps={args.online_steps}",
                               f"trainer.online_warmup_steps={args.warmup}", f"trainer.eval_every={args.eval_every}",
-                              "trainer.checkpoint_every=5000", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
+                              f"trainer.checkpoint_every={args.checkpoint_every}", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
     run_cli_all(jobs, args.workers)
 
     from robotrl.bench.sweep import sweep_to_learning
