@@ -68,6 +68,24 @@ def _dataset(dataset_id: str, steps: int, root: Path) -> None:
         run_cli(["collect", "recipe=hopper-medium", f"num_steps={steps}", f"dataset_id={dataset_id}"], root / "collect.log")
 
 
+def _run(args, root: Path, arms: list, nets: list[str], pretrain: dict[str, Path], common: list[str]) -> None:
+    """One CQL pretraining per network (a killed one resumes), then every arm and seed's WSRL run."""
+    run_cli_all([(["train", "experiment=cql", *common, *NETS[net], *args.overrides, f"trainer.offline_steps={args.cql_steps}",
+                "trainer.eval_every=2000", "trainer.checkpoint_every=2000", f"run_dir={pretrain[net]}"],
+               root / f"pretrain_{net}.log")  # one CQL pretraining per network; a killed one resumes
+              for net in nets if not (pretrain[net] / "report.json").exists()], args.workers)
+    jobs = []
+    for seed in args.seeds:
+        for i, _name, parts, net in arms:
+            run_dir = root / "online" / f"arm{i}_s{seed}"
+            if not (run_dir / "report.json").exists():
+                jobs.append((["train", "experiment=wsrl", *common, *NETS[net], *args.overrides, f"trainer.init_from={pretrain[net]}",
+                              f"seed={seed}", f"trainer.init_parts={parts}", f"trainer.online_steps={args.online_steps}",
+                              f"trainer.online_warmup_steps={args.warmup}", f"trainer.eval_every={args.eval_every}",
+                              f"trainer.checkpoint_every={args.checkpoint_every}", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
+    run_cli_all(jobs, args.workers)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -91,35 +109,28 @@ def main() -> None:
                     help="Hydra overrides of every pretraining and fine-tuning, after the arms' own (they win), e.g. "
                          "agent.model.num_critics=10 agent.model.target_subset=2 for WSRL's 10-head ensemble on a GPU (with a fresh "
                          "--root: finished pretrainings and runs there are reused by name)")
+    ap.add_argument("--summarize-only", action="store_true",
+                    help="run nothing: write the result of the runs under --root as they stand, unfinished ones from their "
+                         "last checkpoint (marked finished: false, with the step each stopped at; the document partial: true)")
     args = ap.parse_args()
 
     root = Path(args.root)
     dataset_id = f"robotrl/hopper/medium-{args.dataset_steps // 1000}k-v0"
-    _dataset(dataset_id, args.dataset_steps, root)
+    if not args.summarize_only:
+        _dataset(dataset_id, args.dataset_steps, root)
     common = ["env=hopper", f"dataset.id={dataset_id}", "trainer.eval_episodes=10", "trainer.progress=false",
               f"agent.model.matmul_dtype={args.matmul_dtype}"]
     arms = [(i, name, *ARMS[name]) for i, name in enumerate(ARMS) if i in args.arms]
     nets = sorted({net for *_, net in arms})
     pretrain = {net: root / f"pretrain_{net}" for net in nets}
-    run_cli_all([(["train", "experiment=cql", *common, *NETS[net], *args.overrides, f"trainer.offline_steps={args.cql_steps}",
-                "trainer.eval_every=2000", "trainer.checkpoint_every=2000", f"run_dir={pretrain[net]}"],
-               root / f"pretrain_{net}.log")  # one CQL pretraining per network; a killed one resumes
-              for net in nets if not (pretrain[net] / "report.json").exists()], args.workers)
-    jobs = []
-    for seed in args.seeds:
-        for i, _name, parts, net in arms:
-            run_dir = root / "online" / f"arm{i}_s{seed}"
-            if not (run_dir / "report.json").exists():
-                jobs.append((["train", "experiment=wsrl", *common, *NETS[net], *args.overrides, f"trainer.init_from={pretrain[net]}",
-                              f"seed={seed}", f"trainer.init_parts={parts}", f"trainer.online_steps={args.online_steps}",
-                              f"trainer.online_warmup_steps={args.warmup}", f"trainer.eval_every={args.eval_every}",
-                              f"trainer.checkpoint_every={args.checkpoint_every}", f"run_dir={run_dir}"], root / f"arm{i}_s{seed}.log"))
-    run_cli_all(jobs, args.workers)
+    if not args.summarize_only:
+        _run(args, root, arms, nets, pretrain, common)
 
     from robotrl.bench.sweep import sweep_to_learning
 
     command = "python benchmarks/bench_wsrl_warmstart.py " + " ".join(sys.argv[1:])
-    doc = sweep_to_learning(root / "online", benchmark="wsrl_warmstart", argv=sys.argv, command=command)
+    doc = sweep_to_learning(root / "online", benchmark="wsrl_warmstart", argv=sys.argv, command=command,
+                            unfinished=args.summarize_only)
     names = list(ARMS)
     for run in doc["runs"]:  # sweep_job is the run's directory, arm<i>_s<seed>
         run["method"] = run["family"] = names[int(run["sweep_job"].split("_")[0][3:])]
@@ -130,7 +141,8 @@ def main() -> None:
         run["mean_last5"] = fmean(score for _, score, *_ in run["curve"][-5:])
     doc["setup"] = {"pretraining": f"CQL, {args.cql_steps} updates, one checkpoint per network for all its runs",
                     "overrides": args.overrides,
-                    "network": {name: NET_DOC[net] + ", critic_init=data (CPU-sized; module doc)" for _, name, _, net in arms},
+                    "network": {name: NET_DOC[net] + ", critic_init=data (CPU-sized; module doc)"
+                                + (f"; with {' '.join(args.overrides)}" if args.overrides else "") for _, name, _, net in arms},
                     "matmul_dtype": args.matmul_dtype, "dataset": dataset_id, "warmup_steps": args.warmup, "utd": 4,
                     "cql_curve": {net: [[h["step"], h.get("normalized_score")] for h in
                                         json.loads((pretrain[net] / "report.json").read_text())["history"]]

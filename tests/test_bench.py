@@ -373,6 +373,31 @@ def test_sweep_converter_names_methods_by_swept_overrides_and_counts_online_step
         sweep_to_learning(tmp_path, benchmark="hp", argv=[], command="", metric="success")
 
 
+def test_sweep_converter_reads_unfinished_runs_from_their_checkpoints_only_when_asked(tmp_path):
+    """``unfinished=True`` (``bench_wsrl_warmstart.py --summarize-only``): a run still going is read from its
+    last checkpoint and marked so; by default only finished runs count."""
+    from robotrl.bench.sweep import sweep_to_learning
+    from robotrl.checkpoint import save_checkpoint
+
+    cfg = {"agent": {"name": "wsrl"}, "trainer": {"offline_steps": 0}, "env": {"name": "Hopper-v5"}}
+    hist = [{"phase": "offline", "step": 0, "normalized_score": 18.0},
+            {"phase": "online", "step": 1000, "normalized_score": 20.0}]
+    done = tmp_path / "arm2_s0"
+    done.mkdir()
+    (done / "report.json").write_text(json.dumps({"config": {**cfg, "seed": 0}, "history": [
+        *hist, {"phase": "online", "step": 2000, "normalized_score": 30.0}], "summary": {"wall_time_s": 9.0}}))
+    save_checkpoint(tmp_path / "arm2_s1" / "checkpoints" / "latest.pt",
+                    {"history": hist, "config": {**cfg, "seed": 1}, "wall_time": 4.3, "agent": {}})
+    finished = sweep_to_learning(tmp_path, benchmark="b", argv=[], command="")
+    assert [r["seed"] for r in finished["runs"]] == [0] and "partial" not in finished
+    doc = sweep_to_learning(tmp_path, benchmark="b", argv=[], command="", unfinished=True)
+    assert doc["partial"] is True and [r["seed"] for r in doc["runs"]] == [0, 1]
+    first, going = doc["runs"]
+    assert "finished" not in first and first["curve"][-1] == [2000, 30.0]
+    assert going["finished"] is False and going["stopped_at"] == 1000 and going["wall_s"] == 4.3
+    assert going["curve"] == [[0, 18.0], [1000, 20.0]]
+
+
 def test_sweep_converter_takes_the_metric_asked_for_over_the_normalised_score(tmp_path):
     from robotrl.bench.sweep import sweep_to_learning
 

@@ -44,8 +44,25 @@ def _metric(histories: list[list[dict]]) -> str:
     return "return"
 
 
+def _run_docs(sweep_dir: Path, unfinished: bool) -> list[tuple[Path, dict]]:
+    """``(run_dir, report)`` of each run under ``sweep_dir``, in job order; with ``unfinished``, a run
+    without ``report.json`` is read from its checkpoint (history, config and wall time so far) and marked
+    ``"finished": False``."""
+    runs = {p.parent: json.loads(p.read_text()) for p in sweep_dir.glob("*/report.json")}
+    if unfinished:
+        from robotrl.checkpoint import load_checkpoint
+
+        for ckpt in sweep_dir.glob("*/checkpoints/latest.pt"):
+            run_dir = ckpt.parent.parent
+            if run_dir not in runs:
+                state = load_checkpoint(ckpt)
+                runs[run_dir] = {"history": state["history"], "config": state["config"], "finished": False,
+                                 "summary": {"wall_time_s": round(float(state.get("wall_time", 0.0)), 1)}}
+    return sorted(runs.items(), key=lambda kv: (len(kv[0].name), kv[0].name))
+
+
 def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str], command: str,
-                      metric: str | None = None) -> dict:
+                      metric: str | None = None, unfinished: bool = False) -> dict:
     """The learning document of every run in a ``robotrl train -m`` sweep directory.
 
     Per run: ``offline_score`` = the last offline evaluation (None without offline phase),
@@ -56,17 +73,21 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
     when every evaluation has one, else the success rate when every evaluation has one,
     else the return; ``metric`` (``"normalized_score"``, ``"success"`` or ``"return"``) picks one instead,
     e.g. ``"success"`` on goal tasks whose datasets also record reference returns (Fetch).
+    ``unfinished``: runs still going (or stopped) are included from their last checkpoint, each with
+    ``"finished": false`` and ``"stopped_at"`` (its last online evaluation's env step); the document
+    gets ``"partial": true`` when any is.
 
     Raises:
-        BenchError: no ``*/report.json`` under ``sweep_dir`` (the sweep failed), or ``metric`` is not one of the
-            three or some evaluation lacks it.
+        BenchError: no ``*/report.json`` under ``sweep_dir`` (the sweep failed; with ``unfinished``, no
+            checkpoint either), or ``metric`` is not one of the three or some evaluation lacks it.
     """
     sweep_dir = Path(sweep_dir)
-    reports = sorted(sweep_dir.glob("*/report.json"), key=lambda p: (len(p.parent.name), p.parent.name))
-    if not reports:
+    found = _run_docs(sweep_dir, unfinished)
+    if not found:
         raise BenchError(f"no */report.json under {sweep_dir}: the sweep wrote no finished run (see its log)")
-    docs = [json.loads(p.read_text()) for p in reports]
-    overrides = [_overrides(p.parent) for p in reports]
+    run_dirs = [d for d, _ in found]
+    docs = [doc for _, doc in found]
+    overrides = [_overrides(d) for d in run_dirs]
     varying = sorted(k for k in set().union(*overrides) if k != "seed" and len({o.get(k) for o in overrides}) > 1)
     if metric is None:
         metric = _metric([d["history"] for d in docs])
@@ -95,13 +116,17 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
         run = {"method": method, "family": str(agent.get("name", "agent")), "peer": False,
                "seed": int(cfg.get("seed", len(runs))), "offline_score": off.get(key) if off else None,
                "curve": curve, "success_curve": succ, "wall_s": doc.get("summary", {}).get("wall_time_s"),
-               "sweep_job": reports[len(runs)].parent.name}
+               "sweep_job": run_dirs[len(runs)].name}
+        if doc.get("finished") is False:
+            run.update(finished=False, stopped_at=curve[-1][0] if curve else 0)
         if online and all(_finite(h.get("train_wall_s")) for h in online):  # reports from 2026-11-25 on
             run["wall_curve"] = [[int(h["step"]) - offset, round(float(h["train_wall_s"]), 2)] for h in online]
         runs.append(run)
     kinds = {h.get("success_metric", "any-step") for d in docs for h in d["history"] if _finite(h.get("success_rate"))}
     doc = {"benchmark": benchmark, "task": ", ".join(sorted(tasks)), "metric": metric, "budgets": sorted(budgets),
            "runs": runs, "command": command, "argv": list(argv), "environment": environment()}
+    if any(r.get("finished") is False for r in runs):
+        doc["partial"] = True
     if kinds:  # reports written before final-step success existed counted any step
         doc["success_metric"] = kinds.pop() if len(kinds) == 1 else "mixed (" + ", ".join(sorted(kinds)) + ")"
     return validate_learning(doc)
