@@ -114,7 +114,7 @@ def test_rlpd_pixels_stores_camera_frames_online_and_its_checkpoint_evaluates(mi
     frames = online.frames["pixels/topdown"][: online.size]
     assert frames.dtype == np.uint8 and frames.std() > 0  # real renders, not zeros
     # each frame once: a next frame is kept apart only where no later transition of the episode holds it
-    assert len(online._final) <= n_envs + int((online.terminated | online.truncated)[: online.size].sum())
+    assert len(online.cameras.pending) <= n_envs + int((online.terminated | online.truncated)[: online.size].sum())
     batch = online.sample(8)
     assert batch.images()["pixels/topdown"].shape == (8, 32, 32, 3) and batch.observations.shape == (8, 8)
     # the symmetric batches mixed camera rows from the offline dataset (offline_ratio 0.5)

@@ -32,7 +32,7 @@ oldest kept frame is repeated). Nothing is stored per stack: memory stays about 
 transition, against ``2k`` frames per transition for a naive stacked copy of observation and next
 observation.
 
-Every frame write also gets a process-wide unique id (``frame_uid``): a slot that is
+Every frame write also gets a process-wide unique id (:mod:`robotrl.data.frames`): a slot that is
 overwritten, a separately kept next frame and a buffer restored from a checkpoint all get
 fresh ids, never an old one. Transition batches carry them as int64 ``"obs_uid"`` /
 ``"next_obs_uid"`` ``(B,)`` in ``Batch.extras``, so a frozen encoder's features can be
@@ -42,7 +42,6 @@ served for a frame that has been replaced.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,9 +49,9 @@ import torch
 
 from robotrl.data.batch import Batch
 from robotrl.data.dataset import OfflineData
+from robotrl.data.frames import FrameStore, slot_history
 from robotrl.data.returns import mc_returns as _mc_returns
 from robotrl.errors import BatchSizeError
-from robotrl.vision.stack import stack_channels
 
 if TYPE_CHECKING:
     from robotrl.data.her import GoalRelabeler
@@ -60,17 +59,6 @@ if TYPE_CHECKING:
 __all__ = ["ReplayBuffer"]
 
 _NO_LINK = -1
-_UID_LOCK = threading.Lock()
-_UID_NEXT = 0
-
-
-def new_frame_uids(n: int) -> np.ndarray:
-    """``n`` fresh frame ids, int64 ``(n,)``, unique within the process (never reused)."""
-    global _UID_NEXT
-    with _UID_LOCK:
-        start = _UID_NEXT
-        _UID_NEXT += int(n)
-    return np.arange(start, start + int(n), dtype=np.int64)
 
 
 class ReplayBuffer:
@@ -142,22 +130,22 @@ class ReplayBuffer:
         self.frame_stack = int(frame_stack)
         #: HER goal relabelling of sampled batches (:class:`robotrl.data.her.GoalRelabeler`), ``None``: off
         self.relabeler: GoalRelabeler | None = None
-        self.frames = {k: np.zeros((C, *shape), np.uint8) for k, shape in self.image_shapes.items()}
-        # next-observation frames that no successor slot holds: slot -> {key: (H, W, C)}
-        self._final: dict[int, dict[str, np.ndarray]] = {}
-        self.frame_uid = np.full(C if self.image_shapes else 0, -1, np.int64)  # id of each slot's frame write
-        self._final_uid: dict[int, int] = {}  # id of each separately kept next frame
+        #: the cameras' frames (:class:`~robotrl.data.frames.FrameStore`), ``None`` without cameras
+        self.cameras = FrameStore(C, self.image_shapes, self.frame_stack) if self.image_shapes else None
+
+    @property
+    def frames(self) -> dict[str, np.ndarray]:
+        """Each camera's slot frames, uint8 ``{key: (C, H, W, C_img)}`` (empty without cameras)."""
+        return self.cameras.frames if self.cameras is not None else {}
 
     def image_bytes(self) -> int:
         """Bytes held by the stored camera frames (slot frames plus separately kept next frames)."""
-        per = sum(int(np.prod(s)) for s in self.image_shapes.values())
-        return sum(f.nbytes for f in self.frames.values()) + len(self._final) * per
+        return self.cameras.nbytes() if self.cameras is not None else 0
 
     def naive_stacked_bytes(self) -> int:
         """Bytes a naive store would hold for the stored transitions: each one's observation and next
         observation stacks copied, ``size · 2k · H·W·C`` summed over cameras (compare :meth:`image_bytes`)."""
-        per = sum(int(np.prod(s)) for s in self.image_shapes.values())
-        return self.size * 2 * self.frame_stack * per
+        return self.cameras.naive_stacked_bytes(self.size) if self.cameras is not None else 0
 
     # ------------------------------------------------------------------ writing
     def __len__(self) -> int:
@@ -177,10 +165,8 @@ class ReplayBuffer:
             self.next_idx[old] = _NO_LINK
             self.prev_idx[old] = _NO_LINK
             self.episode_id[old] = -1  # overwritten: no open episode may link to these slots
-        if self._final:
-            for s in set(self._final).intersection(slots.tolist()):
-                del self._final[s]
-                self._final_uid.pop(s, None)
+        if self.cameras is not None:
+            self.cameras.release(slots)
         self.ptr = int((self.ptr + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.total_added += n
@@ -214,8 +200,8 @@ class ReplayBuffer:
         rew = np.asarray(reward, np.float32).reshape(N)
         term = np.asarray(terminated, bool).reshape(N)
         trunc = np.asarray(truncated, bool).reshape(N)
-        if self.image_shapes:
-            imgs, nimgs = self._check_images(images, N, "images"), self._check_images(next_images, N, "next_images")
+        if self.cameras is not None:
+            imgs, nimgs = self.cameras.check(images, N, "images"), self.cameras.check(next_images, N, "next_images")
         slots = self._claim(N)
         self.observations[slots], self.next_observations[slots], self.actions[slots] = obs, nobs, act
         self.rewards[slots], self.terminated[slots], self.truncated[slots] = rew, term, trunc
@@ -234,20 +220,8 @@ class ReplayBuffer:
         self.next_idx[last[ok]] = slots[ok]
         self.episode_id[slots] = ep
         self._open_last[env_ids] = slots
-        if self.image_shapes:
-            for k in self.image_shapes:
-                self.frames[k][slots] = imgs[k]
-            self.frame_uid[slots] = new_frame_uids(N)
-            final_uids = new_frame_uids(N).tolist()
-            for r, slot in enumerate(slots.tolist()):
-                self._final[slot] = {k: nimgs[k][r].copy() for k in self.image_shapes}
-                self._final_uid[slot] = final_uids[r]
-            for r in np.flatnonzero(ok):  # the predecessor's next frame is this step's frame: keep it once
-                pred = int(last[r])
-                pend = self._final.get(pred)
-                if pend is not None and all(np.array_equal(pend[k], imgs[k][r]) for k in self.image_shapes):
-                    del self._final[pred]
-                    self._final_uid.pop(pred, None)
+        if self.cameras is not None:  # the predecessor's next frame is this step's frame: kept once
+            self.cameras.write_steps(slots, imgs, nimgs, np.flatnonzero(ok), last)
         for row in np.flatnonzero(term | trunc):
             self._close_episode(int(slots[row]))
             self._open_episode[env_ids[row]] = -1
@@ -269,77 +243,6 @@ class ReplayBuffer:
         chain = np.asarray(chain[::-1])
         r = self.rewards[chain]
         self.mc_returns[chain] = _mc_returns(r, np.array([0]), np.array([len(r)]), self.gamma, sparse_fill=self.mc_sparse_fill)
-
-    def _check_images(self, images, N: int, name: str) -> dict[str, np.ndarray]:
-        if images is None:
-            raise ValueError(f"this buffer stores cameras {sorted(self.image_shapes)}: pass {name}={{key: uint8 (N, H, W, C)}}")
-        out = {}
-        for k, shape in self.image_shapes.items():
-            if k not in images:
-                raise ValueError(f"{name} lacks camera {k!r} (has {sorted(images)})")
-            a = np.asarray(images[k])
-            if a.dtype != np.uint8 or a.reshape(-1, *shape).shape[0] != N:
-                raise ValueError(f"{name}[{k!r}] must be uint8 ({N}, {', '.join(map(str, shape))}), got {a.dtype} {a.shape}")
-            out[k] = a.reshape(N, *shape)
-        return out
-
-    def _next_frames(self, key: str, idx: np.ndarray) -> np.ndarray:
-        """uint8 ``(*idx.shape, H, W, C)``: the next observation's frame of each slot in ``idx``."""
-        flat = np.asarray(idx).reshape(-1)
-        out = self.frames[key][np.where(self.next_idx[flat] >= 0, self.next_idx[flat], flat)]
-        for j, slot in enumerate(flat.tolist()):
-            pend = self._final.get(slot)
-            if pend is not None:
-                out[j] = pend[key]
-            elif self.next_idx[slot] < 0:
-                raise BatchSizeError(f"slot {slot} has no next frame of {key!r}: its successor was overwritten; "
-                                     "this is a bug in the replay buffer, please report it")
-        return out.reshape(*np.shape(idx), *self.image_shapes[key])
-
-    def _image_extras(self, idx: np.ndarray, next_idx_of: np.ndarray) -> dict[str, np.ndarray]:
-        if np.ndim(idx) == 1 and self.frame_stack > 1:
-            return self._stacked_extras(idx, next_idx_of)
-        out = {}
-        for k in self.image_shapes:
-            out[f"obs/{k}"] = self.frames[k][idx]
-            out[f"next_obs/{k}"] = self._next_frames(k, next_idx_of)
-        if np.ndim(idx) == 1:  # transitions: the frames' ids (sequence windows carry none)
-            out["obs_uid"] = self.frame_uid[idx]
-            out["next_obs_uid"] = self._next_uids(next_idx_of)
-        return out
-
-    def _stacked_extras(self, idx: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
-        """Stacked frames ``(B, H, W, k·C)`` of the observations at ``idx`` and the next observations after
-        ``last`` (module doc), gathered by index; no frame ids (a stack is not one stored frame)."""
-        k = self.frame_stack
-        hist, next_hist = self._history(idx, k), self._history(last, k - 1)
-        out = {}
-        for key in self.image_shapes:
-            nxt = np.concatenate([self.frames[key][next_hist], self._next_frames(key, last)[:, None]], axis=1)
-            out[f"obs/{key}"] = stack_channels(self.frames[key][hist])
-            out[f"next_obs/{key}"] = stack_channels(nxt)
-        return out
-
-    def _history(self, idx: np.ndarray, n: int) -> np.ndarray:
-        """int64 ``(B, n)``: slots of steps ``t−n+1 .. t`` of each ``t`` in ``idx`` along the episode links, the
-        episode's first kept step repeated before it."""
-        hist = np.empty((idx.shape[0], n), np.int64)
-        hist[:, -1] = idx
-        for j in range(n - 2, -1, -1):
-            prev = self.prev_idx[hist[:, j + 1]]
-            hist[:, j] = np.where(prev >= 0, prev, hist[:, j + 1])
-        return hist
-
-    def _next_uids(self, idx: np.ndarray) -> np.ndarray:
-        """int64 ``(B,)``: the id of the next observation's frame of each slot (as :meth:`_next_frames` reads it)."""
-        flat = np.asarray(idx).reshape(-1)
-        out = self.frame_uid[np.where(self.next_idx[flat] >= 0, self.next_idx[flat], flat)].copy()
-        if self._final_uid:
-            for j, slot in enumerate(flat.tolist()):
-                uid = self._final_uid.get(slot)
-                if uid is not None:
-                    out[j] = uid
-        return out
 
     def add_offline(self, data: OfflineData) -> None:
         """Bulk-append a whole dataset (episodes keep their boundaries and MC returns).
@@ -377,13 +280,8 @@ class ReplayBuffer:
         is_first = np.zeros(M, bool)
         is_first[data.episode_starts] = True
         self.prev_idx[slots] = np.where(is_first, _NO_LINK, np.roll(slots, 1))
-        if self.image_shapes:
-            for k in self.image_shapes:
-                self.frames[k][slots] = data.images[k][data.image_index]
-            self.frame_uid[slots] = new_frame_uids(M)
-            for m in np.flatnonzero(is_last).tolist():
-                self._final[int(slots[m])] = {k: data.images[k][data.image_index[m] + 1].copy() for k in self.image_shapes}
-                self._final_uid[int(slots[m])] = int(new_frame_uids(1)[0])
+        if self.cameras is not None:
+            self.cameras.write_episodes(slots, data.images, data.image_index, is_last)
 
     @classmethod
     def from_offline(cls, data: OfflineData, *, capacity: int | None = None, **kwargs) -> "ReplayBuffer":
@@ -479,7 +377,7 @@ class ReplayBuffer:
             f = self.relabeler.relabel(self, idx, n_step)
             last = f.pop("last")
             return Batch.from_numpy(self.device, actions=self.actions[idx], mc_returns=self.mc_returns[idx],
-                                    extras=self._image_extras(idx, last) if self.image_shapes else None, **f)
+                                    extras=self._camera_extras(idx, last), **f)
         ret, disc, last, term = self.nstep(idx, n_step)
         return Batch.from_numpy(
             self.device,
@@ -491,7 +389,7 @@ class ReplayBuffer:
             truncated=self.truncated[last],
             discounts=disc,
             mc_returns=self.mc_returns[idx],
-            extras=self._image_extras(idx, last) if self.image_shapes else None,
+            extras=self._camera_extras(idx, last),
         )
 
     def sample_sequences(
@@ -513,7 +411,7 @@ class ReplayBuffer:
         if obs_horizon < 1 or action_horizon < 1:
             raise ValueError(f"obs_horizon and action_horizon must be >= 1, got {obs_horizon}, {action_horizon}")
         idx = self._indices(batch_size) if indices is None else np.asarray(indices)
-        hist = self._history(idx, obs_horizon)
+        hist = slot_history(self.prev_idx, idx, obs_horizon)
         fut = np.empty((idx.shape[0], action_horizon), np.int64)
         mask = np.ones((idx.shape[0], action_horizon), bool)
         fut[:, 0] = idx
@@ -535,8 +433,14 @@ class ReplayBuffer:
             discounts=np.tile(g ** np.arange(1, action_horizon + 1, dtype=np.float32), (mask.shape[0], 1)),
             mc_returns=self.mc_returns[fut],
             mask=mask,
-            extras=self._image_extras(hist, fut) if self.image_shapes else None,
+            extras=self._camera_extras(hist, fut),
         )
+
+    def _camera_extras(self, idx: np.ndarray, next_idx_of: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The cameras' batch extras (:meth:`FrameStore.extras`), ``None`` without cameras."""
+        if self.cameras is None:
+            return None
+        return self.cameras.extras(idx, next_idx_of, self.prev_idx, self.next_idx)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, np.ndarray | int]:
@@ -545,13 +449,8 @@ class ReplayBuffer:
         out: dict = {k: getattr(self, k)[:n].copy() for k in self._SLOT_ARRAYS}
         out["open_episode"], out["open_last"] = self._open_episode.copy(), self._open_last.copy()
         out.update(ptr=self.ptr, size=self.size, total_added=self.total_added, next_episode=self._next_episode)
-        if self.image_shapes:
-            slots = sorted(self._final)
-            out["final_slots"] = np.asarray(slots, np.int64)
-            for k in self.image_shapes:
-                out[f"frames/{k}"] = self.frames[k][:n].copy()
-                out[f"final_frames/{k}"] = np.stack([self._final[s][k] for s in slots]) if slots else \
-                    np.zeros((0, *self.image_shapes[k]), np.uint8)
+        if self.cameras is not None:
+            out.update(self.cameras.state_dict(n))
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -573,14 +472,5 @@ class ReplayBuffer:
         # the free slots n.. here; its own ptr would overwrite old rows and leave never-written slots inside size
         self.ptr, self.size = (n if n < self.capacity else int(state["ptr"]) % self.capacity), n
         self.total_added, self._next_episode = int(state["total_added"]), int(state["next_episode"])
-        if self.image_shapes:
-            for k in self.image_shapes:
-                if f"frames/{k}" not in state:
-                    raise BatchSizeError(f"saved buffer holds no frames of camera {k!r}; it was written without cameras")
-                self.frames[k][:n] = np.asarray(state[f"frames/{k}"])[:n]
-            slots = np.asarray(state["final_slots"]).tolist()
-            self._final = {int(s): {k: np.asarray(state[f"final_frames/{k}"])[j].copy() for k in self.image_shapes}
-                           for j, s in enumerate(slots)}
-            self.frame_uid[:] = -1
-            self.frame_uid[:n] = new_frame_uids(n)  # restored frames: fresh ids (no cache may hold them)
-            self._final_uid = dict(zip((int(s) for s in slots), new_frame_uids(len(slots)).tolist()))
+        if self.cameras is not None:  # restored frames get fresh ids (no cache may hold them)
+            self.cameras.load_state_dict(state, n)
