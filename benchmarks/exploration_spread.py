@@ -45,6 +45,7 @@ def measure(run: Path, states: int, draws: int, seed: int) -> dict:
     """``{"run", "agent", "start", "end"}`` for one run directory (its ``.hydra/config.yaml`` and last checkpoint)."""
     from omegaconf import OmegaConf
 
+    from robotrl.checkpoint import load_checkpoint
     from robotrl.data import load_dataset
     from robotrl.experiment import build_trainer
     from robotrl.warmstart import warm_start
@@ -53,13 +54,14 @@ def measure(run: Path, states: int, draws: int, seed: int) -> dict:
     source = cfg.trainer.init_from
     cfg.agent.onpolicy.num_envs = 1
     cfg.trainer.init_from = None
-    agent = build_trainer(cfg, Path(tempfile.mkdtemp()), overrides=[]).loop.agent
+    with tempfile.TemporaryDirectory() as tmp:  # the trainer's run directory: nothing is trained or written to it
+        agent = build_trainer(cfg, Path(tmp), overrides=[]).loop.agent
     obs = load_dataset(cfg.dataset.id).observations
     idx = np.random.default_rng(seed).choice(len(obs), states, replace=False)
     hist = obs[idx][:, None].astype(np.float32)  # (N, To=1, Do)
     warm_start(agent, source)
     out = {"run": str(run), "agent": str(cfg.agent.name), "start": spread(agent, hist, draws)}
-    agent.load_state_dict(torch.load(run / "checkpoints" / "latest.pt", weights_only=True, map_location="cpu")["agent"])
+    agent.load_state_dict(load_checkpoint(run)["agent"])
     out["end"] = spread(agent, hist, draws)
     return out
 
