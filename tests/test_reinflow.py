@@ -468,3 +468,45 @@ def test_per_step_ratio_scores_each_transition_like_dppo_and_moves_with_the_adva
         new = agent.log_prob(d["cond"], d["chains"])[0]
     delta = (new - d["logp"]).mean(dim=1)
     assert float(delta[sign > 0].mean()) > 0 > float(delta[sign < 0].mean())
+
+
+def test_clip_schedule_over_transitions_clips_each_ratio_at_its_own_bound(one_thread):
+    """``clip_base`` (with ``per_step_ratio``): transition ``i`` of ``K_s`` is clipped at DPPO's schedule
+    ``clip_schedule(K_s, clip, clip_base)[i]``; the clip fraction of a shifted policy is the share of ratios past
+    their own bound, and the option without ``per_step_ratio`` is refused."""
+    from robotrl.agents.dppo.loss import clip_schedule
+    from robotrl.errors import ConfigError
+
+    agent = _agent(per_step_ratio=True, clip=0.05, clip_base=0.001)
+    logp = torch.zeros(6, agent.policy.K)
+    eps = agent._clip(logp).view(6, agent.policy.K)
+    torch.testing.assert_close(eps[0], clip_schedule(agent.policy.K, 0.05, 0.001))
+    assert float(eps[0, 0]) == pytest.approx(0.001) and float(eps[0, -1]) == pytest.approx(0.05)
+    assert torch.equal(eps, eps[:1].expand_as(eps))
+    ro = _rollout(agent)
+    d = agent._prepare(ro)
+    d["logp"] = d["logp"] - 0.01  # every current ratio is exp(0.01) ≈ 1.01: past 0.001, inside 0.05
+    out = agent._minibatch(d, torch.arange(d["cond"].shape[0]), train_actor=True)
+    inside = clip_schedule(agent.policy.K, 0.05, 0.001) > 0.0101
+    assert float(out["clipfrac"]) == pytest.approx(1.0 - float(inside.float().mean()))
+    with pytest.raises(ConfigError, match="per_step_ratio"):
+        _agent(clip_base=0.001)
+
+
+def test_noise_lr_gives_the_noise_net_its_own_rate_under_the_actor_schedule(one_thread):
+    """``noise_lr``: the noise net is a second AdamW group whose rate is the actor's schedule times
+    ``noise_lr / actor_lr`` at every iteration; without it there is one group (the reference), so older
+    checkpoints' optimiser states still load."""
+    from robotrl.errors import ConfigError
+
+    agent = _agent(noise_lr=1e-3, actor_lr=4e-5, actor_lr_min=2e-5, lr_cycle_iters=10, lr_warmup_iters=2)
+    g_flow, g_noise = agent.actor_opt.param_groups
+    assert {id(q) for q in g_noise["params"]} == {id(q) for q in agent.policy.noise_net.parameters()}
+    assert len(g_flow["params"]) + len(g_noise["params"]) == len(list(agent.policy.parameters()))
+    for it in (0, 1, 5, 9, 12):
+        rates = agent.set_learning_rates(it)
+        assert g_flow["lr"] == pytest.approx(rates["actor_lr"])
+        assert g_noise["lr"] == pytest.approx(rates["actor_lr"] * 1e-3 / 4e-5)
+    assert len(_agent().actor_opt.param_groups) == 1
+    with pytest.raises(ConfigError, match="noise_lr"):
+        _agent(noise_lr=0.0)

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from robotrl.agents.flow.sampling import euler_sample
-from robotrl.agents.dppo.loss import chunk_log_prob
+from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
 from robotrl.agents.ppo.update import ONPOLICY_STATE, gae_targets, load_state, minibatch_epochs, save_state
 from robotrl.agents.reinflow.loss import (chain_entropy, chain_log_prob, decayed_max_std, w2_bc_loss,
@@ -107,6 +107,11 @@ class ReinFlowAgent:
             ``logprob_min``/``logprob_max``, ``normalize_logprob`` and ``include_initial_logprob`` then shape only
             the logged entropy, not the ratio. Minibatches still draw env steps (each with its ``K_s`` transitions),
             where DPPO draws (env step, denoising step) pairs independently: the same loss in expectation.
+        clip_base, clip_rate: with ``per_step_ratio``, DPPO's clip schedule over the ``K_s`` scored transitions
+            (:func:`robotrl.agents.dppo.loss.clip_schedule`: ``clip_base`` on the first, growing at ``clip_rate`` to
+            ``clip`` on the last; a deviation, ``None``: ``clip`` on every transition).
+        noise_lr: the noise network's learning rate in its own AdamW group, following the actor's schedule scaled
+            by ``noise_lr / actor_lr`` (a deviation; ``None``: the actor's rate, as the reference).
         critic_hidden, critic_act: value net.
         n_epochs, batch_size: epochs and minibatch size in env steps.
         repeat_samples: each env step appears this many times per epoch (ReinFlow's ``repeat_samples``
@@ -120,7 +125,8 @@ class ReinFlowAgent:
         device, seed: torch device; seed of the chain noise and minibatch order.
 
     Raises:
-        ConfigError: ``repeat_samples < 1``, ``flow_steps < 1`` or bad flow/noise settings.
+        ConfigError: ``repeat_samples < 1``, ``flow_steps < 1``, ``clip_base`` without ``per_step_ratio``, a
+            ``noise_lr`` that is not positive, or bad flow/noise settings.
         ValueError: a learning-rate cycle that :func:`~robotrl.agents.reinflow.loss.warmup_cosine_lr` refuses
             (``lr_cycle_iters < 1`` or ``lr_warmup_iters`` not below it).
     """
@@ -140,6 +146,7 @@ class ReinFlowAgent:
                  critic_lr: float = 6.5e-4, critic_weight_decay: float = 1e-5, actor_lr_min: float | None = 2e-5,
                  critic_lr_min: float | None = 3e-4, lr_cycle_iters: int = 100, lr_warmup_iters: int = 10,
                  score_clamped_final: bool = True, straight_through_clip: bool = False, per_step_ratio: bool = False,
+                 clip_base: float | None = None, clip_rate: float = 3.0, noise_lr: float | None = None,
                  critic_hidden=(256, 256, 256),
                  critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000, repeat_samples: int = 10,
                  target_kl: float | None = 1.0, vf_coef: float = 0.5, ent_coef: float = 0.03, bc_coef: float = 0.0,
@@ -149,6 +156,11 @@ class ReinFlowAgent:
             raise ConfigError(f"agent.model.flow_steps must be >= 1, got {flow_steps}")
         if repeat_samples < 1:
             raise ConfigError(f"agent.model.repeat_samples must be >= 1, got {repeat_samples}")
+        if clip_base is not None and not per_step_ratio:
+            raise ConfigError("agent.model.clip_base schedules the clip over the Euler transitions, which needs "
+                              "agent.model.per_step_ratio=true (or leave clip_base=null)")
+        if noise_lr is not None and noise_lr <= 0:
+            raise ConfigError(f"agent.model.noise_lr must be > 0 (or null: the actor's rate), got {noise_lr}")
         self.device = torch.device(device)
         self.policy = ReinFlowPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
                                      act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
@@ -160,7 +172,10 @@ class ReinFlowAgent:
         self.policy.to(self.device).eval()
         self.ref_velocity = copy.deepcopy(self.policy.velocity).requires_grad_(False)
         self.critic = ValueNet(obs_horizon * obs_dim, critic_hidden, critic_act).to(self.device)
-        self.actor_opt = torch.optim.AdamW(self.policy.parameters(), lr=actor_lr, weight_decay=actor_weight_decay)
+        self.actor_opt = torch.optim.AdamW(self._actor_groups(noise_lr, actor_lr), lr=actor_lr,
+                                           weight_decay=actor_weight_decay)
+        for g in self.actor_opt.param_groups:
+            g["lr"] = actor_lr * g.get("lr_scale", 1.0)
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic_lr, weight_decay=critic_weight_decay)
         self.std_min, self.std_max = float(std_min), float(std_max)
         self.noise_decay_iters = None if noise_decay_iters is None else int(noise_decay_iters)
@@ -180,7 +195,18 @@ class ReinFlowAgent:
         self.score_clamped_final = bool(score_clamped_final)
         self.policy.straight_through_clip = bool(straight_through_clip)
         self.per_step_ratio = bool(per_step_ratio)
+        self.clip_base, self.clip_rate = (None if clip_base is None else float(clip_base)), float(clip_rate)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    def _actor_groups(self, noise_lr: float | None, actor_lr: float) -> list[dict]:
+        """The actor optimiser's parameter groups: one (the reference), or with ``noise_lr`` the velocity net and
+        the noise net apart, the latter's rate scaled by ``noise_lr / actor_lr`` (``lr_scale``)."""
+        if noise_lr is None:
+            return [{"params": list(self.policy.parameters())}]
+        noise = list(self.policy.noise_net.parameters())
+        ids = {id(q) for q in noise}
+        return [{"params": [q for q in self.policy.parameters() if id(q) not in ids], "lr_scale": 1.0},
+                {"params": noise, "lr_scale": float(noise_lr) / float(actor_lr)}]
 
     # ------------------------------------------------------------------ warm start
     def load_pretrained(self, path: str) -> None:
@@ -291,7 +317,7 @@ class ReinFlowAgent:
             adv = normalize_advantages(d["adv"][s])
             if self.per_step_ratio:  # (M, K_s) ratios, each with its env step's advantage
                 adv = adv[:, None].expand_as(logp)
-            pl, info = ppo_policy_loss(logp.flatten(), d["logp"][s].flatten(), adv.flatten(), self.clip)
+            pl, info = ppo_policy_loss(logp.flatten(), d["logp"][s].flatten(), adv.flatten(), self._clip(logp))
             loss = loss + pl - self.ent_coef * ent.mean()
             out.update(policy_loss=pl.detach(), entropy=ent.mean().detach(), **info)
             if self.bc_coef > 0:
@@ -303,6 +329,14 @@ class ReinFlowAgent:
                 loss = loss + self.bc_coef * bc
                 out["bc_loss"] = bc.detach()
         return loss, out
+
+    def _clip(self, logp: torch.Tensor) -> torch.Tensor | float:
+        """PPO clip for log-probs ``(M,)`` or ``(M, K_s)``: ``clip``, or with ``clip_base`` DPPO's schedule over the
+        ``K_s`` transitions, flattened like ``logp``."""
+        if self.clip_base is None:
+            return self.clip
+        eps = clip_schedule(logp.shape[1], self.clip, self.clip_base, self.clip_rate).to(logp)
+        return eps[None, :].expand_as(logp).flatten()
 
     def _minibatch(self, d: dict, idx: torch.Tensor, train_actor: bool) -> dict[str, torch.Tensor]:
         loss, out = self.minibatch_loss(d, idx % d["cond"].shape[0], train_actor)
@@ -325,7 +359,7 @@ class ReinFlowAgent:
         for name, opt in (("actor", self.actor_opt), ("critic", self.critic_opt)):
             lr = warmup_cosine_lr(steps[name], *self.lr[name], self.lr_cycle_iters, self.lr_warmup_iters)
             for g in opt.param_groups:
-                g["lr"] = lr
+                g["lr"] = lr * g.get("lr_scale", 1.0)
             out[f"{name}_lr"] = lr
         return out
 
