@@ -499,6 +499,39 @@ def test_runs_table_names_hand_made_runs_by_label_and_records_each_runs_command(
         runs_document([tmp_path / "x"], None, metric="success", command="c", argv=[])
 
 
+
+def test_runs_table_refuses_a_run_without_report_unless_asked_and_reads_a_resumed_run_to_a_budget(tmp_path):
+    """A run directory given to ``runs_table`` is never dropped silently: without ``report.json`` it is refused (the
+    message names it and ``--unfinished``), with ``unfinished`` it is read from its checkpoint; ``max_steps`` reads a run
+    that was resumed past the comparison's budget up to it, curve and training wall time alike."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from runs_table import runs_document
+
+    from robotrl.bench.suite import BenchError
+    from robotrl.checkpoint import save_checkpoint
+
+    cfg = {"agent": {"name": "reinflow", "onpolicy": {}}, "seed": 0, "env": {"name": "fetch-push"}, "dataset": {"id": "d"}}
+    hist = [{"phase": "offline", "step": 0, "success_rate": 0.4}]
+    hist += [{"phase": "online", "step": s, "success_rate": v, "train_wall_s": w}
+             for s, v, w in ((100_000, 0.5, 200.0), (300_000, 0.6, 600.0), (600_000, 0.7, 1500.0))]
+    done, stopped = tmp_path / "resumed", tmp_path / "stopped"
+    for d in (done, stopped):
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text("- experiment=reinflow\n")
+    (done / "report.json").write_text(json.dumps({"config": cfg, "history": hist, "summary": {"wall_time_s": 1500.0}}))
+    save_checkpoint(stopped / "checkpoints" / "latest.pt", {"history": hist[:2], "config": cfg, "wall_time": 210.0})
+    with pytest.raises(BenchError, match=f"{stopped}.*--unfinished"):
+        runs_document([done, stopped], None, metric="success", command="c", argv=[])
+    doc = runs_document([done, stopped], ["resumed", "stopped"], metric="success", command="c", argv=[],
+                        unfinished=True, max_steps=300_000)
+    resumed, partial = doc["runs"]
+    assert resumed["curve"] == [[0, 0.4], [100_000, 0.5], [300_000, 0.6]] and resumed["wall_s"] == 600.0
+    assert resumed["read_to"] == 300_000
+    assert partial["method"] == "stopped" and partial["finished"] is False and partial["curve"][-1] == [100_000, 0.5]
+    rows = {line.split(" | ")[0]: line for line in learning_table(doc).splitlines()}
+    assert "0.50 (to 100k)" in rows["| stopped"] and "(to " not in rows["| resumed"]
+
+
 def test_a_ratio_target_on_a_cost_row_is_a_maximum_and_a_speed_up_target_a_minimum():
     """A time-to-score row (lower is better, target on the ratio, e.g. ReinFlow's time to DPPO's final return over
     DPPO's wall time, target <= 0.3) is met below its target; a throughput ratio target (a speed-up) above it."""

@@ -152,7 +152,10 @@ def offline_table(doc: dict) -> str:
 
 
 def learning_table(doc: dict) -> str:
-    """The CORL-style markdown table of one learning document (:func:`offline_table` for an offline-only one)."""
+    """The CORL-style markdown table of one learning document (:func:`offline_table` for an offline-only one).
+
+    A method with runs that stopped before the budget (``"finished": false``) shows its final cell as
+    ``… (to N)``, N the earliest of those runs' last evaluations."""
     if is_offline_only(doc):
         return offline_table(doc)
     metric = doc["metric"]
@@ -163,10 +166,15 @@ def learning_table(doc: dict) -> str:
         [f"final{' @' + _steps(max(doc['budgets'])) if doc['budgets'] else ''}", "regret", "onset dip"] + \
         ([f"time to {fmt(thr, metric)} s"] if thr is not None else []) + ["wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    stopped: dict[str, int] = {}  # method -> earliest last evaluation of its unfinished runs
+    for r in doc["runs"]:
+        if r.get("finished") is False:
+            stopped[r["method"]] = min(stopped.get(r["method"], r["stopped_at"]), r["stopped_at"])
     for m, s in st["methods"].items():
         name = f"{m} (peer)" if s["peer"] else m
+        final = cell(s["final"], metric) + (f" (to {_steps(stopped[m])})" if m in stopped else "")
         row = [name, str(s["n"]), cell(s["offline"], metric)] + [cell(s["budgets"][b], metric) for b in cols] + \
-            [cell(s["final"], metric), cell(s["regret"], metric), cell(s["dip"], metric)] + \
+            [final, cell(s["regret"], metric), cell(s["dip"], metric)] + \
             ([time_cell(s["time_to"])] if thr is not None else []) + [cell(s["wall"])]
         lines.append("| " + " | ".join(row) + " |")
     best = st["best"]
