@@ -499,7 +499,6 @@ def test_runs_table_names_hand_made_runs_by_label_and_records_each_runs_command(
         runs_document([tmp_path / "x"], None, metric="success", command="c", argv=[])
 
 
-
 def test_runs_table_refuses_a_run_without_report_unless_asked_and_reads_a_resumed_run_to_a_budget(tmp_path):
     """A run directory given to ``runs_table`` is never dropped silently: without ``report.json`` it is refused (the
     message names it and ``--unfinished``), with ``unfinished`` it is read from its checkpoint; ``max_steps`` reads a run

@@ -174,8 +174,6 @@ class ReinFlowAgent:
         self.critic = ValueNet(obs_horizon * obs_dim, critic_hidden, critic_act).to(self.device)
         self.actor_opt = torch.optim.AdamW(self._actor_groups(noise_lr, actor_lr), lr=actor_lr,
                                            weight_decay=actor_weight_decay)
-        for g in self.actor_opt.param_groups:
-            g["lr"] = actor_lr * g.get("lr_scale", 1.0)
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic_lr, weight_decay=critic_weight_decay)
         self.std_min, self.std_max = float(std_min), float(std_max)
         self.noise_decay_iters = None if noise_decay_iters is None else int(noise_decay_iters)
@@ -206,7 +204,7 @@ class ReinFlowAgent:
         noise = list(self.policy.noise_net.parameters())
         ids = {id(q) for q in noise}
         return [{"params": [q for q in self.policy.parameters() if id(q) not in ids], "lr_scale": 1.0},
-                {"params": noise, "lr_scale": float(noise_lr) / float(actor_lr)}]
+                {"params": noise, "lr": float(noise_lr), "lr_scale": float(noise_lr) / float(actor_lr)}]
 
     # ------------------------------------------------------------------ warm start
     def load_pretrained(self, path: str) -> None:
