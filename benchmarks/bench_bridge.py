@@ -227,7 +227,7 @@ def split(n: int = 2000) -> dict:
     from robotrl.real_robot.protocol import Authenticator
     from robotrl.real_robot.server import obs_body
 
-    cfg = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "robot" / "sim.yaml"))
+    cfg = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parents[1] / "robotrl" / "configs" / "robot" / "sim.yaml"))
     cfg["realtime"] = False
     robot = make_robot(cfg)
     sup = make_supervisor(cfg["safety"], robot.spec())

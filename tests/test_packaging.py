@@ -1,9 +1,5 @@
-"""The install layout: every Python package in the source tree is listed in pyproject.toml.
-
-`pip install .` (non-editable) ships only the packages listed under
-`[tool.setuptools] packages`; one missing from the list would import in the editable
-checkout and fail for users.
-"""
+"""The install layout: the file tree is the import tree (``robotrl/agents`` is ``robotrl.agents``),
+and `pip install .` ships every package setuptools discovers under ``robotrl/``."""
 
 from __future__ import annotations
 
@@ -15,28 +11,21 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-MAPPING = {"robotrl": "robotrl", "robotrl.envs": "envs", "robotrl.agents": "agents",
-           "robotrl.real_robot": "real_robot", "robotrl.configs": "configs"}
 
 
-def _source_packages() -> set[str]:
-    found = set()
-    for name, folder in MAPPING.items():
-        base = ROOT / folder
-        for init in base.rglob("__init__.py"):
-            rel = init.parent.relative_to(base)
-            sub = ".".join(rel.parts)
-            if name == "robotrl" and rel.parts and rel.parts[0] in {"envs", "agents", "real_robot", "configs"}:
-                continue
-            found.add(f"{name}.{sub}" if sub else name)
-    return found
+def test_the_file_tree_is_the_import_tree():
+    """Every package is a folder under ``robotrl/`` found by setuptools' package discovery: no
+    hand-kept package list, no folder mapped onto another import path."""
+    from setuptools import find_packages
 
-
-def test_every_source_package_is_listed_in_pyproject():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(cfg["packages"])
-    assert _source_packages() <= listed, sorted(_source_packages() - listed)
-    assert {k: v for k, v in cfg["package-dir"].items()} == MAPPING
+    assert set(cfg["packages"]) == {"find"} and "package-dir" not in cfg, "packages are discovered, not listed or mapped"
+    found = set(find_packages(str(ROOT), **cfg["packages"]["find"]))
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "robotrl").rglob("__init__.py")}
+    assert on_disk == found, sorted(on_disk ^ found)
+    assert {"robotrl.agents.qlearning", "robotrl.envs", "robotrl.real_robot", "robotrl.configs"} <= found
+    for top in ("agents", "envs", "real_robot", "configs"):
+        assert not (ROOT / top).exists(), f"{top}/ belongs under robotrl/"
 
 
 def test_console_script_points_at_the_cli():

@@ -76,7 +76,7 @@ def _build_single(
         env = FlattenGoalObservation(env)
     if rescale_actions:
         space = env.action_space
-        ones = np.ones(space.shape, dtype=space.dtype)  # bounds in the space's dtype: no cast warning
+        ones = np.ones(space.shape, dtype=space.dtype)  # type: ignore[type-var]  # bounds in the space's dtype: no cast warning
         env = RescaleAction(env, min_action=-ones, max_action=ones)
     if action_chunk > 1:
         env = ActionChunk(env, action_chunk)
