@@ -421,6 +421,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     cfg = warm_start_architecture(cfg, overrides, run_dir)
 
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
+    if data is not None and cfg.env.name is None and not data.metadata.get("env_spec"):
+        return _build_without_env(cfg, run_dir, tcfg, data, device)  # recorded on a robot: offline, held-out validation
     task, cams, spec, info = run_spec(cfg, data)
     train_env = train_env_args(cfg.env, task)
     data = terminate_data_at_success(data, train_env, info.reports_success)
@@ -502,3 +504,60 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
                    seed=int(cfg.seed), run_config=resolved, title=title,
                    reward_scale=r_scale, reward_bias=r_bias, mc_sparse_fill=fill,
                    gamma=float(cfg.agent.get("gamma", 0.99)), goal_relabeler=relabeler, obs_layout=spec.layout())
+
+
+def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data: OfflineData, device) -> "Runner":
+    """A run on a dataset with no env behind it (no ``env_spec``, no ``env.name``: recorded on a robot, or converted
+    from LeRobot): offline updates on most episodes, evaluation on the held-out rest (:mod:`robotrl.validation`)
+    instead of rollouts. The checkpoint deploys through the bridge as any other.
+
+    Raises:
+        ConfigError: online steps or an on-policy agent (both need an env to act in), HER, too few episodes.
+    """
+    from robotrl.validation import Validator, split_episodes
+
+    name = data.metadata.get("dataset_id")
+    if cfg.agent.get("onpolicy") is not None or tcfg.online_steps > 0:
+        raise ConfigError(f"dataset {name!r} records no env and env.name is not set, so there is nothing to act in: "
+                          "train offline (an offline agent such as agent=bc, or trainer.online_steps=0), or name the "
+                          "env it was recorded in (env.name=<gymnasium id>); online learning on a robot is `robotrl "
+                          "learner` + `robotrl actor`")
+    if tcfg.her_ratio > 0:
+        raise ConfigError("trainer.her_ratio relabels goals with the env's goal functions, and this run has no env: "
+                          "set trainer.her_ratio=0")
+    if wants_cameras(cfg):
+        if not data.images:
+            _data_cameras(data)  # raises the no-cameras error
+        spec = ObservationSpec(data.obs_dim, data.action_dim, {k: tuple(v.shape[1:]) for k, v in data.images.items()},
+                               data.obs_layout.to_json() if data.obs_layout is not None else None, frame_stack_of(cfg))
+    else:
+        spec = ObservationSpec(data.obs_dim, data.action_dim)
+        if data.images:
+            import dataclasses
+
+            data = dataclasses.replace(data, images=None, image_index=None)  # obs=state reads the state only
+    train, held_out = split_episodes(data, tcfg.validation_fraction, int(cfg.seed))
+    r_scale, r_bias, fill = reward_transform(cfg.agent)
+    gamma = float(cfg.agent.get("gamma", 0.99))
+    obs_norm = (observation_normalizer(train, spec.obs_dim, cfg.agent.model.get("obs_clip"), cfg.dataset.get("obs_std_floor"))
+                if spec.obs_dim else None)
+    agent = build_agent(cfg.agent.model, spec, obs_normalizer=obs_norm,
+                        action_scaler=action_scaler_for(data.action_space, train), device=device, seed=int(cfg.seed))
+    from robotrl.experiment_parts import transformed_rewards
+
+    validator = Validator(transformed_rewards(cfg.agent, held_out), gamma=gamma, mc_sparse_fill=fill)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["derived"] = {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "observation": spec.to_dict(),
+                           "train_env": None, "eval_env": None, "device": str(device),
+                           "evaluation": "validation on held-out episodes (no env)",
+                           "dataset_transitions": train.num_transitions, "validation_episodes": held_out.num_episodes,
+                           "validation_transitions": held_out.num_transitions, "ref_scores": None}
+    if spec.has_cameras:
+        resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
+    print(f"dataset {name!r} records no env: training offline on {train.num_episodes} episodes, measuring on "
+          f"{held_out.num_episodes} held-out episodes (trainer.validation_fraction={tcfg.validation_fraction})")
+    return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed)),
+                   make_eval_env=None, validator=validator, seed=int(cfg.seed), run_config=resolved,
+                   title=f"{cfg.agent.name} on {name} (no env: held-out validation)", reward_scale=r_scale,
+                   reward_bias=r_bias, mc_sparse_fill=fill, gamma=gamma, obs_layout=spec.layout())
+

@@ -77,6 +77,9 @@ def format_eval(res: dict) -> str:
     and the normalised score and success rate only where the task has them (never a
     ``success 0.00`` for a task without a success signal)."""
     what = {"offline": "offline" if res.get("step", 0) else "start (pretrained policy)"}.get(res.get("phase"), res.get("phase"))
+    if res.get("evaluation") == "validation":  # no env: held-out episodes (robotrl.validation)
+        vals = "  ".join(f"{k[4:]} {v:.4g}" for k, v in res.items() if k.startswith("val_") and isinstance(v, float))
+        return f"[validation {what} step {res.get('step', 0)}, {res.get('val_episodes')} held-out episodes] {vals}"
     parts = [f"[eval {what} step {res.get('step', 0)}] return {res['return_mean']:.2f}"]
     score, succ = res.get("normalized_score", float("nan")), res.get("success_rate", float("nan"))
     if not math.isnan(score):
@@ -114,7 +117,10 @@ def success_metric(history: list[dict]) -> str:
 
 def plotted_metrics(history: list[dict]) -> list[str]:
     """The evaluation metrics a run has (one plot panel each): the return always, the
-    normalised score and the success rate only where some evaluation measured them."""
+    normalised score and the success rate only where some evaluation measured them; for a run
+    without an env, its held-out validation metrics."""
+    if history and history[-1].get("evaluation") == "validation":
+        return [k for k, v in history[-1].items() if k.startswith("val_") and isinstance(v, float)]
     return [m for m in ("return_mean", "normalized_score", "success_rate")
             if m == "return_mean" or any(not math.isnan(h.get(m, float("nan"))) for h in history)]
 

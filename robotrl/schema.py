@@ -42,6 +42,9 @@ class TrainerConfig:
         warmup_updates: updates run once on the online buffer when online warmup ends (PORL's pre-sample).
         her_ratio: off-policy goal tasks (Fetch, PointMaze): share of each batch relabelled with a future
             achieved goal (HER 0.8).
+        validation_fraction: a run without an env (a dataset with no ``env_spec`` and no ``env.name``, e.g.
+            recorded on a robot): the share of episodes held out of training to measure the policy on
+            (:mod:`robotrl.validation`); unused when there is an env.
     """
 
     offline_steps: int = 20_000
@@ -63,6 +66,7 @@ class TrainerConfig:
     init_parts: list[str] | None = None
     warmup_updates: int = 0
     her_ratio: float = 0.0
+    validation_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""
@@ -70,7 +74,7 @@ class TrainerConfig:
                                                   "checkpoint_every", "log_every", "num_envs", "online_buffer_size",
                                                   "utd"),
                        non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates"),
-                       fractions=("offline_ratio", "her_ratio"))
+                       fractions=("offline_ratio", "her_ratio", "validation_fraction"))
 
 
 @dataclass

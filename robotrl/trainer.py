@@ -288,14 +288,15 @@ class OffPolicyLoop:
 
 
 def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
-            make_eval_env: Callable[[], gym.Env], make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
+            make_eval_env: Callable[[], gym.Env] | None, make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
             ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
-            title: str = "", **loop_kwargs) -> Runner:
+            title: str = "", validator: Callable[..., dict] | None = None, **loop_kwargs) -> Runner:
     """A :class:`~robotrl.runner.Runner` driving an :class:`OffPolicyLoop` (the off-policy trainer).
 
     Args:
         agent, config, offline_buffer, make_train_envs, seed: as :class:`OffPolicyLoop`.
-        run_dir, make_eval_env, ref_scores, run_config, title: as :class:`~robotrl.runner.Runner`.
+        run_dir, make_eval_env, ref_scores, run_config, title, validator: as :class:`~robotrl.runner.Runner`
+            (a run without an env: ``make_eval_env=None`` and a :class:`robotrl.validation.Validator`).
         loop_kwargs: ``reward_scale``, ``reward_bias``, ``mc_sparse_fill``, ``gamma``, ``obs_layout``,
             ``goal_relabeler`` of the loop.
 
@@ -305,4 +306,5 @@ def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *
     loop = OffPolicyLoop(agent, config, offline_buffer=offline_buffer, make_train_envs=make_train_envs, seed=seed,
                          **loop_kwargs)
     return Runner(loop, run_dir, make_eval_env=make_eval_env, ref_scores=ref_scores, seed=seed,
-                  run_config=run_config, title=title, init_from=config.init_from, init_parts=config.init_parts)
+                  run_config=run_config, title=title, init_from=config.init_from, init_parts=config.init_parts,
+                  validator=validator)
