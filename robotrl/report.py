@@ -181,18 +181,27 @@ def write_report(run_dir: Path, *, summary: dict, history: list[dict], config: d
         lines += ["", f"_{ONSET_DEFINITION}._"]
     metric = success_metric(history)
     shown = plotted_metrics(history)
-    score, succ = "normalized_score" in shown, "success_rate" in shown
-    both = succ and metric == "final-step"  # the convention is the final step: the any-step rate beside it
-    cols = (["phase", "step", "return"] + (["normalized score"] if score else [])
-            + ([f"success rate ({metric})"] if succ else []) + (["success rate (any-step)"] if both else []) + ["episodes"])
-    lines += ["", "## Evaluations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    nan = float("nan")
-    for h in history:
-        row = [str(h.get("phase")), str(h["step"]), f"{_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))}"]
-        row += [_fmt(h.get("normalized_score", nan))] if score else []
-        row += [_fmt(h.get("success_rate", nan))] if succ else []
-        row += [_fmt(h.get("success_any_rate", nan))] if both else []
-        lines.append("| " + " | ".join(row + [str(int(h.get("episodes", 0)))]) + " |")
+    if history and history[-1].get("evaluation") == "validation":  # no env: held-out episodes (robotrl.validation)
+        cols = ["phase", "step", *shown, "held-out episodes"]
+        lines += ["", "## Validation on held-out episodes (no env)", "", "| " + " | ".join(cols) + " |",
+                  "|" + "---|" * len(cols)]
+        for h in history:
+            row = [str(h.get("phase")), str(h["step"]), *(_fmt(h.get(m, float("nan"))) for m in shown)]
+            lines.append("| " + " | ".join(row + [str(h.get("val_episodes", ""))]) + " |")
+    else:
+        score, succ = "normalized_score" in shown, "success_rate" in shown
+        both = succ and metric == "final-step"  # the convention is the final step: the any-step rate beside it
+        cols = (["phase", "step", "return"] + (["normalized score"] if score else [])
+                + ([f"success rate ({metric})"] if succ else []) + (["success rate (any-step)"] if both else [])
+                + ["episodes"])
+        lines += ["", "## Evaluations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        nan = float("nan")
+        for h in history:
+            row = [str(h.get("phase")), str(h["step"]), f"{_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))}"]
+            row += [_fmt(h.get("normalized_score", nan))] if score else []
+            row += [_fmt(h.get("success_rate", nan))] if succ else []
+            row += [_fmt(h.get("success_any_rate", nan))] if both else []
+            lines.append("| " + " | ".join(row + [str(int(h.get("episodes", 0)))]) + " |")
     if metric != "n/a":
         from robotrl.evaluation import SUCCESS_CONVENTION
 

@@ -169,7 +169,7 @@ class OffPolicyLoop:
         """Budgets, gradient updates, the last offline evaluation; onset window from the online start."""
         out = {"offline_steps": self.cfg.offline_steps, "online_steps": self.cfg.online_steps,
                "gradient_updates": self.updates}
-        offline = [h for h in history if h["phase"] == "offline"]
+        offline = [h for h in history if h["phase"] == "offline" and "return_mean" in h]  # rollouts, not validation
         if offline:
             out["offline_return"] = offline[-1]["return_mean"]
             out["offline_normalized_score"] = offline[-1]["normalized_score"]
