@@ -91,12 +91,12 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
         RobotRLError: a pixel policy's export failed or differs from the policy
             (:func:`robotrl.vision.export.export_pixel_onnx`).
     """
-    from robotrl.vision.frontend import PixelPolicyFrontend
+    from robotrl.vision.frontend import ObservationFrontend
 
     bad = set(formats) - {"torchscript", "onnx"}
     if bad:
         raise ValueError(f"unknown export formats {sorted(bad)}; choose from 'torchscript', 'onnx'")
-    if isinstance(policy, PixelPolicyFrontend):
+    if isinstance(policy, ObservationFrontend) and policy.has_cameras:
         return _export_pixel_policy(policy, Path(out_dir), formats, opset)
     if not hasattr(policy, "obs_dim") or not hasattr(policy, "action_dim"):
         raise ValueError("the policy must expose obs_dim and action_dim (the robotrl Policy protocol)")
@@ -471,10 +471,10 @@ def _ts_fn(path: Path, example: torch.Tensor):
 def _from_checkpoint(p: Path) -> DeployPolicy:
     from robotrl.policy import load_policy
 
-    from robotrl.vision.frontend import PixelPolicyFrontend
+    from robotrl.vision.frontend import ObservationFrontend
 
     policy = load_policy(str(p))
-    if isinstance(policy, PixelPolicyFrontend):
+    if isinstance(policy, ObservationFrontend) and policy.has_cameras:
         cams = pixel_cameras(policy)
         pairs = [(c["key"], c["name"]) for c in cams]
 
