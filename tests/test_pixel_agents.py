@@ -216,3 +216,32 @@ def test_state_and_camera_q_learning_are_one_class_with_one_utd_meaning(utd):
     assert state_agent.act(np.zeros((3, 1), np.float32)).shape == (3, 2)
     frames = {"cam": rng.integers(0, 256, (3, 16, 16, 3), dtype=np.uint8)}
     assert camera_agent.explore(np.zeros((3, 1), np.float32), frames).shape == (3, 2)
+
+
+def test_checkpoints_of_the_former_pixel_classes_load_as_the_merged_classes():
+    """A policy saved under the deleted camera-only classes (target PixelSACPolicy / PixelResidualPolicy, kwarg
+    state_dim, the TD3 residual without log_std) rebuilds as QLPolicy / ResidualPolicy and acts identically."""
+    from robotrl.agents.bc.policy import BCPolicy
+    from robotrl.agents.qlearning import QLPolicy
+    from robotrl.agents.residual import ResidualPolicy
+
+    shapes = {"cam": (16, 16, 3)}
+    rng = np.random.default_rng(0)
+    s = torch.as_tensor(rng.normal(size=(4, 3)).astype(np.float32))
+    im = {"cam": torch.as_tensor(rng.integers(0, 256, (4, 16, 16, 3), dtype=np.uint8))}
+    torch.manual_seed(0)
+    ql = QLPolicy(3, 2, hidden=(16,), image_shapes=shapes, channels=4, feature_dim=8).eval()
+    res = ResidualPolicy(3, 2, BCPolicy(3, 2, hidden=[8]), hidden=[16], head="tanh", image_shapes=shapes, channels=4,
+                         feature_dim=8).eval()
+    with torch.no_grad():
+        res.residual.net[-1].weight.normal_()  # a trained residual: not the base alone
+    for policy, old in ((ql, "robotrl.agents.qlearning.pixels.PixelSACPolicy"),
+                        (res, "robotrl.agents.residual.pixels.PixelResidualPolicy")):
+        state = policy_state(policy)
+        kwargs = {("state_dim" if k == "obs_dim" else k): v for k, v in state["kwargs"].items()
+                  if k not in ("head", "init_log_std", "learn_log_std")}  # what the old classes saved
+        weights = {k: v for k, v in state["state_dict"].items() if k != "log_std"}
+        rebuilt = build_policy({"target": old, "kwargs": kwargs, "state_dict": weights})
+        assert type(rebuilt) is type(policy)
+        with torch.no_grad():
+            torch.testing.assert_close(rebuilt(s, im), policy(s, im), rtol=0, atol=0)

@@ -29,7 +29,7 @@ class PolicyHolder:
     """The actor's current policy, rebuilt from pushed :class:`Weights`.
 
     Only classes under ``robotrl.agents.`` are built (:func:`robotrl.policy.policy_class`). A pixel policy
-    (:class:`~robotrl.vision.frontend.PixelPolicyFrontend`: pixel RLPD/SAC, the pixel residual) acts on the robot's
+    (an :class:`~robotrl.vision.frontend.ObservationFrontend` with cameras: pixel RLPD/SAC, the pixel residual) acts on the robot's
     state ``(Ds,)`` and camera frames ``{camera: uint8 (H, W, C)}``; it must see exactly the robot's cameras at their
     frame size (its ``image_shapes`` ``{"pixels/<camera>": [H, W, C]}``), else :meth:`load` refuses it.
 
