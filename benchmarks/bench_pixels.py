@@ -12,7 +12,8 @@ Without d3rlpy the script prints a note and times robotrl only.)
 
 What it measures:
 
-1. updates/s of :class:`robotrl.agents.qlearning.pixels.PixelSACAgent` (RLPD settings: 10
+1. updates/s of :class:`robotrl.agents.qlearning.QLAgent` on cameras (``critic_utd=1``: one critic and one
+   actor step per update; RLPD settings: 10
    LayerNorm critics, min of 2 target heads; DrQ conv encoder, 32 channels, feature 50; one
    camera; a 4-dim state appended to the image features) at batch ``--batch`` (256) on 64x64 and
    128x128 frames, with random shift (pad 4, the default for Q-learning) and without (pad 0);
@@ -160,7 +161,7 @@ def setting(batch: int, d3rlpy_critics: list[int]) -> dict:
     return {
         "batch": batch, "action_dim": 2, "cameras": 1,
         "robotrl": {
-            "agent": "PixelSACAgent(algo='sac'): RLPD settings", "num_critics": 10, "target_heads_min": 2,
+            "agent": "QLAgent(algo='sac', image_shapes=..., critic_utd=1): RLPD settings", "num_critics": 10, "target_heads_min": 2,
             "actor_q": "mean over heads", "critic_hidden": [256, 256], "critic_layer_norm": True,
             "actor_hidden": [256, 256],
             "encoder": "DrQ trunk 4x conv 3x3, 32 ch, first stride 2, ReLU; flatten; Linear->LayerNorm->tanh to 50",
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
     set_threads(args.threads)
     import torch
 
-    from robotrl.agents.qlearning.pixels import PixelSACAgent
+    from robotrl.agents.qlearning import QLAgent
     from robotrl.data import ActionScaler, ObservationNormalizer
 
     d3_version = _have_d3rlpy() if args.d3rlpy_critics else None
@@ -228,8 +229,10 @@ def main(argv: list[str] | None = None) -> dict:
                "naive_float32_bytes_per_transition": 2 * frame * 4}
         cases = []
         for pad in (4, 0):
-            agent = PixelSACAgent({"cam": (size, size, 3)}, 4, 2, obs_normalizer=ObservationNormalizer.identity(4),
-                                  action_scaler=ActionScaler(-np.ones(2), np.ones(2)), augment_pad=pad, seed=0)
+            agent = QLAgent(4, 2, image_shapes={"cam": (size, size, 3)}, obs_normalizer=ObservationNormalizer.identity(4),
+                            action_scaler=ActionScaler(-np.ones(2), np.ones(2)), num_critics=10, target_subset=2,
+                            critic_layer_norm=True, backup_entropy=True, actor_q="mean", init_alpha=0.1,
+                            augment_pad=pad, seed=0)
             it = iter(range(1 << 30))
 
             def fn(agent=agent, it=it, batches=batches):

@@ -180,9 +180,13 @@ def _instantiate_agent(model: DictConfig, **kwargs: Any) -> Any:
     Raises:
         RobotRLError: the constructor's own (``ConfigError``, ``CheckpointError``, ...).
     """
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
+    import inspect
 
+    from hydra.errors import InstantiationException
+    from hydra.utils import get_class, instantiate
+
+    if "state_dim" in kwargs and "obs_dim" in inspect.signature(get_class(str(model._target_))).parameters:
+        kwargs["obs_dim"] = kwargs.pop("state_dim")  # transitional (issue 41): merged agents name Ds obs_dim
     try:
         return instantiate(model, **kwargs, _convert_="all")
     except InstantiationException as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -74,8 +74,30 @@ def policy_state(policy: nn.Module) -> dict:
     return {"target": f"{cls.__module__}.{cls.__qualname__}", "kwargs": policy.spec(), "state_dict": policy.state_dict()}
 
 
+#: policy classes merged into another (issue 41: cameras are an option of one class per algorithm), so that
+#: checkpoints naming the old class keep loading: old class path -> (new class path, constructor kwargs the old
+#: class fixed, added where the saved kwargs lack them). The saved ``state_dim`` becomes ``obs_dim``.
+_RENAMED: dict[str, tuple[str, dict[str, Any]]] = {
+    "robotrl.agents.qlearning.pixels.PixelSACPolicy": ("robotrl.agents.qlearning.policy.QLPolicy", {}),
+    "robotrl.agents.residual.pixels.PixelResidualPolicy": ("robotrl.agents.residual.policy.ResidualPolicy",
+                                                           {"head": "tanh"}),
+}
+
+
+def renamed_policy(target: str, kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The class path and constructor kwargs that rebuild a policy saved as ``(target, kwargs)``: unchanged, or,
+    for a class merged into another (:data:`_RENAMED`), the new class with the kwargs renamed (``state_dim`` ->
+    ``obs_dim``) and completed."""
+    if target not in _RENAMED:
+        return target, dict(kwargs)
+    new, fixed = _RENAMED[target]
+    out = {("obs_dim" if k == "state_dim" else k): v for k, v in kwargs.items()}
+    return new, {**fixed, **out}
+
+
 def policy_class(target: str) -> type:
-    """The policy class named ``target`` (``"robotrl.agents.<module>.<Class>"``).
+    """The policy class named ``target`` (``"robotrl.agents.<module>.<Class>"``; a merged class's old
+    name gives the class it was merged into, :data:`_RENAMED`).
 
     Raises:
         CheckpointError: ``target`` is not under ``robotrl.agents.`` (a checkpoint may not
@@ -83,6 +105,7 @@ def policy_class(target: str) -> type:
     """
     if not target.startswith(_ALLOWED_PREFIX):
         raise CheckpointError(f"refusing to build policy class {target!r}: only classes under {_ALLOWED_PREFIX} are allowed")
+    target = _RENAMED.get(target, (target, {}))[0]
     module, _, name = target.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)
@@ -97,8 +120,8 @@ def build_policy(state: dict, device: str | torch.device = "cpu") -> nn.Module:
         CheckpointError: the class is not a robotrl agent class, cannot be imported, or
             the weights do not fit it.
     """
-    target = state.get("target", "")
-    policy = policy_class(target)(**state["kwargs"])
+    target, kwargs = renamed_policy(state.get("target", ""), state["kwargs"])
+    policy = policy_class(target)(**kwargs)
     try:
         policy.load_state_dict(state["state_dict"])
     except RuntimeError as exc:

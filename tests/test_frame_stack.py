@@ -21,7 +21,7 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 from pixel_runs import compose_train, run_robotrl  # noqa: E402
 
 from robotrl.agents.bc.pixels import PixelBCPolicy  # noqa: E402
-from robotrl.agents.residual.pixels import PixelResidualPolicy  # noqa: E402
+from robotrl.agents.residual import ResidualPolicy  # noqa: E402
 from robotrl.data import ReplayBuffer, load_dataset  # noqa: E402
 from robotrl.envs import make_env, osmesa_available  # noqa: E402
 from robotrl.errors import ConfigError  # noqa: E402
@@ -164,9 +164,11 @@ def test_a_residual_refuses_a_pixel_base_with_another_frame_stack():
     shapes = {KEY: (16, 16, 3)}
     base = PixelBCPolicy(shapes, 4, 2, hidden=[8], channels=4, feature_dim=8, frame_stack=1)
     with pytest.raises(ConfigError, match=r"frame_stack=1 frames per camera, this run 3: set agent.model.frame_stack=1"):
-        PixelResidualPolicy(shapes, 4, 2, base=base, hidden=[8], channels=4, feature_dim=8, frame_stack=3)
+        ResidualPolicy(4, 2, base=base, hidden=[8], head="tanh", image_shapes=shapes, channels=4, feature_dim=8,
+                       frame_stack=3)
     same = PixelBCPolicy(shapes, 4, 2, hidden=[8], channels=4, feature_dim=8, frame_stack=3)
-    res = PixelResidualPolicy(shapes, 4, 2, base=same, hidden=[8], channels=4, feature_dim=8, frame_stack=3).eval()
+    res = ResidualPolicy(4, 2, base=same, hidden=[8], head="tanh", image_shapes=shapes, channels=4, feature_dim=8,
+                         frame_stack=3).eval()
     stack = {KEY: torch.randint(0, 256, (2, 16, 16, 9), dtype=torch.uint8)}
     s = torch.randn(2, 4)
     assert torch.equal(res(s, stack), same.eval()(s, stack))  # zero residual: the base on the same stacks

@@ -117,7 +117,7 @@ def test_batches_carry_each_frame_once_and_a_learner_of_states_gets_none():
 def test_mismatched_cameras_are_refused_at_start_by_learner_and_actor(tmp_path):
     """Learner start: demos of another frame size, demos without frames, a pixel agent on a robot without cameras.
     Actor start: a pixel policy for 24 px on a 16 px robot (before any step). Each names both and the way out."""
-    from robotrl.agents.qlearning.pixels import PixelSACPolicy
+    from robotrl.agents.qlearning import QLPolicy
     from robotrl.policy import policy_state
     from robotrl.real_robot.factory import make_robot, make_supervisor
     from robotrl.real_robot.learner_link import Weights
@@ -139,7 +139,7 @@ def test_mismatched_cameras_are_refused_at_start_by_learner_and_actor(tmp_path):
         build_learner(_compose([b for b in base if b != "robot.cameras=[topdown]"]))
 
     # the actor: the robot's cameras against the pixel policy it is given, before the first episode
-    ps = policy_state(PixelSACPolicy({"pixels/topdown": [PX, PX, 3]}, 8, 2, hidden=(16,), channels=8, feature_dim=8))
+    ps = policy_state(QLPolicy(8, 2, hidden=(16,), image_shapes={"pixels/topdown": [PX, PX, 3]}, channels=8, feature_dim=8))
     w = Weights(3, ps["target"], ps["kwargs"], ps["state_dict"], 0.0, 0.0)
     robot_cfg = {"driver": "sim", "task": "pointmaze-umaze", "realtime": False, "cameras": ["topdown"], "image_size": 16}
     dev = make_robot(robot_cfg)
@@ -231,7 +231,7 @@ def test_pixel_rlpd_learner_and_actor_on_the_camera_twin(tmp_path):
         _finish(tmp_path, learner, actor, actor_log, 32, 0.25)
     finally:
         stop_all(learner, actor, bad)
-    assert "PixelSACAgent" in llog.read_text()
+    assert "QLAgent" in llog.read_text()
     st = status(tmp_path / "learner")
     steps = sum(e["steps"] for e in episode_lines(actor_log))
     from robotrl.data import load_dataset
@@ -260,7 +260,7 @@ def test_pixel_rlpd_learner_and_actor_on_the_camera_twin(tmp_path):
     # 2. the actor acted with the pushed pixel policies: every recorded action is its version's output on the
     #    recorded state and frame; the kept weights are the last version's bit for bit, encoder included
     target, kwargs = ck["policy"]["target"], ck["policy"]["kwargs"]
-    assert target.endswith("PixelSACPolicy") and kwargs["image_shapes"] == {"pixels/topdown": [PX, PX, 3]}
+    assert target.endswith("QLPolicy") and kwargs["image_shapes"] == {"pixels/topdown": [PX, PX, 3]}
     versions = np.concatenate([z["info_weights_version"][1:] for z in eps])
     states = np.concatenate([z["observations"][:-1] for z in eps])
     frames = np.concatenate([z["frames_topdown"][:-1] for z in eps])
@@ -342,10 +342,10 @@ def test_pixel_residual_on_a_frozen_pixel_base_through_the_online_path(tmp_path)
              "agent.model.base_noise_steps=0", "agent.model.actor_lr=1e-3", "trainer.batch_size=16",
              "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.25"]
     llog = _learn_online(tmp_path, agent, 4, 40, 0.25)
-    assert "PixelResidualAgent" in llog.read_text()
+    assert "ResidualOffPolicyAgent" in llog.read_text()
     ck = load_checkpoint(tmp_path / "learner" / "checkpoints" / "latest.pt")
     target, kwargs = ck["policy"]["target"], ck["policy"]["kwargs"]
-    assert target.endswith("PixelResidualPolicy") and kwargs["base"]["target"] == base["target"]
+    assert target.endswith("ResidualPolicy") and kwargs["image_shapes"] and kwargs["base"]["target"] == base["target"]
     eps = _episodes(tmp_path / "actor")
     versions = np.concatenate([z["info_weights_version"][1:] for z in eps])
     states = np.concatenate([z["observations"][:-1] for z in eps])

@@ -22,7 +22,7 @@ from pixel_runs import compose_train, run_robotrl  # noqa: E402
 from test_pixel_agents import S, _space, square_task  # noqa: E402
 
 from robotrl.agents.diffusion.pixels import PixelDiffusionAgent, PixelDiffusionPolicy  # noqa: E402
-from robotrl.agents.residual.pixels import PixelResidualAgent  # noqa: E402
+from robotrl.agents.residual import ResidualOffPolicyAgent  # noqa: E402
 from robotrl.checkpoint import load_checkpoint  # noqa: E402
 from robotrl.data import ActionScaler, Episode, ObservationNormalizer, ReplayBuffer, load_dataset, write_dataset  # noqa: E402
 from robotrl.envs import make_env_from_args, osmesa_available  # noqa: E402
@@ -151,10 +151,10 @@ def test_pixel_diffusion_learns_a_generated_camera_task(squares, one_thread):
 
 def test_a_pixel_diffusion_policy_is_a_residual_base_that_the_residual_starts_at(squares):
     dp = _agent(squares, action_horizon=2, act_steps=2).policy
-    residual = PixelResidualAgent(SHAPES, 1, 3, obs_normalizer=ObservationNormalizer.identity(1),
-                                  action_scaler=ActionScaler(-np.ones(3), np.ones(3)), base=policy_state(dp),
-                                  base_overrides={"act_steps": 1}, hidden=[16], critic_hidden=[16], num_critics=2,
-                                  channels=4, feature_dim=8)
+    residual = ResidualOffPolicyAgent(1, 3, image_shapes=SHAPES, obs_normalizer=ObservationNormalizer.identity(1),
+                                      action_scaler=ActionScaler(-np.ones(3), np.ones(3)), base=policy_state(dp),
+                                      base_overrides={"act_steps": 1}, hidden=[16], critic_hidden=[16], num_critics=2,
+                                      channels=4, feature_dim=8)
     base = residual.policy.base
     assert isinstance(base, PixelDiffusionPolicy) and (base.To, base.Te) == (1, 1)
     batch = squares.sample(8)

@@ -23,7 +23,7 @@ from pixel_runs import compose_train, run_robotrl  # noqa: E402
 
 from robotrl.agents.bc.pixels import PixelBCPolicy  # noqa: E402
 from robotrl.agents.bc.policy import BCPolicy  # noqa: E402
-from robotrl.agents.residual.pixels import PixelResidualAgent  # noqa: E402
+from robotrl.agents.residual import ResidualOffPolicyAgent  # noqa: E402
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_checkpoint  # noqa: E402
 from robotrl.data import ActionScaler, ObservationNormalizer, ReplayBuffer  # noqa: E402
 from robotrl.envs import make_env_from_args, osmesa_available  # noqa: E402
@@ -90,7 +90,7 @@ def test_residual_pixels_on_a_pixel_base_trains_checkpoints_and_evaluates(pixel_
 
     ckpt, base = load_checkpoint(run_dir), load_checkpoint(pixel_base)["policy"]
     pol = ckpt["policy"]
-    assert pol["target"] == "robotrl.agents.residual.pixels.PixelResidualPolicy"
+    assert pol["target"] == "robotrl.agents.residual.policy.ResidualPolicy"  # the state residual's class
     assert pol["kwargs"]["base"]["target"] == "robotrl.agents.bc.pixels.PixelBCPolicy"
     assert pol["kwargs"]["state_layout"] and pol["kwargs"]["image_shapes"] == {"pixels/topdown": [32, 32, 3]}
     # the base's weights travel inside the residual policy, unchanged by training (frozen)
@@ -157,10 +157,10 @@ def _pixel_bc(**kw) -> PixelBCPolicy:
                          feature_dim=8, pooling="spatial_softmax", **kw)
 
 
-def _agent(base, **kw) -> PixelResidualAgent:
-    return PixelResidualAgent(SHAPES, 3, 2, obs_normalizer=ObservationNormalizer.identity(3),
-                              action_scaler=ActionScaler(-np.ones(2), np.ones(2)), base=base, hidden=[16],
-                              critic_hidden=[16], num_critics=2, channels=4, feature_dim=8, seed=0, **kw)
+def _agent(base, **kw) -> ResidualOffPolicyAgent:
+    return ResidualOffPolicyAgent(3, 2, image_shapes=SHAPES, obs_normalizer=ObservationNormalizer.identity(3),
+                                  action_scaler=ActionScaler(-np.ones(2), np.ones(2)), base=base, hidden=[16],
+                                  critic_hidden=[16], num_critics=2, channels=4, feature_dim=8, seed=0, **kw)
 
 
 def _buffer(n: int = 24) -> ReplayBuffer:
@@ -179,9 +179,9 @@ def test_the_actor_gradient_stops_at_the_shared_encoder_which_the_critic_trains(
     batch = _buffer().sample(8)
     state, images = batch.observations, batch.images()
     agent.policy.train()
-    z = agent.policy.encode(state, images)
+    z = agent.policy.features(state, images)
     assert z.requires_grad
-    agent.actor_loss(z, state, images).backward()
+    agent.actor_loss(state, z, images)[0].backward()
     enc = list(agent.policy.encoder.parameters())
     assert all(p.grad is None for p in enc)  # the actor's loss never reaches the encoder
     assert agent.policy.residual.net[-1].weight.grad.abs().sum() > 0  # it reaches the residual

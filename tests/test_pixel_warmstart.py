@@ -21,7 +21,7 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
 from pixel_runs import cli_env, compose_train, run_robotrl  # noqa: E402
 
-from robotrl.agents.qlearning.pixels import PixelSACAgent  # noqa: E402
+from robotrl.agents.qlearning import QLAgent  # noqa: E402
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_checkpoint  # noqa: E402
 from robotrl.data import ActionScaler, ObservationNormalizer, ReplayBuffer  # noqa: E402
 from robotrl.envs import osmesa_available  # noqa: E402
@@ -67,7 +67,7 @@ def pretrained(minari_module_root, tmp_path_factory) -> Path:
     return run_dir
 
 
-WARM_PARTS = ("policy", "critic", "target_encoder", "target_critic", "log_alpha", "critic_opt", "actor_opt", "alpha_opt")
+WARM_PARTS = ("policy", "critic", "target_encoder", "critic_target", "log_alpha", "critic_opt", "actor_opt", "alpha_opt")
 
 
 @pytest.mark.slow
@@ -98,12 +98,16 @@ def test_wsrl_pixels_starts_from_the_calql_pixels_weights_stores_frames_checkpoi
     assert frames.dtype == np.uint8 and frames.shape == (warmup * n_envs, 32, 32, 3) and frames.std() > 0
     assert int(buf["size"]) == warmup * n_envs
 
-    # the same run goes on: resumed (never warm-started again), now updating at UTD 2
+    # the same run goes on: resumed (never warm-started again), now updating at UTD 2 (robotrl.utd: per env step
+    # one update call of 2 critic minibatches and one actor step)
     res = run_robotrl(["train", *base, "trainer.online_steps=20"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "report.json").read_text())["summary"]
-    assert summary["resumed"] is True and summary["gradient_updates"] == (20 - warmup) * 2
+    assert summary["resumed"] is True and summary["gradient_updates"] == 20 - warmup
     after = load_checkpoint(run_dir)
+    assert after["agent"]["num_updates"] == 20 - warmup
+    assert int(after["agent"]["critic_opt"]["state"][0]["step"]) - int(pre["agent"]["critic_opt"]["state"][0]["step"]) \
+        == (20 - warmup) * 2  # 2 critic updates per env step (the encoder's first parameter: in the critic's Adam)
     critic = pre["agent"]["critic"]
     assert any(not torch.equal(critic[k], after["agent"]["critic"][k]) for k in critic)  # it learned from there
     enc = [k for k in pre["agent"]["policy"] if k.startswith("encoder.trunks")]
@@ -126,7 +130,10 @@ def test_a_killed_wsrl_pixels_run_resumes(pretrained, minari_module_root, tmp_pa
     res = run_robotrl(["train", *base, f"trainer.online_steps={killed_at + 10}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "report.json").read_text())["summary"]
-    assert summary["resumed"] is True and summary["gradient_updates"] == (killed_at + 10 - 5) * 2
+    assert summary["resumed"] is True and summary["gradient_updates"] == killed_at + 10 - 5  # one call per env step
+    ckpt = load_checkpoint(run_dir)["agent"]
+    assert int(ckpt["critic_opt"]["state"][0]["step"]) - int(load_checkpoint(pretrained)["agent"]["critic_opt"]["state"][0]["step"]) \
+        == (killed_at + 10 - 5) * 2  # UTD 2: two critic updates per env step
     buf = load_arrays(run_dir / "checkpoints" / "online_buffer.npz")
     assert int(buf["size"]) == killed_at + 10 and buf["frames/pixels/topdown"].dtype == np.uint8
 
@@ -172,10 +179,10 @@ def test_wsrl_pixels_with_a_frozen_pretrained_encoder_caches_its_features(pretra
 SHAPES = {"pixels/cam": (16, 16, 3)}
 
 
-def _agent(seed: int = 0, **kw) -> PixelSACAgent:
-    return PixelSACAgent(SHAPES, 3, 2, obs_normalizer=ObservationNormalizer.identity(3),
-                         action_scaler=ActionScaler(-np.ones(2), np.ones(2)), num_critics=2, critic_hidden=[16],
-                         hidden=[16], channels=4, feature_dim=8, cql_n_actions=2, seed=seed, device="cpu", **kw)
+def _agent(seed: int = 0, **kw) -> QLAgent:
+    return QLAgent(3, 2, image_shapes=SHAPES, obs_normalizer=ObservationNormalizer.identity(3),
+                   action_scaler=ActionScaler(-np.ones(2), np.ones(2)), num_critics=2, critic_hidden=[16],
+                   hidden=[16], channels=4, feature_dim=8, cql_n_actions=2, seed=seed, device="cpu", **kw)
 
 
 def _fill(buf: ReplayBuffer, steps: int, rng: np.random.Generator) -> None:
@@ -250,4 +257,8 @@ def test_pixel_calql_needs_mc_returns_and_switches_to_sac_online():
     agent.start_online()
     assert agent.algo == "sac" and not agent.needs_mc_returns
     with pytest.raises(ValueError, match="unknown part"):
+        agent.load_parts(agent.state_dict(), ["values"])
+    with pytest.raises(ValueError, match="part 'value' needs an IQL agent"):  # the merged class knows IQL's part
         agent.load_parts(agent.state_dict(), ["value"])
+    with pytest.raises(ValueError, match="iql.*on cameras is not built"):
+        _agent(algo="iql")

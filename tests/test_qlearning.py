@@ -387,9 +387,10 @@ def test_iql_advantage_is_returned_by_the_critic_step_and_drives_the_awr_actor()
     with torch.no_grad():
         expect = a.critic_target(obs, act).min(0).values - a.value(obs)
     torch.testing.assert_close(losses.advantage, expect)
-    metrics, adv = a._iql_critic(b)
+    metrics, adv, feats = a._iql_critic(b)
     assert adv.shape == (32,) and not adv.requires_grad and "value_loss" in metrics
-    out = a._iql_actor(b, adv)
+    torch.testing.assert_close(feats, obs)  # the minibatch's normalised observations, for the actor step
+    out = a._iql_actor(b, adv, feats)
     torch.testing.assert_close(out["adv_mean"], adv.mean())
     assert not any(k.startswith("_iql") for k in vars(a))
 

@@ -16,8 +16,8 @@ side needs neither the training code nor the statistics. Every export writes
 ``policy_meta.json`` (``obs_dim``, ``action_dim``, ``chunk_len``, ``act_steps``, the
 source class) next to ``policy.torchscript.pt`` and ``policy.onnx``.
 
-Pixel policies (:class:`robotrl.vision.frontend.PixelPolicyFrontend`: ``PixelBCPolicy`` of
-``experiment=bc-pixels``, ``PixelSACPolicy`` of ``experiment=rlpd-pixels``) export through
+Pixel policies (a :class:`robotrl.vision.frontend.ObservationFrontend` with cameras: ``PixelBCPolicy`` of
+``experiment=bc-pixels``, ``QLPolicy`` of ``experiment=rlpd-pixels``) export through
 :mod:`robotrl.vision.export` (TorchScript ``forward(state (B, Ds), {key: uint8 (B, H, W, C)})``,
 ONNX inputs ``state`` and ``image_0 .. image_{N-1}``; the pixel diffusion policy, ``experiment=diffusion-pixels``,
 through its ``export_module()``: the chunk ``(B, Ta, Da)`` with fixed noise, served ``Te`` actions per chunk as a
@@ -81,7 +81,7 @@ class _ChunkOutput(nn.Module):
 def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torchscript", "onnx"), opset: int = 17) -> dict:
     """Export ``policy`` to ``out_dir``; returns ``{"meta": path, "torchscript": path, "onnx": path}``.
 
-    A pixel policy (:class:`robotrl.vision.frontend.PixelPolicyFrontend`) is exported with its
+    A pixel policy (a :class:`robotrl.vision.frontend.ObservationFrontend` with cameras) is exported with its
     image inputs (see the module doc); both files are checked against the policy on random inputs.
 
     Raises:
@@ -91,12 +91,12 @@ def export_policy(policy: nn.Module, out_dir: str | os.PathLike, formats=("torch
         RobotRLError: a pixel policy's export failed or differs from the policy
             (:func:`robotrl.vision.export.export_pixel_onnx`).
     """
-    from robotrl.vision.frontend import PixelPolicyFrontend
+    from robotrl.vision.frontend import ObservationFrontend
 
     bad = set(formats) - {"torchscript", "onnx"}
     if bad:
         raise ValueError(f"unknown export formats {sorted(bad)}; choose from 'torchscript', 'onnx'")
-    if isinstance(policy, PixelPolicyFrontend):
+    if isinstance(policy, ObservationFrontend) and policy.has_cameras:
         return _export_pixel_policy(policy, Path(out_dir), formats, opset)
     if not hasattr(policy, "obs_dim") or not hasattr(policy, "action_dim"):
         raise ValueError("the policy must expose obs_dim and action_dim (the robotrl Policy protocol)")
@@ -471,10 +471,10 @@ def _ts_fn(path: Path, example: torch.Tensor):
 def _from_checkpoint(p: Path) -> DeployPolicy:
     from robotrl.policy import load_policy
 
-    from robotrl.vision.frontend import PixelPolicyFrontend
+    from robotrl.vision.frontend import ObservationFrontend
 
     policy = load_policy(str(p))
-    if isinstance(policy, PixelPolicyFrontend):
+    if isinstance(policy, ObservationFrontend) and policy.has_cameras:
         cams = pixel_cameras(policy)
         pairs = [(c["key"], c["name"]) for c in cams]
 

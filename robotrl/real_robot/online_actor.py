@@ -29,7 +29,7 @@ class PolicyHolder:
     """The actor's current policy, rebuilt from pushed :class:`Weights`.
 
     Only classes under ``robotrl.agents.`` are built (:func:`robotrl.policy.policy_class`). A pixel policy
-    (:class:`~robotrl.vision.frontend.PixelPolicyFrontend`: pixel RLPD/SAC, the pixel residual) acts on the robot's
+    (an :class:`~robotrl.vision.frontend.ObservationFrontend` with cameras: pixel RLPD/SAC, the pixel residual) acts on the robot's
     state ``(Ds,)`` and camera frames ``{camera: uint8 (H, W, C)}``; it must see exactly the robot's cameras at their
     frame size (its ``image_shapes`` ``{"pixels/<camera>": [H, W, C]}``), else :meth:`load` refuses it.
 
@@ -79,7 +79,7 @@ class PolicyHolder:
             ConfigError: a pixel policy for other cameras or another frame size than the robot's (:meth:`check_cameras`).
         """
         from robotrl.policy import policy_class
-        from robotrl.vision.frontend import PixelPolicyFrontend
+        from robotrl.vision.frontend import ObservationFrontend
 
         self.check_cameras(w)
         key = (w.target, json.dumps(w.kwargs, sort_keys=True, default=str))
@@ -91,7 +91,7 @@ class PolicyHolder:
         except RuntimeError as exc:
             raise CheckpointError(f"pushed weights do not fit {w.target}: {exc}") from exc
         self.policy.eval()
-        self.pixels = isinstance(self.policy, PixelPolicyFrontend)
+        self.pixels = isinstance(self.policy, ObservationFrontend) and self.policy.has_cameras
         self.version = w.version
 
     @torch.no_grad()

@@ -2,8 +2,8 @@
 
 A robot with cameras (:attr:`RobotSpec.cameras`, e.g. the twin's ``robot.cameras=[topdown] robot.image_size=N``)
 sends each observation's frames ``{camera: uint8 (H, W, C)}`` beside its state ``(Ds,)``. A pixel agent
-(``agent=rlpd-pixels``: :class:`~robotrl.agents.qlearning.pixels.PixelSACAgent`; ``agent=residual-offpolicy-pixels``:
-:class:`~robotrl.agents.residual.pixels.PixelResidualAgent`) learns from both; its cameras are named as
+(``agent=rlpd-pixels``: :class:`~robotrl.agents.qlearning.QLAgent` with cameras; ``agent=residual-offpolicy-pixels``:
+:class:`~robotrl.agents.residual.ResidualOffPolicyAgent` with cameras) learns from both; its cameras are named as
 ``robotrl train`` names them (``"pixels/<camera>"``, :class:`robotrl.envs.pixels.PixelObservation`), so a ``bc-pixels``
 run is a residual base here and the pushed policies take ``(state (B, Ds), {"pixels/<camera>": uint8 (B, H, W, C)})``
 like every exported pixel policy.

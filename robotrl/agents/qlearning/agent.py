@@ -16,7 +16,28 @@ with CQL / Cal-QL conservatism and IQL as alternative update rules.
 UTD with WSRL/RLPD's batch split: one :meth:`QLAgent.update` call receives ``utd·B``
 transitions, splits them into ``critic_utd`` interleaved minibatches (so an exactly
 mixed offline/online batch stays exactly mixed in every minibatch), runs one critic
-update on each, then one actor + temperature update on the last minibatch.
+update on each, then one actor + temperature update on the last minibatch. ``utd`` means
+critic updates per env step (:mod:`robotrl.utd`), on states and on cameras alike.
+
+Cameras are an option of the observation (``image_shapes``; the flat kwargs of
+:class:`~robotrl.vision.frontend.ObservationFrontend`), not another class: the policy then
+holds a :class:`~robotrl.vision.encoders.PixelEncoder` over ``{camera: uint8 (B, H, W, k·C)}``
+(``Batch.images()``) plus the normalised state, and the critic, actor and value read its
+features ``z (B, F)`` instead of the normalised state (DrQ, Kostrikov et al. 2020; SERL /
+HIL-SERL's pixel RLPD, Luo et al. 2024):
+
+- the critic's loss trains the encoder (its parameters are in the critic's optimizer); the
+  TD target reads a Polyak target encoder (``tau``, moved with the target critic after every
+  critic update) on the next frames;
+- the actor and temperature read ``z`` of the last critic minibatch with the gradient stopped
+  (the actor never trains the encoder);
+- ``augment_pad > 0``: DrQ's random shift inside the encoder on every encoded training batch,
+  frames and next frames;
+- ``freeze_encoder`` keeps a pretrained trunk fixed (a frozen trunk is its own target);
+  with ``augment_pad=0`` and ``cache_features`` its output is computed once per stored frame
+  (:class:`robotrl.vision.cache.FrozenFeatureCache`, keyed by ``Batch.extras["obs_uid"]``);
+- :meth:`QLAgent.load_parts` has an ``encoder`` part (pixel WSRL from pixel Cal-QL/CQL).
+  IQL on cameras is not built (its value and critic losses would both train the encoder).
 
 Rewards, discounts and MC returns are used as the batch gives them: the reward
 scale/bias is applied once, in the data layer (:mod:`robotrl.experiment`), to offline
@@ -27,7 +48,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -37,11 +58,15 @@ from robotrl.agents.qlearning.policy import QLPolicy
 
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import ConfigError
 from robotrl.networks import ValueNet, polyak_update_
 from robotrl.utils import native_bf16, set_generator_state
+from robotrl.vision.cache import FrozenFeatureCache
+from robotrl.vision.stack import FrameHistory
 
 ALGOS = ("sac", "cql", "calql", "iql")
-PARTS = ("policy", "critic", "temperature", "value", "optimizers")
+#: parts a warm start can load (``trainer.init_parts``), :meth:`QLAgent.load_parts`
+PARTS = ("encoder", "policy", "critic", "temperature", "value", "optimizers")
 
 
 class QLAgent:
@@ -79,15 +104,31 @@ class QLAgent:
             data's mean Monte-Carlo return (a deviation from Cal-QL/CQL; see that method for why).
         online_algo: the update rule from the trainer's online phase on (``None``: ``algo``);
             ``algo="calql", online_algo="sac"`` is WSRL's pretrain-then-fine-tune in one run.
+        image_shapes: the observation's cameras ``{key: (H, W, C)}`` (``None``: a state agent, whose
+            networks, numbers and checkpoints are exactly those of a build without these options).
+            ``obs_dim`` is then the flat state beside the frames (0: frames only; ``obs_normalizer``
+            may then be ``None``).
+        encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
+            state_layout, frame_stack: the camera encoder and observation spec, as
+            :class:`~robotrl.vision.frontend.ObservationFrontend` (ignored without cameras; random
+            shift ``augment_pad = 4`` by default, DrQ/SERL).
+        cache_features: cache a frozen trunk's output per stored frame (needs ``freeze_encoder``,
+            ``augment_pad=0``, ``frame_stack=1``); feature_cache_size: frames kept per camera.
+
+    Attributes:
+        frame_stack: ``k`` frames per camera the policy reads (1 for a state agent): the replay
+            buffer stacks that many.
 
     Raises:
-        ValueError: unknown ``algo`` / ``online_algo`` / ``actor_q``, an IQL/SAC-family switch, or
-            ``target_subset > num_critics``.
+        ValueError: unknown ``algo`` / ``online_algo`` / ``actor_q``, an IQL/SAC-family switch,
+            ``target_subset > num_critics``, or IQL on cameras.
+        ConfigError: ``cache_features`` without a frozen, unshifted, unstacked encoder (names the
+            settings to change).
     """
 
     def __init__(
-        self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer, action_scaler: ActionScaler,
-        algo: str = "sac", hidden: Sequence[int] = (256, 256), critic_hidden: Sequence[int] = (256, 256),
+        self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer | None,
+        action_scaler: ActionScaler, algo: str = "sac", hidden: Sequence[int] = (256, 256), critic_hidden: Sequence[int] = (256, 256),
         num_critics: int = 2, target_subset: int | None = None, critic_layer_norm: bool = False,
         actor_layer_norm: bool = False, final_init_scale: float | None = None, act: str = "relu",
         obs_clip: float | None = 10.0, actor_lr: float = 3e-4, critic_lr: float = 3e-4, alpha_lr: float = 3e-4,
@@ -98,6 +139,10 @@ class QLAgent:
         iql_beta: float = 3.0, iql_max_weight: float = 100.0, max_grad_norm: float | None = None,
         matmul_dtype: str = "float32", device: str | torch.device = "cpu", seed: int = 0,
         online_algo: str | None = None, critic_init: str = "zero",
+        image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq", pooling: str = "flatten",
+        feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None, freeze_encoder: bool = False,
+        augment_pad: int = 4, state_layout: str | None = None, frame_stack: int = 1, cache_features: bool = False,
+        feature_cache_size: int = 100_000,
     ):
         if matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {matmul_dtype!r}")
@@ -115,6 +160,9 @@ class QLAgent:
             raise ValueError(f"actor_q must be 'mean' or 'min', got {actor_q!r}")
         if target_subset is not None and not 1 <= target_subset <= num_critics:
             raise ValueError(f"target_subset={target_subset} must be in [1, num_critics={num_critics}]")
+        if image_shapes and "iql" in (algo, online_algo):
+            raise ValueError("algo='iql' on cameras is not built (its value and critic losses would both train the "
+                             "encoder): use sac, cql or calql, or drop the cameras")
         self.device = torch.device(device)
         self.algo, self.action_dim = algo, int(action_dim)
         self.online_algo = online_algo
@@ -123,15 +171,20 @@ class QLAgent:
         with torch.random.fork_rng(devices=[]):  # seeded network initialisation, global RNG untouched
             torch.manual_seed(seed)
             self.policy = QLPolicy(obs_dim, action_dim, hidden, act=act, layer_norm=actor_layer_norm,
-                                   final_init_scale=final_init_scale, obs_clip=obs_clip)
-            self.critic = EnsembleCritic(obs_dim, action_dim, num_critics, critic_hidden, act=act,
+                                   final_init_scale=final_init_scale, obs_clip=obs_clip, augment_pad=augment_pad,
+                                   image_shapes=image_shapes, encoder=encoder, pooling=pooling,
+                                   feature_dim=feature_dim, channels=channels, encoder_weights=encoder_weights,
+                                   freeze_encoder=freeze_encoder, state_layout=state_layout, frame_stack=frame_stack)
+            width = self.policy.out_dim  # Do for a state agent, the encoder's F with cameras
+            self.critic = EnsembleCritic(width, action_dim, num_critics, critic_hidden, act=act,
                                          layer_norm=critic_layer_norm, final_init_scale=final_init_scale)
-            self.value = ValueNet(obs_dim, critic_hidden, act=act, layer_norm=critic_layer_norm) \
+            self.value = ValueNet(width, critic_hidden, act=act, layer_norm=critic_layer_norm) \
                 if algo == "iql" else None
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device)
         self.critic.to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self._init_cameras(cache_features, feature_cache_size)
         self.log_alpha = torch.tensor(float(np.log(fixed_alpha or init_alpha)), device=self.device, requires_grad=True)
         if self.value is not None:
             self.value.to(self.device)
@@ -153,6 +206,45 @@ class QLAgent:
         self.lrs = dict(actor=actor_lr, critic=critic_lr, alpha=alpha_lr, value=value_lr)
         self._make_optimizers()
         self.num_updates = 0
+
+    def _init_cameras(self, cache_features: bool, feature_cache_size: int) -> None:
+        """The camera parts (module doc): target encoder, the critic's parameter list (encoder first), Polyak
+        pairs, exploration frame history and the optional frozen-feature cache; for a state agent the critic's
+        parameters and the target critic alone.
+
+        Raises:
+            ConfigError: ``cache_features`` without a frozen, unshifted, unstacked encoder.
+        """
+        enc = self.policy.encoder
+        self.frame_stack = self.policy.frame_stack
+        self.explore_frames = FrameHistory(self.frame_stack)
+        self.target_encoder = None if enc is None else copy.deepcopy(enc).requires_grad_(False)
+        if enc is not None and enc.freeze:  # a frozen trunk is its own target: cached features serve both passes
+            self.target_encoder.trunks = enc.trunks
+        # every encoder parameter is in the critic's optimizer (a frozen trunk's get no gradient, so Adam skips
+        # them): the optimizer state has one layout whether the trunk is frozen or not
+        self._critic_params = [*(enc.parameters() if enc is not None else ()), *self.critic.parameters()]
+        pairs = [(t, s) for t, s in zip([*self.critic_target.parameters(),
+                                         *(self.target_encoder.parameters() if enc is not None else ())],
+                                        [*self.critic.parameters(), *(enc.parameters() if enc is not None else ())])
+                 if t is not s]  # less a shared frozen trunk: never written, so its cached features stay valid
+        self._polyak = ([t for t, _ in pairs], [s for _, s in pairs])
+        self.feature_cache: FrozenFeatureCache | None = None
+        if cache_features:
+            if enc is None:
+                raise ConfigError("agent.model.cache_features=true caches camera features, and this run has no "
+                                  "cameras: drop cache_features")
+            if self.frame_stack > 1:
+                raise ConfigError("agent.model.cache_features=true caches features per stored frame, and with "
+                                  f"agent.model.frame_stack={self.frame_stack} the encoder reads stacks of frames: "
+                                  "set agent.model.frame_stack=1 or drop cache_features")
+            if not enc.cacheable():
+                raise ConfigError(
+                    "agent.model.cache_features=true caches a frozen encoder's features per stored frame: set "
+                    f"agent.model.freeze_encoder=true and agent.model.augment_pad=0 (now freeze_encoder={enc.freeze}, "
+                    f"augment_pad={enc.augment_pad}; a random shift changes a frame's features every update), "
+                    "or drop cache_features")
+            self.feature_cache = FrozenFeatureCache(enc, feature_cache_size)
 
     @torch.no_grad()
     def init_from_data(self, buffer) -> float | None:
@@ -184,13 +276,18 @@ class QLAgent:
             return torch.optim.Adam(params, lr=lr, fused=True)
 
         self.actor_opt = adam(self.policy.actor.parameters(), self.lrs["actor"])
-        self.critic_opt = adam(self.critic.parameters(), self.lrs["critic"])
+        self.critic_opt = adam(self._critic_params, self.lrs["critic"])
         self.alpha_opt = adam([self.log_alpha], self.lrs["alpha"])
         self.value_opt = adam(self.value.parameters(), self.lrs["value"]) if self.value else None
 
     @property
     def actor(self):
         return self.policy.actor
+
+    @property
+    def has_cameras(self) -> bool:
+        """Whether the agent learns from camera frames (``image_shapes`` given)."""
+        return self.policy.encoder is not None
 
     def start_online(self) -> None:
         """Called by the trainer when its online phase starts (also on resume): from then on
@@ -238,11 +335,11 @@ class QLAgent:
             q = self.critic(obs, act)
         return float(L.q_minus_mc(q.float(), batch.mc_returns))
 
-    def _opt_step(self, opt, loss, module) -> None:
+    def _opt_step(self, opt, loss, params) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(module.parameters(), self.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         opt.step()
 
     def _amp(self):
@@ -250,7 +347,8 @@ class QLAgent:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def _soft_update(self) -> None:
-        polyak_update_(self.critic_target.parameters(), self.critic.parameters(), self.tau)
+        """Polyak step of the target critic (and, with cameras, the target encoder)."""
+        polyak_update_(*self._polyak, self.tau)
 
     def _heads(self) -> torch.Tensor:
         n = self.critic.n
@@ -258,10 +356,26 @@ class QLAgent:
             return torch.arange(n, device=self.device)
         return torch.randperm(n, generator=self.gen, device=self.device)[: self.n_subset]
 
+    def _encode(self, encoder, images: Mapping[str, torch.Tensor], state: torch.Tensor | None,
+                uids: torch.Tensor | None) -> torch.Tensor:
+        """``(B, F)`` features; from the frozen trunk's cached stems when caching is on and the batch carries
+        frame ids (``Batch.extras["obs_uid"]``), else a full encoder pass."""
+        if self.feature_cache is not None and uids is not None:
+            return encoder.forward_from_stems(self.feature_cache.stems(images, uids), state)
+        return encoder(images, state)
+
     def _normalize(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        obs = self.policy.obs_normalizer(b.observations)
-        nobs = self.policy.obs_normalizer(b.next_observations)
-        act = self.policy.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
+        """``(obs features (B, W), actions in [-1, 1] (B, Da), next-obs features (B, W))``: the normalised
+        states (``W = Do``), or with cameras the encoder's features of the frames and state (``W = F``; the
+        next ones from the target encoder, no gradient; the current ones with the gradient into the encoder)."""
+        p = self.policy
+        act = p.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
+        if self.target_encoder is None:
+            return p.obs_normalizer(b.observations), act, p.obs_normalizer(b.next_observations)
+        with torch.no_grad():
+            nobs = self._encode(self.target_encoder, b.next_images(), p.normalized_state(b.next_observations),
+                                b.extras.get("next_obs_uid"))
+        obs = self._encode(p.encoder, b.images(), p.normalized_state(b.observations), b.extras.get("obs_uid"))
         return obs, act, nobs
 
     # ------------------------------------------------------------------ updates
@@ -270,7 +384,9 @@ class QLAgent:
 
         Args:
             batch: ``critic_utd·B`` transitions (raw units; ``rewards`` already reward-transformed;
-                the trainer samples ``critic_utd × trainer.batch_size``, :mod:`robotrl.utd`).
+                the trainer samples ``critic_utd × trainer.batch_size``, :mod:`robotrl.utd`); with
+                cameras, frames uint8 ``{key: (critic_utd·B, H, W, k·C)}`` in ``extras``
+                (``Batch.images()`` / ``Batch.next_images()``).
             step: trainer step (unused; schedules live in the trainer).
 
         Returns:
@@ -284,16 +400,21 @@ class QLAgent:
         critic_step, actor_step = (self._iql_critic, self._iql_actor) if self.algo == "iql" else \
             (self._sac_critic, self._sac_actor)
         metrics: dict[str, torch.Tensor] = {}
+        if self.target_encoder is not None:
+            self.policy.train()  # DrQ: random shift on the encoded frames (current and next)
+            self.target_encoder.train()
         for i in range(k):
             mb = batch if k == 1 else self._minibatch(batch, torch.arange(i, B, k, device=self.device))
             with self._amp():
-                metrics, advantage = critic_step(mb)
+                metrics, advantage, obs = critic_step(mb)
             self._soft_update()
         if self.num_updates >= self.critic_warmup_updates:
-            with self._amp():
-                metrics.update(actor_step(mb, advantage))  # the last minibatch (IQL: its advantage)
+            with self._amp():  # the last minibatch, its features with the gradient stopped (IQL: its advantage)
+                metrics.update(actor_step(mb, advantage, obs.detach()))
         if "offline" in batch.extras:
             metrics["offline_frac"] = batch.extras["offline"].float().mean()
+        if self.target_encoder is not None:
+            self.policy.eval()
         self.num_updates += 1
         return metrics
 
@@ -304,8 +425,9 @@ class QLAgent:
                      pick(b.terminated), pick(b.truncated), pick(b.discounts), pick(b.mc_returns), None,
                      {k: pick(v) for k, v in b.extras.items()})
 
-    def _sac_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], None]:
-        """One critic step of the SAC family: TD (SAC/WSRL/RLPD/PORL) or TD + CQL(H) (CQL, Cal-QL)."""
+    def _sac_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], None, torch.Tensor]:
+        """One critic step of the SAC family: TD (SAC/WSRL/RLPD/PORL) or TD + CQL(H) (CQL, Cal-QL); returns
+        ``(metrics, None, obs features (B, W))``."""
         obs, act, nobs = self._normalize(b)
         B, R = obs.shape[0], self.cql["n"]
         conservative = self.algo in ("cql", "calql")
@@ -331,17 +453,17 @@ class QLAgent:
                 mc_lower_bound=b.mc_returns if self.algo == "calql" else None, **self.cql_loss_args)
         else:
             critic_loss, q, extra = L.sac_critic_loss(self.critic, obs, act, target)
-        self._opt_step(self.critic_opt, critic_loss, self.critic)
+        self._opt_step(self.critic_opt, critic_loss, self._critic_params)
         q = q.detach()
         metrics = {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
                    "critic_loss": critic_loss.detach(), "target_mean": target.mean(), **extra}
         if b.mc_returns is not None:
             metrics["q_minus_mc"] = L.q_minus_mc(q, b.mc_returns)
-        return metrics, None
+        return metrics, None, obs
 
-    def _sac_actor(self, b: Batch, advantage: None = None) -> dict[str, torch.Tensor]:
-        """SAC actor (ensemble mean or min) and, unless fixed, temperature step."""
-        obs = self.policy.obs_normalizer(b.observations)
+    def _sac_actor(self, b: Batch, advantage: None, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """SAC actor (ensemble mean or min) and, unless fixed, temperature step on the critic step's
+        features ``obs (B, W)`` (gradient stopped)."""
         a, logp = self.actor.sample(obs, self.gen)
         self.critic.requires_grad_(False)
         q = self.critic(obs, a)
@@ -349,47 +471,80 @@ class QLAgent:
         q_pi = q.mean(0) if self.actor_q == "mean" else q.min(0).values
         alpha = self.log_alpha.exp()
         actor_loss = L.sac_actor_loss(q_pi, logp, alpha.detach())
-        self._opt_step(self.actor_opt, actor_loss, self.actor)
+        self._opt_step(self.actor_opt, actor_loss, self.actor.parameters())
         if self.fixed_alpha is None:
             self.alpha_opt.zero_grad(set_to_none=True)
             L.temperature_loss(self.log_alpha, logp, self.target_entropy).backward()
             self.alpha_opt.step()
         return {"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha.detach()}
 
-    def _iql_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """One IQL step of ``V`` (expectile) and ``Q`` (TD to ``V(s')``); returns the advantage ``(B,)``."""
+    def _iql_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """One IQL step of ``V`` (expectile) and ``Q`` (TD to ``V(s')``); returns the advantage ``(B,)`` and the
+        normalised observations."""
         obs, act, nobs = self._normalize(b)
         losses = L.iql_critic_losses(self.critic, self.critic_target, self.value, obs, act, nobs, b.rewards,
                                      b.discounts, b.terminated, self.iql["expectile"])
-        self._opt_step(self.value_opt, losses.value_loss, self.value)
-        self._opt_step(self.critic_opt, losses.critic_loss, self.critic)
+        self._opt_step(self.value_opt, losses.value_loss, self.value.parameters())
+        self._opt_step(self.critic_opt, losses.critic_loss, self._critic_params)
         q, target = losses.q.detach(), losses.target
         return {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
                 "critic_loss": losses.critic_loss.detach(), "value_loss": losses.value_loss.detach(),
-                "v_mean": losses.v_mean}, losses.advantage
+                "v_mean": losses.v_mean}, losses.advantage, obs
 
-    def _iql_actor(self, b: Batch, advantage: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _iql_actor(self, b: Batch, advantage: torch.Tensor, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         """IQL's advantage-weighted regression on ``advantage (B,)`` of the same minibatch."""
-        obs, act, _ = self._normalize(b)
+        act = self.policy.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
         logp = self.actor.log_prob(obs, act)
         actor_loss, w = L.awr_actor_loss(logp, advantage, self.iql["beta"], self.iql["max_weight"])
-        self._opt_step(self.actor_opt, actor_loss, self.actor)
+        self._opt_step(self.actor_opt, actor_loss, self.actor.parameters())
         with torch.no_grad():
             _, ent_lp = self.actor.sample(obs, self.gen)
         return {"actor_loss": actor_loss.detach(), "adv_mean": advantage.mean(), "awr_weight": w.mean(),
                 "entropy": -ent_lp.mean()}
 
     # ------------------------------------------------------------------ acting
+    def _inputs(self, obs, images: Mapping[str, np.ndarray] | None,
+                history: FrameHistory) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        """``(state (N, Do), {key: uint8 (N, H, W, k·C)} or None)`` tensors on the agent's device: flat
+        observations (and frames as the policy takes them), or, for a camera agent with ``images=None``, a raw
+        batch of the env's ``Dict`` observations (split by the policy's ``state_layout``, each env's newest
+        frames stacked by ``history``)."""
+        if images is None and self.has_cameras:
+            s, imgs, _ = self.policy.split_observation(obs)
+            return s, history.push(imgs)
+        state = torch.as_tensor(np.asarray(obs, np.float32), device=self.device)
+        if images is None:
+            return state, None
+        return state, {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in images.items()}
+
     @torch.no_grad()
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """Actions ``(N, Da)`` raw, sampled from the tanh-Gaussian policy, for observations ``(N, Do)``."""
-        x = self.policy.obs_normalizer(torch.as_tensor(np.asarray(obs, np.float32), device=self.device))
+    def explore(self, obs, images: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """Actions ``(N, Da)`` raw, sampled from the tanh-Gaussian policy, for observations ``(N, Do)``.
+
+        A camera agent takes ``(N, Do)`` with ``images`` ``{key: uint8 (N, H, W, k·C)}``, or a raw batch of
+        the env's ``Dict`` observations (``images=None``: what the trainer's online loop passes; frames
+        stacked by the agent's exploration history, :meth:`reset_explore` at episode starts).
+        """
+        state, imgs = self._inputs(obs, images, self.explore_frames)
+        x = self.policy.eval().features(state, imgs) if self.has_cameras else self.policy.obs_normalizer(state)
         a, _ = self.actor.sample(x, self.gen)
         return self.policy.action_scaler.unnormalize(a).cpu().numpy()
 
     @torch.no_grad()
+    def act(self, obs, images: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """Deterministic raw actions ``(N, Da)`` (inputs as :meth:`explore`; raw camera observations stacked
+        by the policy's own history, :meth:`QLPolicy.reset`)."""
+        return self.policy.eval()(*self._inputs(obs, images, self.policy._history)).cpu().numpy()
+
+    def reset_explore(self, env_ids: np.ndarray | None = None) -> None:
+        """The episodes of the trainer's envs ``env_ids`` (``None``: all) start: their exploration frame stacks
+        start afresh (nothing to clear for a state agent or ``frame_stack = 1``)."""
+        self.explore_frames.reset(env_ids)
+
+    @torch.no_grad()
     def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Ensemble ``Q(s, a)`` ``(N, B)`` for raw observations ``(B, Do)`` and raw actions ``(B, Da)``."""
+        """Ensemble ``Q(s, a)`` ``(N, B)`` for raw observations ``(B, Do)`` and raw actions ``(B, Da)`` (a state
+        agent; a camera agent's critic reads frames: :meth:`q_minus_mc` on a batch)."""
         o = self.policy.obs_normalizer(obs.to(self.device))
         a = self.policy.action_scaler.normalize(actions.to(self.device)).clamp(-1, 1)
         return self.critic(o, a)
@@ -403,22 +558,29 @@ class QLAgent:
                "alpha_opt": self.alpha_opt.state_dict(), "gen": self.gen.get_state(), "num_updates": self.num_updates}
         if self.value is not None:
             out.update(value=self.value.state_dict(), value_opt=self.value_opt.state_dict())
+        if self.target_encoder is not None:
+            out["target_encoder"] = self.target_encoder.state_dict()
         return out
 
     def load_state_dict(self, state: dict) -> None:
-        """Inverse of :meth:`state_dict` (resume)."""
-        self.load_parts(state, ("policy", "critic", "temperature") + (("value",) if self.value is not None else ()))
+        """Inverse of :meth:`state_dict` (resume; also a camera checkpoint of the former ``PixelSACAgent``)."""
+        parts = ("encoder",) if self.has_cameras else ()
+        self.load_parts(state, parts + ("policy", "critic", "temperature")
+                        + (("value",) if self.value is not None else ()))
         self._optimizers_from(state, keep_lr=False)
         set_generator_state(self.gen, state["gen"])
-        self.num_updates = int(state["num_updates"])
+        self.num_updates = int(state.get("num_updates", 0))  # the former PixelSACAgent kept no count
 
     def load_parts(self, state: dict, parts: Sequence[str]) -> None:
         """Warm start from a pretrained agent's state: only ``parts`` of ``PARTS``.
 
-        ``policy`` = actor + observation/action normalisers; ``critic`` = critic and target;
-        ``temperature`` = ``log α``; ``value`` = IQL's ``V``; ``optimizers`` = the Adam states
-        (moments and step counts) of the networks, with this agent's configured learning rates
-        kept. Without ``optimizers`` they start fresh.
+        ``encoder`` = a camera agent's image encoder and its target (nothing for a state agent,
+        so one ``init_parts`` list serves both); ``policy`` = actor + observation/action
+        normalisers (not the encoder); ``critic`` = critic and target; ``temperature`` = ``log α``;
+        ``value`` = IQL's ``V``; ``optimizers`` = the Adam states (moments and step counts) of the
+        networks, with this agent's configured learning rates kept. Without ``optimizers`` they
+        start fresh. With ``freeze_encoder`` the target encoder shares the loaded trunk; a
+        cached feature store is cleared when the encoder changes.
 
         WSRL's reference restores the whole pretrained train state, Adam moments included
         (``flax.training.checkpoints.restore_checkpoint(target=agent)`` in zhouzypaul/wsrl's
@@ -432,11 +594,21 @@ class QLAgent:
         for p in parts:
             if p not in PARTS:
                 raise ValueError(f"unknown part {p!r}; choose from {PARTS}")
-            if p == "policy":
-                self.policy.load_state_dict(state["policy"])
+        parts = sorted(parts, key=PARTS.index)  # the encoder before the policy, whose encoder keys it keeps
+        for p in parts:
+            if p == "encoder":
+                self._load_encoder(state)
+            elif p == "policy":
+                pol = state["policy"]
+                if self.has_cameras:  # the actor head and normalisers; the encoder is its own part
+                    pol = {k: v for k, v in pol.items() if not k.startswith("encoder.")}
+                    pol.update({k: v for k, v in self.policy.state_dict().items() if k.startswith("encoder.")})
+                self.policy.load_state_dict(pol)
             elif p == "critic":
                 self.critic.load_state_dict(state["critic"])
-                self.critic_target.load_state_dict(state["critic_target"])
+                # "target_critic": a checkpoint of the former PixelSACAgent
+                self.critic_target.load_state_dict(state["critic_target"] if "critic_target" in state
+                                                   else state["target_critic"])
                 if self.algo == "sac" and (self.online_algo or "sac") == "sac":
                     self._check_warm_start_network()
             elif p == "temperature":
@@ -448,6 +620,23 @@ class QLAgent:
                 self.value.load_state_dict(state["value"])
             elif p == "optimizers":
                 self._optimizers_from(state, keep_lr=True)
+
+    def _load_encoder(self, state: dict) -> None:
+        """The ``encoder`` part: the target encoder first (a frozen trunk it shares then holds the online
+        trunk's weights), then the encoder's ``encoder.*`` keys of the saved policy.
+
+        Raises:
+            ValueError: the checkpoint has no camera encoder.
+        """
+        if self.target_encoder is None:
+            return  # a state agent: no encoder
+        if "target_encoder" not in state:
+            raise ValueError("part 'encoder' needs a checkpoint of an agent with cameras (it holds no target_encoder)")
+        self.target_encoder.load_state_dict(state["target_encoder"])
+        self.policy.encoder.load_state_dict({k[len("encoder."):]: v for k, v in state["policy"].items()
+                                             if k.startswith("encoder.")})
+        if self.feature_cache is not None:
+            self.feature_cache.clear()
 
     def _optimizers_from(self, state: dict, keep_lr: bool) -> None:
         """Load the Adam states of ``state``; ``keep_lr``: keep this agent's configured learning rates

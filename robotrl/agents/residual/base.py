@@ -30,7 +30,7 @@ from torch import nn
 
 from robotrl.errors import CheckpointError
 from robotrl.networks import MLP
-from robotrl.policy import policy_class
+from robotrl.policy import policy_class, renamed_policy
 
 
 class SB3BasePolicy(nn.Module):
@@ -192,13 +192,14 @@ def _read_vecnormalize(path) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 def build_base(target: str, kwargs: dict) -> nn.Module:
-    """A fresh (untrained) base module of class ``target`` with constructor ``kwargs``.
+    """A fresh (untrained) base module of class ``target`` with constructor ``kwargs`` (a class merged into
+    another, :func:`robotrl.policy.renamed_policy`: the class it was merged into).
 
     Raises:
         CheckpointError: ``target`` is not a class under ``robotrl.agents.`` or does not exist.
     """
-    cls = policy_class(target)
-    return cls(**copy.deepcopy(kwargs))
+    target, kwargs = renamed_policy(target, kwargs)  # a class merged into another: its new name and kwargs
+    return policy_class(target)(**copy.deepcopy(kwargs))
 
 
 def base_descriptor(base: nn.Module) -> dict:

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -78,8 +78,10 @@ from robotrl.agents.residual.policy import ResidualPolicy
 
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import polyak_update_, squashed_gaussian
 from robotrl.utils import set_generator_state
+from robotrl.vision.stack import FrameHistory
 
 
 def noisy_scaled_residual(r: torch.Tensor, scale: float, std: float, clip: float | None,
@@ -113,11 +115,25 @@ def base_plus_noise(scaler, base_raw: torch.Tensor, std: float, gen: torch.Gener
 
 
 class ResidualOffPolicyAgent:
-    """ResFiT: TD3- or SAC-style residual actor, ensemble critic on the combined action.
+    """ResFiT: TD3- or SAC-style residual actor, ensemble critic on the combined action; on states or cameras.
+
+    With cameras (``image_shapes``; ResFiT trains on image features) the policy holds a
+    :class:`~robotrl.vision.encoders.PixelEncoder` (:class:`~robotrl.vision.frontend.ObservationFrontend`) whose
+    features ``z (B, F)`` of the frames and the normalised state replace the normalised observation for the
+    residual and the critic, with the conventions of :class:`robotrl.agents.qlearning.QLAgent` on cameras (DrQ,
+    SERL): the critic's loss trains the encoder (its parameters in the critic's optimizer, clipped with the
+    critic's), the actor reads ``z`` with the gradient stopped, the TD target reads a Polyak target encoder on
+    the next frames, random shift (``augment_pad``, 4) on every encoded training batch. The frozen base is a
+    camera policy (given the state and the frames) or a state policy (given the flat state); it must fit the
+    run's cameras, ``Ds`` and ``Da`` (:func:`~robotrl.agents.residual.policy.check_base_fits`). Acting takes the
+    env's raw ``Dict`` observations (frames stacked per env, :meth:`reset_explore`). A camera agent seeds its
+    network initialisation with ``seed`` (a state agent draws it from the global generator, as it always has).
 
     Args:
         obs_dim, action_dim, obs_normalizer, action_scaler: as for every agent (statistics
-            copied, clip ``obs_clip``; an identity normaliser: the base's statistics are used).
+            copied, clip ``obs_clip``; an identity normaliser on states: the base's statistics are
+            used). With cameras ``obs_dim`` is ``Ds``, the flat state beside the frames
+            (``obs_normalizer`` ``None``: no state).
         base: robotrl checkpoint / run dir, SB3 ``.zip``, policy-state dict or module.
         base_overrides: constructor kwargs replaced in the base's spec.
         actor: ``"td3"`` (deterministic tanh residual) or ``"sac"`` (tanh-Gaussian).
@@ -125,7 +141,8 @@ class ResidualOffPolicyAgent:
         obs_std_floor: lower bound of the observation std used by residual and critic (ResFiT 0.1).
         num_critics, target_subset, critic_hidden, critic_layer_norm: ensemble critic (ResFiT:
             10 heads, min over 2 random, LayerNorm).
-        actor_lr, critic_lr, tau, gamma: Adam rates, Polyak factor, discount.
+        actor_lr, critic_lr, tau, gamma: Adam rates (``critic_lr``: critic and encoder), Polyak factor (critic,
+            actor and encoder targets), discount.
         actor_delay: actor (and target) update every ``actor_delay`` critic updates (ResFiT: 4,
             one actor update per UTD-4 iteration).
         target_noise, target_noise_clip: TD3 target smoothing noise, added to the scaled
@@ -138,12 +155,20 @@ class ResidualOffPolicyAgent:
         init_alpha, target_entropy: SAC temperature (``None`` target: ``-Da``).
         max_grad_norm: max gradient norm (``None``: off).
         device, seed: torch device and seed of all sampling.
+        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
+            state_layout, frame_stack: the observation's cameras and encoder, as
+            :class:`~robotrl.vision.frontend.ObservationFrontend` (``image_shapes`` ``None``: a state agent).
+
+    Attributes:
+        frame_stack: ``k`` frames per camera the policy reads (1 for a state agent): the replay buffer stacks that many.
 
     Raises:
-        ValueError: unknown ``actor``, or a chunked base that is not per-step.
+        ValueError: unknown ``actor``, or (states) a chunked base that is not per-step.
+        ConfigError: (cameras) the base cannot be read (names ``agent.model.base``) or does not fit
+            (:func:`~robotrl.agents.residual.policy.check_base_fits`).
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
+    def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer | None,
                  action_scaler: ActionScaler, base=None, base_overrides: dict | None = None, actor: str = "td3",
                  hidden: Sequence[int] = (256, 256), act: str = "relu", residual_scale: float = 0.1,
                  obs_clip: float | None = 3.0, obs_std_floor: float = 0.1, num_critics: int = 10, target_subset: int = 2,
@@ -153,29 +178,53 @@ class ResidualOffPolicyAgent:
                  explore_std: float = 0.05, base_noise_steps: int = 0, base_noise_std: float = 0.1,
                  critic_warmup_updates: int = 0, progressive_steps: int = 0, init_alpha: float = 0.1,
                  target_entropy: float | None = None, max_grad_norm: float | None = 1.0,
-                 device: str | torch.device = "cpu", seed: int = 0):
+                 device: str | torch.device = "cpu", seed: int = 0,
+                 image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
+                 pooling: str = "flatten", feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None,
+                 freeze_encoder: bool = False, augment_pad: int = 4, state_layout: str | None = None,
+                 frame_stack: int = 1):
         if actor not in ("td3", "sac"):
             raise ValueError(f"actor must be 'td3' or 'sac', got {actor!r}")
         self.device = torch.device(device)
         self.actor = actor
         self.base_overrides = dict(base_overrides or {})
-        self.policy = ResidualPolicy(obs_dim, action_dim, None, hidden, act=act,
-                                     head="tanh" if actor == "td3" else "tanh_gaussian",
-                                     residual_scale=residual_scale, obs_clip=obs_clip)
-        obs_norm = ObservationNormalizer(obs_normalizer.mean.cpu().numpy(), obs_normalizer.std.cpu().numpy(), clip=obs_clip)
-        self._identity_obs_norm = bool((obs_normalizer.mean == 0).all() and (obs_normalizer.std == 1).all())
-        self.policy.set_normalizers(obs_norm, action_scaler)
+        cameras = bool(image_shapes)
+        frontend = dict(image_shapes=image_shapes, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
+                        channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
+                        augment_pad=augment_pad, state_layout=state_layout, frame_stack=frame_stack) if cameras else {}
+        with torch.random.fork_rng(devices=[], enabled=cameras):  # cameras: seeded init, global RNG untouched
+            if cameras:
+                torch.manual_seed(seed)
+            self.policy = ResidualPolicy(obs_dim, action_dim, None, hidden, act=act,
+                                         head="tanh" if actor == "td3" else "tanh_gaussian",
+                                         residual_scale=residual_scale, obs_clip=obs_clip, **frontend)
+            critic = EnsembleCritic(self.policy.out_dim, action_dim, num_critics, critic_hidden,
+                                    layer_norm=critic_layer_norm) if cameras else None
+        self._identity_obs_norm = False
+        if obs_normalizer is not None:
+            obs_norm = ObservationNormalizer(obs_normalizer.mean.cpu().numpy(), obs_normalizer.std.cpu().numpy(),
+                                             clip=obs_clip)
+            self._identity_obs_norm = not cameras and bool((obs_normalizer.mean == 0).all()
+                                                           and (obs_normalizer.std == 1).all())
+        self.policy.set_normalizers(obs_norm if obs_normalizer is not None else None, action_scaler)
         self.obs_std_floor = float(obs_std_floor)
         self.policy.floor_obs_std(self.obs_std_floor)
         self.policy.to(self.device).eval()
         if base is not None:
-            self.set_base(load_base(base, self.base_overrides, self.device))
+            self.set_base(self._load_base(base))
         # TD3 target actor for a' (ResFiT's actor_target); the SAC variant samples the current actor
         self.actor_target = copy.deepcopy(self.policy.residual).requires_grad_(False)
-        self.critic = EnsembleCritic(obs_dim, action_dim, num_critics, critic_hidden, layer_norm=critic_layer_norm).to(self.device)
+        if critic is None:  # a state agent: built here, from the global generator, as before cameras were an option
+            critic = EnsembleCritic(obs_dim, action_dim, num_critics, critic_hidden, layer_norm=critic_layer_norm)
+        self.critic = critic.to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        enc = self.policy.encoder
+        self.target_encoder = None if enc is None else copy.deepcopy(enc).requires_grad_(False)
+        self._critic_params = [*(enc.parameters() if enc is not None else ()), *self.critic.parameters()]
+        self._polyak = ([*self.critic_target.parameters(), *(self.target_encoder.parameters() if enc else ())],
+                        [*self.critic.parameters(), *(enc.parameters() if enc else ())])
         self.actor_opt = torch.optim.Adam(self.policy.residual.parameters(), lr=actor_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr)
+        self.critic_opt = torch.optim.Adam(self._critic_params, lr=critic_lr)
         self.log_alpha = torch.tensor(math.log(init_alpha), device=self.device, requires_grad=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=actor_lr)
         self.target_entropy = float(-action_dim if target_entropy is None else target_entropy)
@@ -189,15 +238,35 @@ class ResidualOffPolicyAgent:
         self.num_updates = 0
         self.num_explore = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.frame_stack = self.policy.frame_stack
+        self.explore_frames = FrameHistory(self.frame_stack)
+
+    @property
+    def has_cameras(self) -> bool:
+        """Whether the agent learns from camera frames (``image_shapes`` given)."""
+        return self.policy.has_cameras
 
     # ------------------------------------------------------------------ base
+    def _load_base(self, source) -> torch.nn.Module:
+        """:func:`~robotrl.agents.residual.base.load_base`; with cameras an unreadable base is a
+        :class:`~robotrl.errors.ConfigError` naming ``agent.model.base`` and the way out."""
+        if not self.has_cameras:
+            return load_base(source, self.base_overrides, self.device)
+        try:
+            return load_base(source, self.base_overrides, self.device)
+        except CheckpointError as exc:
+            raise ConfigError(f"agent.model.base={source} cannot be loaded ({exc}); train a base first, e.g. "
+                              "robotrl train experiment=bc-pixels (same dataset), and point agent.model.base at its "
+                              "run directory") from exc
+
     def set_base(self, base) -> None:
         """Install a frozen per-step base.
 
         Raises:
-            ValueError: the base executes chunks (``Te > 1``) or uses an observation history.
+            ValueError: (states) the base executes chunks (``Te > 1``) or uses an observation history.
+            ConfigError: (cameras) the base does not fit (:func:`~robotrl.agents.residual.policy.check_base_fits`).
         """
-        if getattr(base, "Te", 1) != 1 or getattr(base, "To", 1) != 1:
+        if not self.has_cameras and (getattr(base, "Te", 1) != 1 or getattr(base, "To", 1) != 1):
             raise ValueError("the off-policy residual recomputes base actions from single observations: load a "
                              "chunked base with base_overrides={'act_steps': 1} and obs_horizon 1")
         self.policy.set_base(base)
@@ -206,12 +275,12 @@ class ResidualOffPolicyAgent:
             self.policy.floor_obs_std(self.obs_std_floor)
 
     @torch.no_grad()
-    def base_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        """Raw base actions ``(B, Da)`` recomputed for observations ``(B, Do)`` (relabelling)."""
+    def base_actions(self, obs: torch.Tensor, images: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Raw base actions ``(B, Da)`` recomputed for observations ``(B, Do)`` (and frames; relabelling)."""
         base = self.policy.base
-        if hasattr(base, "predict_chunk"):  # stateless: first action of a fresh chunk (Te = 1)
+        if images is None and hasattr(base, "predict_chunk"):  # stateless: first action of a fresh chunk (Te = 1)
             return base.predict_chunk(obs[:, None])[:, 0].to(obs.dtype)
-        return self.policy.base_action(obs)
+        return self.policy.base_action(obs, images)
 
     # ------------------------------------------------------------------ actor pieces
     def _noisy_delta(self, r: torch.Tensor, std: float, clip: float | None) -> torch.Tensor:
@@ -227,24 +296,39 @@ class ResidualOffPolicyAgent:
             return torch.tanh(mean), None
         return squashed_gaussian(mean, log_std, torch.randn(mean.shape, generator=self.gen, device=mean.device))
 
-    def combined_action(self, obs: torch.Tensor, *, deterministic: bool = True,
-                        base_raw: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Normalised combined action ``(B, Da)`` (differentiable in the residual) and log-prob."""
-        base_raw = self.base_actions(obs) if base_raw is None else base_raw
-        r, logp = self._residual(self.policy.features(obs, base_raw), deterministic=deterministic)
+    def combined_action(self, obs: torch.Tensor, *, deterministic: bool = True, base_raw: torch.Tensor | None = None,
+                        z: torch.Tensor | None = None,
+                        images: Mapping[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Normalised combined action ``(B, Da)`` (differentiable in the residual) and log-prob; ``z``: the
+        observation features ``(B, W)`` when already computed (else :meth:`ResidualPolicy.features`)."""
+        base_raw = self.base_actions(obs, images) if base_raw is None else base_raw
+        z = self.policy.features(obs, images) if z is None else z
+        r, logp = self._residual(self.policy.residual_input(z, base_raw), deterministic=deterministic)
         return self.policy.combine_normalized(base_raw, r), logp
 
     # ------------------------------------------------------------------ acting
+    def _observations(self, obs, history: FrameHistory) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        """``(state (N, Do), frames {key: uint8 (N, H, W, k·C)} or None)`` on the agent's device: flat
+        observations, or for a camera agent the env's raw ``Dict`` observations split by the policy's
+        ``state_layout``, each env's newest frames stacked by ``history``."""
+        if not self.has_cameras:
+            return torch.as_tensor(np.asarray(obs, np.float32), device=self.device), None
+        state, frames, _ = self.policy.split_observation(obs)
+        return state, history.push(frames)
+
     @torch.no_grad()
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """Raw exploration actions ``(N, Da)`` (module docstring: base+noise, residual noise, progressive)."""
-        o = torch.as_tensor(np.asarray(obs, np.float32), device=self.device)
-        base_raw = self.base_actions(o)
+    def explore(self, obs) -> np.ndarray:
+        """Raw exploration actions ``(N, Da)`` (module docstring: base+noise, residual noise, progressive) for
+        observations ``(N, Do)``, or a camera agent's batch of raw ``Dict`` observations (frames stacked by the
+        agent's exploration history, :meth:`reset_explore` at episode starts)."""
+        o, images = self._observations(obs, self.explore_frames)
+        self.policy.eval()
+        base_raw = self.base_actions(o, images)
         sc = self.policy.action_scaler
         self.num_explore += 1
         if self.num_explore <= self.base_noise_steps:
             return base_plus_noise(sc, base_raw, self.base_noise_std, self.gen).cpu().numpy()
-        x = self.policy.features(o, base_raw)
+        x = self.policy.inputs(o, base_raw, images)
         r, _ = self._residual(x, deterministic=self.actor == "td3")
         if self.actor == "td3":  # noise on the scaled residual (env action units), unclipped as ResFiT's act
             delta = self._noisy_delta(r, self.explore_std, None)
@@ -256,51 +340,96 @@ class ResidualOffPolicyAgent:
             delta = delta * on[:, None]
         return self.policy.combine_delta(base_raw, delta).cpu().numpy()
 
+    @torch.no_grad()
+    def act(self, obs) -> np.ndarray:
+        """Deterministic raw actions ``(N, Da)`` for observations ``(N, Do)``, or for raw ``Dict`` camera
+        observations (``(Da,)`` for one; frames stacked by the policy's own history)."""
+        p = self.policy.eval()
+        if self.has_cameras:
+            return p.act_observation(obs)
+        return p(torch.as_tensor(np.asarray(obs, np.float32), device=self.device)).cpu().numpy()
+
+    def reset_explore(self, env_ids: np.ndarray | None = None) -> None:
+        """The episodes of the trainer's envs ``env_ids`` (``None``: all) start: their exploration frame stacks
+        start afresh (nothing to clear for a state agent or ``frame_stack = 1``)."""
+        self.explore_frames.reset(env_ids)
+
     # ------------------------------------------------------------------ update
     def _clip(self, params) -> torch.Tensor:
         return torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or float("inf"))
 
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """One critic update (and, every ``actor_delay``, actor/temperature/target updates)."""
-        dev = self.device
+        """One critic update (and, every ``actor_delay``, actor/temperature/target updates).
+
+        Args:
+            batch: ``B`` transitions: observations ``(B, Do)``, executed (combined) actions ``(B, Da)`` raw, n-step
+                ``rewards``/``discounts``; with cameras frames uint8 ``{key: (B, H, W, k·C)}`` in ``extras``.
+            step: trainer step (unused).
+
+        Returns:
+            Detached ``critic_loss``, ``q_mean``, ``critic_grad_norm`` (and ``actor_loss``, ``actor_grad_norm``,
+            ``alpha``).
+        """
+        dev, p = self.device, self.policy
         obs, nobs = batch.observations.to(dev), batch.next_observations.to(dev)
-        a = self.policy.action_scaler.normalize(batch.actions.to(dev)).clamp(-1.0, 1.0)  # executed (combined) action
-        o_n, no_n = self.policy.obs_normalizer(obs), self.policy.obs_normalizer(nobs)
+        images = next_images = None
+        if self.target_encoder is not None:
+            images = {k: v.to(dev) for k, v in batch.images().items()}
+            next_images = {k: v.to(dev) for k, v in batch.next_images().items()}
+            p.train()  # DrQ: random shift on the encoded frames, current and next
+            self.target_encoder.train()
+        a = p.action_scaler.normalize(batch.actions.to(dev)).clamp(-1.0, 1.0)  # executed (combined) action
+        if self.target_encoder is None:
+            o_n, no_n = p.obs_normalizer(obs), p.obs_normalizer(nobs)
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
-            nbase = self.base_actions(nobs)
-            nx = self.policy.features(nobs, nbase)
+            nbase = self.base_actions(nobs, next_images)
+            if self.target_encoder is not None:
+                no_n = self.target_encoder(next_images, p.normalized_state(nobs))
+            nx = p.residual_input(no_n, nbase)
             if self.actor == "td3":  # target actor; smoothing noise on the scaled residual
                 r2, logp2 = self._residual(nx, deterministic=True, net=self.actor_target)
                 delta2 = self._noisy_delta(r2, self.target_noise, self.target_noise_clip)
             else:
                 r2, logp2 = self._residual(nx, deterministic=False)
-                delta2 = self.policy.residual_scale * r2
-            a2 = self.policy.action_scaler.normalize(self.policy.combine_delta(nbase, delta2)).clamp(-1.0, 1.0)
+                delta2 = p.residual_scale * r2
+            a2 = p.action_scaler.normalize(p.combine_delta(nbase, delta2)).clamp(-1.0, 1.0)
             heads = torch.randperm(self.critic.n, generator=self.gen, device=dev)[: self.target_subset]
             nq = subset_min(self.critic_target(no_n, a2), heads)
             if logp2 is not None:
                 nq = nq - alpha * logp2
             y = td_target(batch.rewards.to(dev), batch.discounts.to(dev), batch.terminated.to(dev), nq)
+        if self.target_encoder is not None:
+            o_n = p.features(obs, images)  # the gradient reaches the encoder through the critic's loss
         q = self.critic(o_n, a)
         c_loss = critic_td_loss(q, y)
         self.critic_opt.zero_grad(set_to_none=True)
         c_loss.backward()
-        c_gn = self._clip(self.critic.parameters())
+        c_gn = self._clip(self._critic_params)
         self.critic_opt.step()
         self.num_updates += 1
         out = {"critic_loss": c_loss.detach(), "q_mean": q.mean().detach(), "critic_grad_norm": c_gn.detach()}
         if self.num_updates > self.critic_warmup_updates and self.num_updates % self.actor_delay == 0:
-            out.update(self._actor_step(obs, o_n))
-        polyak_update_(self.critic_target.parameters(), self.critic.parameters(), self.tau)
+            out.update(self._actor_step(obs, o_n, images))
+        polyak_update_(*self._polyak, self.tau)
+        p.eval()
         return out
 
-    def _actor_step(self, obs: torch.Tensor, o_n: torch.Tensor) -> dict[str, torch.Tensor]:
-        self.policy.train()
-        a_pi, logp = self.combined_action(obs, deterministic=False)
-        q_pi = self.critic(o_n, a_pi).mean(0)
+    def actor_loss(self, obs: torch.Tensor, z: torch.Tensor,
+                   images: Mapping[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(loss, log π or None)``: TD3 ``−mean Q(z, a_π)``, SAC ``mean(α log π − Q(z, a_π))``, ``Q`` the mean
+        over heads, ``a_π = clip(a_base + α r)``. ``z (B, W)``, the observation features, is read with the
+        gradient stopped (with cameras the actor never trains the shared encoder: DrQ/SERL)."""
+        z = z.detach()
+        a_pi, logp = self.combined_action(obs, deterministic=False, z=z, images=images)
+        q_pi = self.critic(z, a_pi).mean(0)
         alpha = self.log_alpha.exp().detach()
-        loss = sac_actor_loss(q_pi, logp, alpha) if logp is not None else -q_pi.mean()
+        return (sac_actor_loss(q_pi, logp, alpha) if logp is not None else -q_pi.mean()), logp
+
+    def _actor_step(self, obs: torch.Tensor, z: torch.Tensor,
+                    images: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        self.policy.train()
+        loss, logp = self.actor_loss(obs, z, images)
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = self._clip(self.policy.residual.parameters())
@@ -318,28 +447,36 @@ class ResidualOffPolicyAgent:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Residual policy (with base descriptor/weights), critics, optimizers, counters, RNG."""
-        return {"policy_spec": self.policy.spec(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(),
-                "actor_target": self.actor_target.state_dict(), "actor_opt": self.actor_opt.state_dict(),
-                "critic_opt": self.critic_opt.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "alpha_opt": self.alpha_opt.state_dict(), "num_updates": self.num_updates,
-                "num_explore": self.num_explore, "gen": self.gen.get_state()}
+        """Residual policy (with base descriptor/weights), critics (and the target encoder), optimizers, counters,
+        RNG."""
+        out = {"policy_spec": self.policy.spec(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+               "critic_target": self.critic_target.state_dict(),
+               "actor_target": self.actor_target.state_dict(), "actor_opt": self.actor_opt.state_dict(),
+               "critic_opt": self.critic_opt.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+               "alpha_opt": self.alpha_opt.state_dict(), "num_updates": self.num_updates,
+               "num_explore": self.num_explore, "gen": self.gen.get_state()}
+        if self.target_encoder is not None:
+            out["target_encoder"] = self.target_encoder.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
-        """Inverse of :meth:`state_dict`."""
+        """Inverse of :meth:`state_dict` (the saved base is installed when this agent has another or none; also
+        a checkpoint of the former ``PixelResidualAgent``, which had no temperature)."""
         install_saved_base(self.policy, state)
         self.policy.load_state_dict(state["policy"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
+        if self.target_encoder is not None:
+            self.target_encoder.load_state_dict(state["target_encoder"])
         if "actor_target" in state:  # checkpoints from before the target actor: start it at the actor
             self.actor_target.load_state_dict(state["actor_target"])
         else:
             self.actor_target.load_state_dict(self.policy.residual.state_dict())
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        if "log_alpha" in state:
+            with torch.no_grad():
+                self.log_alpha.copy_(state["log_alpha"])
+            self.alpha_opt.load_state_dict(state["alpha_opt"])
         self.num_updates, self.num_explore = int(state["num_updates"]), int(state["num_explore"])
         set_generator_state(self.gen, state["gen"])

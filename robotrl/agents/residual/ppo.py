@@ -138,8 +138,8 @@ class ResidualPPOAgent:
             fresh = np.flatnonzero((hist[:, 0] == hist[:, 1]).all(-1).cpu().numpy())
             if fresh.size:
                 self.rollout_base.reset(fresh)
-        base_raw = self.policy.base_action(obs, self.rollout_base)
-        return obs, base_raw, self.policy.features(obs, base_raw)
+        base_raw = self.policy.base_action(obs, base=self.rollout_base)
+        return obs, base_raw, self.policy.inputs(obs, base_raw)
 
     @torch.no_grad()
     def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
@@ -172,7 +172,7 @@ class ResidualPPOAgent:
             nobs = torch.as_tensor(ro.next_observations[:, :, -1], device=dev).flatten(0, 1)
             # V(s') needs the base action at s': the stateless base call is exact for per-step
             # bases; for chunked bases it approximates the queued action by a fresh chunk's first
-            nx = self.policy.features(nobs, self._stateless_base(nobs)).view(T, N, -1)
+            nx = self.policy.inputs(nobs, self._stateless_base(nobs)).view(T, N, -1)
             # within an episode the next step's recorded features are exactly those of s'
             cont = torch.as_tensor(~(ro.terminated | ro.truncated)[:-1] & ro.valid[1:], device=dev)
             nx[:-1] = torch.where(cont[..., None], x.view(T, N, -1)[1:], nx[:-1])
