@@ -13,7 +13,7 @@ code.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -23,6 +23,14 @@ from torch import nn
 from robotrl.errors import CheckpointError, SpaceMismatchError
 
 _ALLOWED_PREFIX = "robotrl.agents."
+
+#: Policy classes merged into another (issue 41: cameras are an option of the observation, not a class):
+#: old ``target`` -> (new target, ``{old kwarg: new kwarg}``), so checkpoints written before still load.
+_RENAMED: dict[str, tuple[str, dict[str, str]]] = {
+    "robotrl.agents.bc.pixels.PixelBCPolicy": ("robotrl.agents.bc.policy.BCPolicy", {"state_dim": "obs_dim"}),
+    "robotrl.agents.diffusion.pixels.PixelDiffusionPolicy": ("robotrl.agents.diffusion.policy.DiffusionPolicy",
+                                                             {"state_dim": "obs_dim"}),
+}
 
 
 @runtime_checkable
@@ -74,8 +82,16 @@ def policy_state(policy: nn.Module) -> dict:
     return {"target": f"{cls.__module__}.{cls.__qualname__}", "kwargs": policy.spec(), "state_dict": policy.state_dict()}
 
 
-def policy_class(target: str) -> type:
-    """The policy class named ``target`` (``"robotrl.agents.<module>.<Class>"``).
+def renamed_policy(target: str, kwargs: Mapping) -> tuple[str, dict]:
+    """``(target, kwargs)`` of a saved policy in this version's names: a class merged into another
+    (:data:`_RENAMED`) becomes that class, its renamed constructor arguments renamed; others unchanged."""
+    new, keys = _RENAMED.get(target, (target, {}))
+    return new, {keys.get(k, k): v for k, v in kwargs.items()}
+
+
+def policy_class(target: str) -> Callable[..., nn.Module]:
+    """The policy class named ``target`` (``"robotrl.agents.<module>.<Class>"``); for the old name of a merged
+    class (:data:`_RENAMED`) a constructor of the class it became that takes the old keyword arguments.
 
     Raises:
         CheckpointError: ``target`` is not under ``robotrl.agents.`` (a checkpoint may not
@@ -83,6 +99,9 @@ def policy_class(target: str) -> type:
     """
     if not target.startswith(_ALLOWED_PREFIX):
         raise CheckpointError(f"refusing to build policy class {target!r}: only classes under {_ALLOWED_PREFIX} are allowed")
+    if target in _RENAMED:
+        new = policy_class(_RENAMED[target][0])
+        return lambda **kwargs: new(**renamed_policy(target, kwargs)[1])
     module, _, name = target.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)
