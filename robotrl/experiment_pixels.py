@@ -24,6 +24,7 @@ that names each difference and the way out, before training starts.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,8 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
             (:func:`check_pixel_warm_start`); online steps for an agent without ``explore`` (pixel BC).
         DatasetNotFoundError, SpaceMismatchError: the dataset is missing or does not fit the env.
     """
+    from hydra.utils import get_class
+
     from robotrl.envs import env_info, make_env_from_args
     from robotrl.experiment import ensure_dataset, needs_dataset, trainer_config
     from robotrl.task_mdp import eval_env_args, task_env_args, terminate_data_at_success, train_env_args
@@ -243,8 +246,12 @@ def build_pixel_trainer(cfg: DictConfig, run_dir: Path) -> Runner:
     state_dim, action_dim = layout.state_dim, flat_dim(action_space)
     obs_norm = observation_normalizer(data, state_dim, cfg.agent.model.get("obs_clip"),
                                       cfg.dataset.get("obs_std_floor")) if state_dim else None
+    # transitional (issue 41): agents merged into their state class take the state size as obs_dim, Pixel* ones
+    # as state_dim
+    merged = "obs_dim" in inspect.signature(get_class(str(cfg.agent.model._target_))).parameters
     agent = _instantiate_agent(cfg.agent.model, image_shapes={k: list(v) for k, v in layout.image_shapes.items()},
-                               state_dim=state_dim, action_dim=action_dim, obs_normalizer=obs_norm,
+                               **{"obs_dim" if merged else "state_dim": state_dim}, action_dim=action_dim,
+                               obs_normalizer=obs_norm,
                                action_scaler=action_scaler_for(action_space, data),
                                state_layout=layout.state.to_json() if layout.state is not None else None,
                                device=device, seed=int(cfg.seed))

@@ -13,7 +13,7 @@ code.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -23,7 +23,6 @@ from torch import nn
 from robotrl.errors import CheckpointError, SpaceMismatchError
 
 _ALLOWED_PREFIX = "robotrl.agents."
-
 
 @runtime_checkable
 class Policy(Protocol):
@@ -81,6 +80,8 @@ _RENAMED: dict[str, tuple[str, dict[str, Any]]] = {
     "robotrl.agents.qlearning.pixels.PixelSACPolicy": ("robotrl.agents.qlearning.policy.QLPolicy", {}),
     "robotrl.agents.residual.pixels.PixelResidualPolicy": ("robotrl.agents.residual.policy.ResidualPolicy",
                                                            {"head": "tanh"}),
+    "robotrl.agents.bc.pixels.PixelBCPolicy": ("robotrl.agents.bc.policy.BCPolicy", {}),
+    "robotrl.agents.diffusion.pixels.PixelDiffusionPolicy": ("robotrl.agents.diffusion.policy.DiffusionPolicy", {}),
 }
 
 
@@ -95,9 +96,9 @@ def renamed_policy(target: str, kwargs: Mapping[str, Any]) -> tuple[str, dict[st
     return new, {**fixed, **out}
 
 
-def policy_class(target: str) -> type:
-    """The policy class named ``target`` (``"robotrl.agents.<module>.<Class>"``; a merged class's old
-    name gives the class it was merged into, :data:`_RENAMED`).
+def policy_class(target: str) -> Callable[..., nn.Module]:
+    """The policy class named ``target`` (``"robotrl.agents.<module>.<Class>"``); for the old name of a merged
+    class (:data:`_RENAMED`) a constructor of the class it became that takes the old keyword arguments.
 
     Raises:
         CheckpointError: ``target`` is not under ``robotrl.agents.`` (a checkpoint may not
@@ -105,7 +106,9 @@ def policy_class(target: str) -> type:
     """
     if not target.startswith(_ALLOWED_PREFIX):
         raise CheckpointError(f"refusing to build policy class {target!r}: only classes under {_ALLOWED_PREFIX} are allowed")
-    target = _RENAMED.get(target, (target, {}))[0]
+    if target in _RENAMED:
+        new = policy_class(_RENAMED[target][0])
+        return lambda **kwargs: new(**renamed_policy(target, kwargs)[1])
     module, _, name = target.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)

@@ -20,7 +20,7 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
 from pixel_runs import compose_train, run_robotrl  # noqa: E402
 
-from robotrl.agents.bc.pixels import PixelBCPolicy  # noqa: E402
+from robotrl.agents.bc.policy import BCPolicy  # noqa: E402
 from robotrl.agents.residual import ResidualPolicy  # noqa: E402
 from robotrl.data import ReplayBuffer, load_dataset  # noqa: E402
 from robotrl.envs import make_env, osmesa_available  # noqa: E402
@@ -89,7 +89,7 @@ def test_one_random_shift_moves_every_frame_of_a_stack_alike(camera_data):
     stacks = buf.sample(6).images()[KEY]
     rng = np.random.default_rng(0)  # distinct frames, so each block's shift is unique
     stacks = torch.as_tensor(rng.integers(0, 256, stacks.shape, dtype=np.uint8))
-    policy = PixelBCPolicy({KEY: (16, 16, 3)}, 0, 2, hidden=[8], channels=4, feature_dim=8, augment_pad=2, frame_stack=k)
+    policy = BCPolicy(0, 2, image_shapes={KEY: (16, 16, 3)}, hidden=[8], channels=4, feature_dim=8, augment_pad=2, frame_stack=k)
     seen = []
     policy.encoder.trunks["cam0"].register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach()))
     policy.train()(torch.zeros(6, 0), {KEY: stacks})
@@ -117,8 +117,8 @@ def test_policy_history_reproduces_the_buffers_stacks_along_a_rollout():
     k = 3
     env = make_env("PointMaze_UMaze-v3", max_episode_steps=5, pixels=["topdown"], size=16)
     layout = pixel_layout(env.observation_space)
-    policy = PixelBCPolicy(layout.image_shapes, layout.state_dim, 2, hidden=[8], channels=4, feature_dim=8,
-                           frame_stack=k, state_layout=layout.state.to_json()).eval()
+    policy = BCPolicy(layout.state_dim, 2, image_shapes=layout.image_shapes, hidden=[8], channels=4, feature_dim=8,
+                      frame_stack=k, state_layout=layout.state.to_json()).eval()
     buf = ReplayBuffer(64, layout.state_dim, 2, num_envs=1, image_shapes=layout.image_shapes, frame_stack=k)
     rng = np.random.default_rng(0)
     stacks = []
@@ -162,11 +162,11 @@ def test_policy_history_reproduces_the_buffers_stacks_along_a_rollout():
 
 def test_a_residual_refuses_a_pixel_base_with_another_frame_stack():
     shapes = {KEY: (16, 16, 3)}
-    base = PixelBCPolicy(shapes, 4, 2, hidden=[8], channels=4, feature_dim=8, frame_stack=1)
+    base = BCPolicy(4, 2, image_shapes=shapes, hidden=[8], channels=4, feature_dim=8, frame_stack=1)
     with pytest.raises(ConfigError, match=r"frame_stack=1 frames per camera, this run 3: set agent.model.frame_stack=1"):
         ResidualPolicy(4, 2, base=base, hidden=[8], head="tanh", image_shapes=shapes, channels=4, feature_dim=8,
                        frame_stack=3)
-    same = PixelBCPolicy(shapes, 4, 2, hidden=[8], channels=4, feature_dim=8, frame_stack=3)
+    same = BCPolicy(4, 2, image_shapes=shapes, hidden=[8], channels=4, feature_dim=8, frame_stack=3)
     res = ResidualPolicy(4, 2, base=same, hidden=[8], head="tanh", image_shapes=shapes, channels=4, feature_dim=8,
                          frame_stack=3).eval()
     stack = {KEY: torch.randint(0, 256, (2, 16, 16, 9), dtype=torch.uint8)}

@@ -326,15 +326,15 @@ def test_pixel_residual_on_a_frozen_pixel_base_through_the_online_path(tmp_path)
     """``agent=residual-offpolicy-pixels`` on a frozen pixel BC base (its own encoder of the 24 px frames): every
     pushed version carries the base unchanged, the residual and its encoder move, and the actor's actions are the
     pushed versions' outputs on the recorded state and frame."""
-    from robotrl.agents.bc.pixels import PixelBCPolicy
+    from robotrl.agents.bc.policy import BCPolicy
     from robotrl.checkpoint import load_arrays, load_checkpoint, save_checkpoint
     from robotrl.policy import policy_state
     from robotrl.real_robot.online_eval import pushed_policy
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    base = policy_state(PixelBCPolicy({"pixels/topdown": [PX, PX, 3]}, 8, 2, hidden=(16,), channels=8,
-                                      feature_dim=8).eval())
+    base = policy_state(BCPolicy(8, 2, image_shapes={"pixels/topdown": [PX, PX, 3]}, hidden=(16,), channels=8,
+                                 feature_dim=8).eval())
     save_checkpoint(tmp_path / "pixbc.pt", {"policy": base})
     agent = ["agent=residual-offpolicy-pixels", f"agent.model.base={tmp_path / 'pixbc.pt'}", "agent.model.hidden=[32,32]",
              "agent.model.critic_hidden=[32,32]", "agent.model.num_critics=2", "agent.model.channels=8",

@@ -48,7 +48,7 @@ def dataset(tmp_path_factory):
 
 @pytest.mark.slow
 def test_pixel_bc_learns_a_generated_pixel_task_and_exports(dataset, tmp_path):
-    from robotrl.agents.bc.pixels import PixelBCAgent
+    from robotrl.agents.bc import BCAgent
     from robotrl.vision.export import export_pixel_torchscript
 
     torch.manual_seed(0)
@@ -56,9 +56,9 @@ def test_pixel_bc_learns_a_generated_pixel_task_and_exports(dataset, tmp_path):
     assert data.obs_dim == 1 and set(data.images) == {"pixels/cam"}
     buf = ReplayBuffer.from_offline(data, seed=0)
     shapes = {"pixels/cam": (S, S, 3)}
-    agent = PixelBCAgent(shapes, 1, 3, obs_normalizer=ObservationNormalizer.from_data(data.observations),
-                         action_scaler=ActionScaler(-np.ones(3), np.ones(3)), lr=2e-3, channels=8, feature_dim=32,
-                         hidden=(128, 128), pooling="spatial_softmax", augment_pad=2, seed=0)
+    agent = BCAgent(1, 3, image_shapes=shapes, obs_normalizer=ObservationNormalizer.from_data(data.observations),
+                    action_scaler=ActionScaler(-np.ones(3), np.ones(3)), lr=2e-3, weight_decay=1e-4, channels=8,
+                    feature_dim=32, hidden=(128, 128), pooling="spatial_softmax", augment_pad=2, seed=0)
     frames, state, target = square_task(256, np.random.default_rng(99))  # held out
     held = {"pixels/cam": frames}
 
@@ -139,14 +139,14 @@ def test_short_pixel_rlpd_run_improves_the_return():
 def test_pixel_policies_export_to_torchscript_and_onnx_with_image_inputs(which, tmp_path):
     import onnxruntime as ort
 
-    from robotrl.agents.bc.pixels import PixelBCPolicy
+    from robotrl.agents.bc.policy import BCPolicy
     from robotrl.agents.qlearning import QLPolicy
     from robotrl.vision.export import export_pixel_onnx, export_pixel_torchscript
 
     torch.manual_seed(0)
     shapes = {"front": (32, 32, 3), "wrist": (24, 24, 3)}
     if which == "bc":
-        policy = PixelBCPolicy(shapes, 3, 2, hidden=(32,), channels=8, feature_dim=16, pooling="spatial_softmax")
+        policy = BCPolicy(3, 2, image_shapes=shapes, hidden=(32,), channels=8, feature_dim=16, pooling="spatial_softmax")
     else:
         policy = QLPolicy(3, 2, hidden=(32,), image_shapes=shapes, channels=8, feature_dim=16, pooling="spatial_embedding")
     policy.set_normalizers(ObservationNormalizer(np.full(3, 2.0), np.full(3, 0.5)), ActionScaler(np.array([-2.0, 0.0]), np.array([2.0, 1.0])))

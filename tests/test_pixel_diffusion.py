@@ -21,7 +21,7 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 from pixel_runs import compose_train, run_robotrl  # noqa: E402
 from test_pixel_agents import S, _space, square_task  # noqa: E402
 
-from robotrl.agents.diffusion.pixels import PixelDiffusionAgent, PixelDiffusionPolicy  # noqa: E402
+from robotrl.agents.diffusion import DiffusionAgent, DiffusionPolicy  # noqa: E402
 from robotrl.agents.residual import ResidualOffPolicyAgent  # noqa: E402
 from robotrl.checkpoint import load_checkpoint  # noqa: E402
 from robotrl.data import ActionScaler, Episode, ObservationNormalizer, ReplayBuffer, load_dataset, write_dataset  # noqa: E402
@@ -49,11 +49,11 @@ def test_diffusion_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_e
     ckpt = load_checkpoint(run_dir)
     assert ckpt["updates"] == 20 and ckpt["config"]["derived"]["image_shapes"] == {"pixels/topdown": [32, 32, 3]}
     pol = ckpt["policy"]
-    assert pol["target"] == "robotrl.agents.diffusion.pixels.PixelDiffusionPolicy"
+    assert pol["target"] == "robotrl.agents.diffusion.policy.DiffusionPolicy"
     assert pol["kwargs"]["state_layout"] and pol["kwargs"]["encoder_weights"] is None
     assert set(pol["state_dict"]) >= {"obs_normalizer.mean", "obs_normalizer.std", "action_scaler.low",
-                                      "head.action_scaler.high", "encoder.project.0.weight"}
-    assert any(k.startswith("head.denoiser.") for k in pol["state_dict"])
+                                      "action_scaler.high", "encoder.project.0.weight"}
+    assert any(k.startswith("denoiser.") for k in pol["state_dict"])
 
     policy = load_policy(str(run_dir))
     env = make_env_from_args(ckpt["config"]["derived"]["eval_env"], seed=3)
@@ -112,11 +112,11 @@ def squares(tmp_path_factory) -> ReplayBuffer:
     return ReplayBuffer.from_offline(load_dataset(root / "gen/dp-squares-v0"), seed=0)
 
 
-def _agent(buf: ReplayBuffer, **kw) -> PixelDiffusionAgent:
-    return PixelDiffusionAgent(SHAPES, 1, 3, obs_normalizer=ObservationNormalizer.from_data(buf.observations[: len(buf)]),
-                               action_scaler=ActionScaler(-np.ones(3), np.ones(3)), channels=8, feature_dim=32,
-                               denoising_steps=10, denoiser_kwargs={"hidden": [128, 128, 128]}, sampler="ddim",
-                               ddim_steps=5, seed=0, **kw)
+def _agent(buf: ReplayBuffer, **kw) -> DiffusionAgent:
+    return DiffusionAgent(1, 3, image_shapes=SHAPES, obs_normalizer=ObservationNormalizer.from_data(buf.observations[: len(buf)]),
+                          action_scaler=ActionScaler(-np.ones(3), np.ones(3)), channels=8, feature_dim=32,
+                          denoising_steps=10, denoiser_kwargs={"hidden": [128, 128, 128]}, sampler="ddim",
+                          ddim_steps=5, seed=0, **kw)
 
 
 @pytest.mark.slow
@@ -156,7 +156,7 @@ def test_a_pixel_diffusion_policy_is_a_residual_base_that_the_residual_starts_at
                                       base_overrides={"act_steps": 1}, hidden=[16], critic_hidden=[16], num_critics=2,
                                       channels=4, feature_dim=8)
     base = residual.policy.base
-    assert isinstance(base, PixelDiffusionPolicy) and (base.To, base.Te) == (1, 1)
+    assert isinstance(base, DiffusionPolicy) and base.has_cameras and (base.To, base.Te) == (1, 1)
     batch = squares.sample(8)
     state, images = batch.observations, batch.images()
     torch.manual_seed(3)

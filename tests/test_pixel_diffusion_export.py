@@ -17,7 +17,7 @@ import torch
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
-from robotrl.agents.diffusion.pixels import PixelDiffusionPolicy  # noqa: E402
+from robotrl.agents.diffusion import DiffusionPolicy  # noqa: E402
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer  # noqa: E402
 from robotrl.envs import make_env, osmesa_available  # noqa: E402
 from robotrl.real_robot.export import export_policy, load_deploy_policy  # noqa: E402
@@ -48,19 +48,19 @@ def renders():
     return np.stack(states).astype(np.float32), np.stack(frames), layout
 
 
-def _policy(layout, sampler: str, To: int = 1) -> PixelDiffusionPolicy:
+def _policy(layout, sampler: str, To: int = 1) -> DiffusionPolicy:
     torch.manual_seed(0)
-    p = PixelDiffusionPolicy(layout.image_shapes, layout.state_dim, 2, obs_horizon=To, action_horizon=TA, act_steps=TE,
-                             denoising_steps=5,
-                             sampler=sampler, ddim_steps=3, denoiser_kwargs={"hidden": [32, 32], "time_dim": 8},
-                             channels=4, feature_dim=8, state_layout=layout.state.to_json())
+    p = DiffusionPolicy(layout.state_dim, 2, image_shapes=layout.image_shapes, obs_horizon=To, action_horizon=TA,
+                        act_steps=TE, denoising_steps=5,
+                        sampler=sampler, ddim_steps=3, denoiser_kwargs={"hidden": [32, 32], "time_dim": 8},
+                        channels=4, feature_dim=8, pooling="spatial_softmax", state_layout=layout.state.to_json())
     Ds = layout.state_dim
     p.set_normalizers(ObservationNormalizer(np.linspace(-1, 1, Ds), np.full(Ds, 2.0)),
                       ActionScaler(np.array([-2.0, -0.5]), np.array([1.0, 0.5])))
     return p.eval()
 
 
-def _own_chunk(policy: PixelDiffusionPolicy, state: np.ndarray, frames: np.ndarray, seed: int) -> torch.Tensor:
+def _own_chunk(policy: DiffusionPolicy, state: np.ndarray, frames: np.ndarray, seed: int) -> torch.Tensor:
     """The policy's own chunk ``(1, Ta, Da)`` for one observation, its noise drawn from ``seed``."""
     torch.manual_seed(seed)
     return policy.predict_chunk(torch.as_tensor(state)[None, None], {KEY: torch.as_tensor(frames)[None, None]})

@@ -21,7 +21,6 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
 from pixel_runs import compose_train, run_robotrl  # noqa: E402
 
-from robotrl.agents.bc.pixels import PixelBCPolicy  # noqa: E402
 from robotrl.agents.bc.policy import BCPolicy  # noqa: E402
 from robotrl.agents.residual import ResidualOffPolicyAgent  # noqa: E402
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_checkpoint  # noqa: E402
@@ -91,7 +90,7 @@ def test_residual_pixels_on_a_pixel_base_trains_checkpoints_and_evaluates(pixel_
     ckpt, base = load_checkpoint(run_dir), load_checkpoint(pixel_base)["policy"]
     pol = ckpt["policy"]
     assert pol["target"] == "robotrl.agents.residual.policy.ResidualPolicy"  # the state residual's class
-    assert pol["kwargs"]["base"]["target"] == "robotrl.agents.bc.pixels.PixelBCPolicy"
+    assert pol["kwargs"]["base"]["target"] == "robotrl.agents.bc.policy.BCPolicy"
     assert pol["kwargs"]["state_layout"] and pol["kwargs"]["image_shapes"] == {"pixels/topdown": [32, 32, 3]}
     # the base's weights travel inside the residual policy, unchanged by training (frozen)
     for k, v in base["state_dict"].items():
@@ -152,9 +151,9 @@ def test_the_residual_starts_at_its_base_keeps_it_frozen_and_reloads(kind, pixel
 SHAPES = {"pixels/cam": (16, 16, 3)}
 
 
-def _pixel_bc(**kw) -> PixelBCPolicy:
-    return PixelBCPolicy({**SHAPES, **kw.pop("shapes", {})}, kw.pop("state_dim", 3), 2, hidden=[16], channels=4,
-                         feature_dim=8, pooling="spatial_softmax", **kw)
+def _pixel_bc(**kw) -> BCPolicy:
+    return BCPolicy(kw.pop("state_dim", 3), 2, image_shapes={**SHAPES, **kw.pop("shapes", {})}, hidden=[16], channels=4,
+                    feature_dim=8, pooling="spatial_softmax", **kw)
 
 
 def _agent(base, **kw) -> ResidualOffPolicyAgent:

@@ -157,7 +157,7 @@ def test_cameras_on_a_recipe_without_them_is_refused():
 
 def test_pixel_layout_splits_env_observations_like_the_data_layer(tmp_path):
     """What a pixel policy sees from the env equals what it trains on from the dataset."""
-    from robotrl.agents.bc.pixels import PixelBCPolicy
+    from robotrl.agents.bc.policy import BCPolicy
     from robotrl.data import Episode, write_dataset
     from robotrl.vision.obs import pixel_layout
 
@@ -179,7 +179,7 @@ def test_pixel_layout_splits_env_observations_like_the_data_layer(tmp_path):
     bstate, bimages = layout.split(stacked)
     np.testing.assert_array_equal(bstate[:-1], data.observations)
     np.testing.assert_array_equal(bimages["pixels/topdown"], data.images["pixels/topdown"])
-    policy = PixelBCPolicy(layout.image_shapes, layout.state_dim, 2, hidden=(16,), channels=4, feature_dim=8).eval()
+    policy = BCPolicy(layout.state_dim, 2, image_shapes=layout.image_shapes, hidden=(16,), channels=4, feature_dim=8).eval()
     import torch
 
     a = policy(torch.from_numpy(state[None]), {k: torch.from_numpy(v[None]) for k, v in images.items()})

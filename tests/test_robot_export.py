@@ -138,7 +138,7 @@ def test_pixel_bundle_matches_the_policy_on_rendered_frames_and_refuses_other_ca
 
     os.environ.setdefault("MUJOCO_GL", "osmesa")
     os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
-    from robotrl.agents.bc.pixels import PixelBCPolicy
+    from robotrl.agents.bc.policy import BCPolicy
     from robotrl.checkpoint import save_checkpoint
     from robotrl.envs import osmesa_available
     from robotrl.errors import ConfigError, SpaceMismatchError
@@ -150,7 +150,7 @@ def test_pixel_bundle_matches_the_policy_on_rendered_frames_and_refuses_other_ca
         pytest.skip("headless MuJoCo rendering needs libosmesa6")
     layout = json.dumps({"keys": ["achieved_goal", "desired_goal", "observation"], "shapes": [[2], [2], [4]]})
     torch.manual_seed(0)
-    policy = PixelBCPolicy({"pixels/topdown": (32, 32, 3)}, 8, 2, hidden=(32,), channels=8, feature_dim=16, state_layout=layout)
+    policy = BCPolicy(8, 2, image_shapes={"pixels/topdown": (32, 32, 3)}, hidden=(32,), channels=8, feature_dim=16, state_layout=layout)
     rng = np.random.default_rng(0)
     policy.set_normalizers(ObservationNormalizer(rng.normal(size=8), rng.uniform(0.5, 2, 8)),
                            ActionScaler(np.array([-1.0, -0.5]), np.array([1.0, 0.5])))

@@ -55,7 +55,7 @@ def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(mina
     assert ev["max_episode_steps"] == derived["train_env"]["max_episode_steps"] is not None
     # the saved policy carries its preprocessing: normalisers, scaler, encoder and the state layout
     pol = ckpt["policy"]
-    assert pol["target"] == "robotrl.agents.bc.pixels.PixelBCPolicy"
+    assert pol["target"] == "robotrl.agents.bc.policy.BCPolicy"
     assert set(pol["state_dict"]) >= {"obs_normalizer.mean", "obs_normalizer.std", "action_scaler.low",
                                       "action_scaler.high"}
     assert any(k.startswith("encoder.") for k in pol["state_dict"]) and pol["kwargs"]["state_layout"]

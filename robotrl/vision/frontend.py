@@ -191,9 +191,19 @@ class ObservationFrontend(nn.Module):
         return dict(self._spec)
 
 
-class PixelPolicyFrontend(ObservationFrontend):
+class _CameraPolicyMeta(type):
+    """Transitional: ``isinstance(p, PixelPolicyFrontend)`` is also true for every
+    :class:`ObservationFrontend` with cameras (a merged class such as ``BCPolicy(..., image_shapes=...)``), so the
+    sites that still ask for a pixel policy that way take the merged classes' camera policies."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return type.__instancecheck__(cls, obj) or (isinstance(obj, ObservationFrontend) and obj.has_cameras)
+
+
+class PixelPolicyFrontend(ObservationFrontend, metaclass=_CameraPolicyMeta):
     """Transitional: the former camera-only front end, ``(image_shapes, state_dim, action_dim)`` first; its
-    spec keeps ``state_dim``. Goes with the last ``Pixel*`` policy class."""
+    spec keeps ``state_dim``. Goes with the last ``Pixel*`` policy class. ``isinstance(p, PixelPolicyFrontend)``
+    holds for every camera policy (:class:`_CameraPolicyMeta`)."""
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, **kwargs):
         super().__init__(state_dim, action_dim, image_shapes=image_shapes, **kwargs)

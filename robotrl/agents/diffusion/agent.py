@@ -11,11 +11,18 @@ Ta)``: observations ``(B, To, Do)``, actions ``(B, Ta, Da)``, mask ``(B, Ta)``) 
 over the valid chunk entries. The trained network is ``agent.model``; the deployable
 ``agent.policy`` holds its exponential moving average (decay 0.995), which is what
 evaluation and checkpoints' ``policy`` use.
+
+With cameras (``image_shapes``; Chi et al.'s vision policy) the windows carry frames ``(B, To, H, W, C)`` per
+camera (:meth:`~robotrl.data.batch.Batch.images`), ``o`` is each step's encoder features, the encoder is
+trained end to end with the denoiser (``agent.model`` is then a copy of the whole policy, encoder included,
+and the EMA covers both), and the network initialisation is seeded by ``seed`` (the global RNG untouched).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -28,18 +35,24 @@ from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 
 
 class DiffusionAgent:
-    """DDPM behaviour cloning over action chunks.
+    """DDPM behaviour cloning over action chunks, from states or (``image_shapes``) cameras plus the state.
 
     Args:
-        obs_dim, action_dim: ``Do``, ``Da`` (derived by the trainer).
-        obs_normalizer, action_scaler: dataset statistics / env bounds.
+        obs_dim, action_dim: ``Do`` (the flat state beside any cameras; 0: cameras only), ``Da`` (derived by
+            the trainer).
+        obs_normalizer, action_scaler: dataset statistics / env bounds (``obs_normalizer`` ``None``: no state).
         obs_horizon, action_horizon, act_steps, denoising_steps, denoiser, denoiser_kwargs,
             sampler, ddim_steps, eval_min_std, ddim_eta, obs_clip, x0_clip, eps_clip: see
             :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy`.
         lr, weight_decay, max_grad_norm: AdamW settings and max gradient norm (``None``: off).
         ema_decay: EMA decay of the deployed weights; ``ema_start``: updates before which
             the EMA copies the weights.
-        device: torch device; seed: seed of the diffusion noise generator.
+        device: torch device; seed: seed of the diffusion noise generator (and, with cameras, of the network
+            initialisation).
+        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
+            frame_stack, state_layout: the observation spec's cameras and their encoder
+            (:class:`~robotrl.vision.frontend.ObservationFrontend`; ``image_shapes=None``: a state agent, the other
+            camera options unused; ``frame_stack`` must be 1).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
@@ -48,18 +61,31 @@ class DiffusionAgent:
                  sampler: str = "ddpm", ddim_steps: int = 5, eval_min_std: float = 1e-3, ddim_eta: float = 0.0,
                  obs_clip: float | None = 10.0, x0_clip: float | None = 1.0, eps_clip: float = 3.0,
                  lr: float = 1e-4, weight_decay: float = 1e-6, max_grad_norm: float | None = 1.0,
-                 ema_decay: float = 0.995, ema_start: int = 1000, device: str | torch.device = "cpu", seed: int = 0):
+                 ema_decay: float = 0.995, ema_start: int = 1000, device: str | torch.device = "cpu", seed: int = 0,
+                 image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
+                 pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
+                 encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
+                 frame_stack: int = 1, state_layout: str | None = None):
         self.device = torch.device(device)
-        self.policy = DiffusionPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
-                                      act_steps=act_steps, denoising_steps=denoising_steps, denoiser=denoiser,
-                                      denoiser_kwargs=denoiser_kwargs, sampler=sampler, ddim_steps=ddim_steps,
-                                      eval_min_std=eval_min_std, ddim_eta=ddim_eta, obs_clip=obs_clip,
-                                      x0_clip=x0_clip, eps_clip=eps_clip)
+        cameras = camera_options(image_shapes=image_shapes, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
+                                 channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
+                                 augment_pad=augment_pad, frame_stack=frame_stack, state_layout=state_layout)
+        with seeded_init(seed, bool(image_shapes)):
+            self.policy = DiffusionPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
+                                          act_steps=act_steps, denoising_steps=denoising_steps, denoiser=denoiser,
+                                          denoiser_kwargs=denoiser_kwargs, sampler=sampler, ddim_steps=ddim_steps,
+                                          eval_min_std=eval_min_std, ddim_eta=ddim_eta, obs_clip=obs_clip,
+                                          x0_clip=x0_clip, eps_clip=eps_clip, **cameras)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device).eval()
-        self.model = copy.deepcopy(self.policy.denoiser).train()
-        self.policy.denoiser.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.frame_stack = 1
+        # trained: the denoiser (a state policy, as before cameras were an option) or the whole policy, encoder
+        # included; the deployed self.policy (or its denoiser) is the EMA
+        self.ema_target: torch.nn.Module = self.policy if self.policy.has_cameras else self.policy.denoiser
+        self.model = copy.deepcopy(self.ema_target).train()
+        self.ema_target.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW([q for q in self.model.parameters() if q.requires_grad], lr=lr,
+                                           weight_decay=weight_decay)
         self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
         self.num_updates = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -71,22 +97,39 @@ class DiffusionAgent:
 
     # ------------------------------------------------------------------ training
     def loss(self, batch: Batch) -> torch.Tensor:
-        """ε-prediction loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``, actions ``(B,Ta,Da)``)."""
-        p = self.policy
+        """ε-prediction loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``, actions ``(B,Ta,Da)``, mask
+        ``(B,Ta)``; with cameras frames ``{key: (B, To, H, W, C)}``, the encoder in the graph; a flat batch:
+        ``To = Ta = 1``)."""
+        cams = self.policy.has_cameras
+        p, net = (self.model, self.model.denoiser) if cams else (self.policy, self.model)
         obs, x0, mask = chunk_inputs(p, batch, self.device)
+        images = step_frames(batch, self.device) if cams else None
         B = x0.shape[0]
         k = torch.randint(0, p.K, (B,), device=self.device, generator=self.gen)
         eps = torch.randn(x0.shape, device=self.device, generator=self.gen)
         x_k = p.schedule.q_sample(x0, k, eps)
-        return noise_prediction_loss(self.model(x_k, k, p.condition(obs)), eps, mask)
+        return noise_prediction_loss(net(x_k, k, p.condition(obs, images)), eps, mask)
 
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
-        return ema_gradient_step(self, self.loss(batch), self.policy.denoiser)
+        self.model.train()
+        return ema_gradient_step(self, self.loss(batch), self.ema_target)
 
     # ------------------------------------------------------------------ acting
+    @property
+    def explore(self):
+        """``explore(obs (N, Do)) -> (N, Da)`` of a state agent (:meth:`_explore`).
+
+        Raises:
+            AttributeError: the agent reads cameras: it learns offline only, so ``hasattr(agent, "explore")`` is
+                false and the build path refuses online steps.
+        """
+        if self.policy.has_cameras:
+            raise AttributeError("diffusion BC from cameras learns offline only (no explore): set trainer.online_steps=0")
+        return self._explore
+
     @torch.no_grad()
-    def explore(self, obs: np.ndarray) -> np.ndarray:
+    def _explore(self, obs: np.ndarray) -> np.ndarray:
         """Stateless exploration: first action of a fresh stochastic DDPM chunk per env ``(N, Da)`` raw.
 
         (``To = 1`` semantics; chunked, history-aware acting is ``agent.policy``'s job.)
@@ -102,3 +145,28 @@ class DiffusionAgent:
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
         load_trainer_state(self, state)
+
+
+def camera_options(*, image_shapes: Mapping[str, Sequence[int]] | None, **options) -> dict:
+    """The policy's camera keyword arguments: ``image_shapes`` and the encoder ``options`` (``state_layout``
+    always, it is harmless for a state policy); nothing else without cameras, so a state policy's spec is as it was."""
+    layout = {"state_layout": options.pop("state_layout", None)}
+    return {"image_shapes": image_shapes, **options, **layout} if image_shapes else layout
+
+
+@contextlib.contextmanager
+def seeded_init(seed: int, on: bool) -> Iterator[None]:
+    """With ``on``: the block's network initialisation seeded by ``seed``, the global torch RNG untouched (a camera
+    policy's, as the former pixel agents did); off: the global RNG, as state policies always were."""
+    if not on:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def step_frames(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
+    """A sequence batch's frames per step ``{key: uint8 (B, To, H, W, C)}`` on ``device`` (a flat batch's
+    ``(B, H, W, C)`` as ``To = 1``)."""
+    return {k: (v if v.ndim == 5 else v[:, None]).to(device) for k, v in batch.images().items()}

@@ -10,12 +10,14 @@ observations ``(B, To, Do)``, oldest first (``To > 1``; the deploy side keeps th
 :class:`robotrl.real_robot.export.DeployPolicy`), raw units, normalisers inside, that :func:`robotrl.real_robot.export.export_policy` traces. For a batch of one
 it equals :func:`~robotrl.agents.diffusion.sampling.sample_chain` with a generator
 seeded like the export (the tests check this); DPPO policies export their fine-tuned
-steps because the chain asks ``policy.net_for_step(i)``. The pixel diffusion policy's export
-(:class:`robotrl.agents.diffusion.pixels.PixelDiffusionChunkExport`) runs the same chain
-(:meth:`DiffusionChunkExport.chunk`) on its image features.
+steps because the chain asks ``policy.net_for_step(i)``. A policy with cameras exports the same chain on its
+features: ``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, Ta, Da)`` (``To > 1``: ``(B, To, Ds)`` and
+``(B, To, H, W, C)``, oldest first), its encoder inside.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -39,10 +41,11 @@ def as_history(obs: torch.Tensor, To: int) -> torch.Tensor:
 
 
 class DiffusionChunkExport(nn.Module):
-    """``obs (B, Do)`` (``To = 1``) or ``(B, To, Do)`` ``-> chunk (B, Ta, Da)`` with fixed noise (see module doc).
+    """``obs (B, Do)`` (``To = 1``) or ``(B, To, Do)`` ``-> chunk (B, Ta, Da)`` with fixed noise (see module doc);
+    a camera policy's also takes its frames ``{camera: uint8 (B, H, W, C)}`` (``(B, To, H, W, C)``).
 
     Args:
-        policy: a :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy` (or DPPO's).
+        policy: a :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy` (or DPPO's), with or without cameras.
         seed: seed of the fixed noise.
     """
 
@@ -64,9 +67,12 @@ class DiffusionChunkExport(nn.Module):
         self.min_std = policy.eval_min_std if policy.sampler == "ddpm" else 0.0
         self.eta = policy.ddim_eta
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Raw ``(B, Do)`` (``To = 1``) or history ``(B, To, Do)`` → ``(B, Ta, Da)`` raw actions."""
-        return self.chunk(self.policy.condition(as_history(obs, self.policy.To)))
+    def forward(self, obs: torch.Tensor, images: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Raw ``(B, Do)`` (``To = 1``) or history ``(B, To, Do)`` (with cameras and their frames ``(B, H, W, C)``
+        or ``(B, To, H, W, C)``) → ``(B, Ta, Da)`` raw actions."""
+        if images is not None and self.policy.To == 1 and obs.dim() == 2:
+            images = {k: v[:, None] for k, v in images.items()}
+        return self.chunk(self.policy.condition(as_history(obs, self.policy.To), images))
 
     def chunk(self, cond: torch.Tensor) -> torch.Tensor:
         """The fixed-noise chain on a normalised condition ``(B, To, Do)`` → raw chunk ``(B, Ta, Da)``."""

@@ -11,6 +11,8 @@ Fine-tuned ReinFlow policies export their fine-tuned velocity network (noise off
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -33,9 +35,12 @@ class FlowChunkExport(nn.Module):
         gen = torch.Generator().manual_seed(seed)
         self.register_buffer("x0", torch.randn((1, policy.Ta, policy.action_dim), generator=gen))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Raw ``(B, Do)`` (``To = 1``) or history ``(B, To, Do)`` → ``(B, Ta, Da)`` raw actions."""
-        cond = self.policy.condition(as_history(obs, self.policy.To))
+    def forward(self, obs: torch.Tensor, images: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Raw ``(B, Do)`` (``To = 1``) or history ``(B, To, Do)`` (with cameras and their frames ``(B, H, W, C)``
+        or ``(B, To, H, W, C)``) → ``(B, Ta, Da)`` raw actions."""
+        if images is not None and self.policy.To == 1 and obs.dim() == 2:
+            images = {k: v[:, None] for k, v in images.items()}
+        cond = self.policy.condition(as_history(obs, self.policy.To), images)
         x = self.x0.expand(obs.shape[0], -1, -1)
         for i in range(self.K):
             t = torch.full_like(cond[:, 0, 0], i / self.K)

@@ -15,22 +15,25 @@ injected, so for a given ``x_0`` the chunk is a deterministic function of the hi
 ``forward(obs (N, Do) raw) -> action (N, Da) raw`` acts per env step with the same
 history/queue semantics as :class:`~robotrl.agents.diffusion.policy.DiffusionPolicy`
 (its per-step methods are reused as they are); :meth:`predict_chunk` is the stateless
-path ``(B, To, Do) -> (B, Ta, Da)`` raw. With ``shortcut=True`` the network is a shortcut
+path ``(B, To, Do) -> (B, Ta, Da)`` raw. Cameras are an option of the observation, as for the diffusion
+policy (``image_shapes``, :class:`~robotrl.vision.frontend.ObservationFrontend`): the velocity network then
+conditions on each history step's encoder features. With ``shortcut=True`` the network is a shortcut
 model's (:mod:`robotrl.agents.flow.shortcut`), which every Euler step calls with ``d = 1/K``.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
 from robotrl.agents.diffusion.networks import build_denoiser
-from robotrl.agents.diffusion.policy import DiffusionPolicy
+from robotrl.agents.diffusion.policy import DiffusionPolicy, as_step_history, check_no_frame_stack
 from robotrl.agents.flow.sampling import euler_sample, euler_times
 from robotrl.agents.flow.shortcut import ShortcutVelocity
-from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import ConfigError
+from robotrl.vision.frontend import ObservationFrontend
 
 
 def _velocity_net(denoiser: str, obs_dim: int, action_dim: int, To: int, Ta: int, kwargs: dict, shortcut: bool,
@@ -51,11 +54,11 @@ def _velocity_net(denoiser: str, obs_dim: int, action_dim: int, To: int, Ta: int
     return ShortcutVelocity(base, max_steps, step_dim, act=str(kwargs.get("act", "mish")))
 
 
-class FlowPolicy(nn.Module):
-    """Rectified-flow action-chunk policy with ``K``-step Euler inference.
+class FlowPolicy(ObservationFrontend):
+    """Rectified-flow action-chunk policy with ``K``-step Euler inference, from states or cameras plus the state.
 
     Args:
-        obs_dim, action_dim: ``Do``, ``Da``.
+        obs_dim, action_dim: ``Do`` (the flat state beside any cameras; 0: cameras only), ``Da``.
         obs_horizon, action_horizon, act_steps: ``To``, ``Ta``, ``Te`` (``Te <= Ta``).
         flow_steps: ``K``, Euler steps at inference (an inference setting, not part of the
             network: a policy trained once samples with any ``K``).
@@ -70,37 +73,37 @@ class FlowPolicy(nn.Module):
             sizes are ``1, 1/2, …, 1/M``: other ``K`` run, on step sizes the network interpolates).
         shortcut_max_steps: ``M``, the finest number of steps a shortcut network is trained for
             (a power of two; the paper's 128).
+        **frontend: the observation spec's cameras and encoder (``image_shapes``, ``encoder``, ...,
+            :class:`~robotrl.vision.frontend.ObservationFrontend`; none: a state policy, ``state_dict`` and numbers
+            unchanged); ``frame_stack`` must be 1.
 
     Raises:
-        ConfigError: ``act_steps`` outside ``[1, Ta]``, ``flow_steps < 1``, a bad denoiser or ``M``.
+        ConfigError: ``act_steps`` outside ``[1, Ta]``, ``flow_steps < 1``, a bad denoiser or ``M``,
+            ``frame_stack != 1``.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_horizon: int = 1, action_horizon: int = 4,
                  act_steps: int = 4, flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
                  obs_clip: float | None = 10.0, x_clip: float | None = 1.0, shortcut: bool = False,
-                 shortcut_max_steps: int = 128):
-        super().__init__()
+                 shortcut_max_steps: int = 128, **frontend):
         if not 1 <= act_steps <= action_horizon:
             raise ConfigError(f"agent.model.act_steps Te={act_steps} must be in [1, Ta={action_horizon}]")
         euler_times(flow_steps)  # validates K
-        self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
+        check_no_frame_stack(frontend)
+        x_clip = None if x_clip is None else float(x_clip)
+        super().__init__(obs_dim, action_dim, obs_clip=obs_clip, **frontend, obs_horizon=int(obs_horizon),
+                         action_horizon=int(action_horizon), act_steps=int(act_steps), flow_steps=int(flow_steps),
+                         denoiser=denoiser, denoiser_kwargs=dict(denoiser_kwargs or {}), x_clip=x_clip,
+                         shortcut=bool(shortcut), shortcut_max_steps=int(shortcut_max_steps))
         self.To, self.Ta, self.Te, self.K = int(obs_horizon), int(action_horizon), int(act_steps), int(flow_steps)
-        self.x_clip = None if x_clip is None else float(x_clip)
-        self._spec = dict(obs_dim=self.obs_dim, action_dim=self.action_dim, obs_horizon=self.To,
-                          action_horizon=self.Ta, act_steps=self.Te, flow_steps=self.K, denoiser=denoiser,
-                          denoiser_kwargs=dict(denoiser_kwargs or {}), obs_clip=obs_clip, x_clip=self.x_clip,
-                          shortcut=bool(shortcut), shortcut_max_steps=int(shortcut_max_steps))
-        self.obs_normalizer = ObservationNormalizer(np.zeros(obs_dim), np.ones(obs_dim), clip=obs_clip)
-        self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
-        self.velocity = _velocity_net(denoiser, self.obs_dim, self.action_dim, self.To, self.Ta,
+        self.x_clip = x_clip
+        self.velocity = _velocity_net(denoiser, self.out_dim, self.action_dim, self.To, self.Ta,
                                       dict(denoiser_kwargs or {}), shortcut, shortcut_max_steps)
-        self._hist: torch.Tensor | None = None  # (N, To, Do) raw
-        self._queue: torch.Tensor | None = None  # (N, Te, Da) raw
-        self._qpos = np.zeros(0, np.int64)
-        self._fresh = np.zeros(0, bool)
+        self._init_queues()
 
-    # the per-env history / chunk-queue machinery is the diffusion policy's, unchanged
-    set_normalizers = DiffusionPolicy.set_normalizers
+    # the per-env history / chunk-queue machinery and the conditioning are the diffusion policy's, unchanged
+    _init_queues = DiffusionPolicy._init_queues
+    history_inputs = DiffusionPolicy.history_inputs
     condition = DiffusionPolicy.condition
     forward = DiffusionPolicy.forward
     reset = DiffusionPolicy.reset
@@ -113,7 +116,8 @@ class FlowPolicy(nn.Module):
         return {**self._spec, "denoiser_kwargs": dict(self._spec["denoiser_kwargs"])}
 
     def export_module(self, seed: int = 0) -> nn.Module:
-        """Traceable ``obs (B, Do) -> chunk (B, Ta, Da)`` with a fixed ``x_0``, for TorchScript/ONNX.
+        """Traceable ``obs (B, Do) -> chunk (B, Ta, Da)`` (with cameras ``(obs, {camera: uint8 (B, H, W, C)})``)
+        with a fixed ``x_0``, for TorchScript/ONNX.
 
         See :class:`~robotrl.agents.flow.export.FlowChunkExport`.
         """
@@ -136,11 +140,12 @@ class FlowPolicy(nn.Module):
         return euler_sample(self.velocity, cond, x0, int(steps or self.K), x_clip=self.x_clip)
 
     @torch.no_grad()
-    def predict_chunk(self, obs_hist: torch.Tensor, *, steps: int | None = None) -> torch.Tensor:
-        """Raw history ``(B, To, Do)`` (or ``(B, Do)`` when ``To == 1``) → raw chunk ``(B, Ta, Da)``.
+    def predict_chunk(self, obs_hist: torch.Tensor, images: Mapping[str, torch.Tensor] | None = None, *,
+                      steps: int | None = None) -> torch.Tensor:
+        """Raw history ``(B, To, Do)`` (or ``(B, Do)`` when ``To == 1``; with cameras frames
+        ``{camera: (B, To, H, W, C)}`` or ``(B, H, W, C)`` alike) → raw chunk ``(B, Ta, Da)``.
 
         ``steps``: Euler steps (default ``K``).
         """
-        if obs_hist.ndim == 2:
-            obs_hist = obs_hist[:, None]
-        return self.action_scaler.unnormalize(self.sample_normalized(self.condition(obs_hist), steps=steps))
+        obs_hist, images = as_step_history(obs_hist, images)
+        return self.action_scaler.unnormalize(self.sample_normalized(self.condition(obs_hist, images), steps=steps))
