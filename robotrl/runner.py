@@ -124,6 +124,7 @@ class Runner:
         if make_eval_env is None and validator is None:
             raise ValueError("a Runner evaluates in an env (make_eval_env) or on held-out data (validator): give one")
         self.validator = validator
+        self._prepared: bool | None = None  # set by prepare()
         self.loop = loop
         self.evaluator = evaluator or evaluate
         self.warm_source, self.warm_parts = init_from, init_parts
@@ -275,11 +276,12 @@ class Runner:
         warm_start(self.loop.agent, source, parts)
 
     # ------------------------------------------------------------------ run
-    def fit(self) -> dict:
-        """Run (or resume) the loop, evaluate, checkpoint, and write the report.
+    def prepare(self) -> bool:
+        """Resume the run, or warm-start it and run the loop's first start (:meth:`Loop.start`), once, without
+        running it: a server loop (the robot learner) is ready — resumed or pretrained — before it serves.
 
         Returns:
-            The summary dict (also in ``report.json``), with ``report_paths``.
+            whether the run was resumed.
 
         Raises:
             CheckpointError: an existing checkpoint (or a warm-start source) cannot be used.
@@ -287,10 +289,33 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resumed = self.try_resume()
         self._t0 = time.time()
+        if not resumed:
+            if self.warm_source:
+                self.init_from(self.warm_source, self.warm_parts)
+            self.loop.start(self, warm_started=bool(self.warm_source))
+        self._prepared = resumed
+        return resumed
+
+    def fit(self) -> dict:
+        """Run (or resume) the loop, evaluate, checkpoint, and write the report (after :meth:`prepare`, if it ran).
+
+        Returns:
+            The summary dict (also in ``report.json``), with ``report_paths``.
+
+        Raises:
+            CheckpointError: an existing checkpoint (or a warm-start source) cannot be used.
+        """
         loop = self.loop
+        prepared = self._prepared
+        if prepared is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            resumed = self.try_resume()
+            self._t0 = time.time()
+        else:
+            resumed = prepared
         with Progress(total=loop.total, initial=loop.clock, desc=self.title or "train",
                       enabled=loop.cfg.progress) as self.progress:
-            if not resumed:
+            if not resumed and prepared is None:
                 if self.warm_source:
                     self.init_from(self.warm_source, self.warm_parts)
                 loop.start(self, warm_started=bool(self.warm_source))

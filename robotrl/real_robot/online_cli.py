@@ -147,16 +147,22 @@ def build_learner(cfg: DictConfig):
                             push_period_s=float(cfg.push_period_s), checkpoint_every_s=float(cfg.checkpoint_every_s),
                             interventions_to_demos=bool(cfg.interventions_to_demos), reward_scale=r_scale,
                             reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=float(cfg.agent.get("gamma", 0.99)),
-                            seed=int(cfg.seed), pushed_weights_dir=cfg.pushed_weights_dir, pixels=pixels)
-    resumed = learner.resume()
-    if not resumed and cfg.init_from:
-        from robotrl.warmstart import warm_start
+                            seed=int(cfg.seed), pushed_weights_dir=cfg.pushed_weights_dir, pixels=pixels,
+                            offline_steps=int(t.get("offline_steps") or 0), log_every=int(cfg.log_every))
+    from robotrl.runner import Runner
 
-        warm_start(agent, cfg.init_from, list(cfg.init_parts) if cfg.init_parts else None)
-    offline_steps = int(t.get("offline_steps") or 0)
-    if not resumed and offline_steps > 0:
-        learner.pretrain(offline_steps)
-    elif resumed and learner.pretrain_updates > 0 and hasattr(agent, "start_online"):
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["derived"] = {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "observation": spec.to_dict(),
+                           "robot": robot.to_dict(), "device": str(device), "evaluation": "robot episodes",
+                           "dataset_transitions": data.num_transitions if data is not None else 0}
+    if spec.has_cameras:
+        resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
+    # the one Runner drives the learner: checkpoints, resume, warm start, TensorBoard, report (robotrl.runner)
+    learner.runner = Runner(learner, cfg.run_dir, make_eval_env=None, validator=learner.episode_record, seed=int(cfg.seed),
+                            run_config=resolved, title=f"{cfg.agent.name} on robot {robot.name}",
+                            init_from=cfg.init_from or None, init_parts=list(cfg.init_parts) if cfg.init_parts else None)
+    resumed = learner.runner.prepare()  # resumed, or warm-started and pretrained (trainer.offline_steps)
+    if resumed and learner.pretrain_updates > 0 and hasattr(agent, "start_online"):
         agent.start_online()  # the update rule of the online phase (e.g. SAC after Cal-QL)
     return learner, resumed, key
 
@@ -181,9 +187,10 @@ def run_learner(cfg: DictConfig) -> dict:
               f"share of a batch (offline_ratio={cfg.trainer.offline_ratio}); set trainer.offline_ratio=0 to learn "
               "from the robot's experience alone", flush=True)
     t_end = time.monotonic() + float(cfg.max_runtime_s) if cfg.max_runtime_s else None
+    learner.should_stop = lambda: stop["flag"] or (t_end is not None and time.monotonic() > t_end)
     try:
-        status = learner.serve(lambda: stop["flag"] or (t_end is not None and time.monotonic() > t_end),
-                               log_every=int(cfg.log_every))
+        learner.runner.fit()  # serves until should_stop; the Runner's report in run_dir
+        status = learner.status()
     finally:
         learner.ep.close()
     print(json.dumps({"status": status}, default=str), flush=True)
