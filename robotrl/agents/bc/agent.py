@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.bc.loss import gaussian_nll_loss, mse_loss
 from robotrl.agents.bc.policy import BCPolicy
 from robotrl.data.batch import Batch
@@ -21,7 +22,7 @@ from robotrl.policy import act
 from robotrl.utils import set_generator_state
 
 
-class BCAgent:
+class BCAgent(OffPolicyAgentBase):
     """MLP behaviour cloning.
 
     Args:

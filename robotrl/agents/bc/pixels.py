@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.bc.loss import gaussian_nll_loss, mse_loss
 from robotrl.agents.bc.networks import BCActor
 from robotrl.data.batch import Batch
@@ -67,7 +68,7 @@ class PixelBCPolicy(PixelPolicyFrontend):
         return self.action_scaler.unnormalize(mean)
 
 
-class PixelBCAgent:
+class PixelBCAgent(OffPolicyAgentBase):
     """Behaviour cloning from cameras (+ state): MSE or Gaussian NLL in normalised action space.
 
     Args:

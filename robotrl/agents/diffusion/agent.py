@@ -20,6 +20,7 @@ import copy
 import numpy as np
 import torch
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
@@ -27,7 +28,7 @@ from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 
 
-class DiffusionAgent:
+class DiffusionAgent(OffPolicyAgentBase):
     """DDPM behaviour cloning over action chunks.
 
     Args:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.export import DiffusionChunkExport
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
@@ -167,7 +168,7 @@ class PixelDiffusionChunkExport(nn.Module):
         return self.chain.chunk(self.policy.head.condition(z))
 
 
-class PixelDiffusionAgent:
+class PixelDiffusionAgent(OffPolicyAgentBase):
     """Diffusion-policy behaviour cloning from cameras (+ state), encoder trained end to end, EMA deployed.
 
     Args:

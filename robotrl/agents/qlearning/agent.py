@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.qlearning import loss as L
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
@@ -44,7 +45,7 @@ ALGOS = ("sac", "cql", "calql", "iql")
 PARTS = ("policy", "critic", "temperature", "value", "optimizers")
 
 
-class QLAgent:
+class QLAgent(OffPolicyAgentBase):
     """SAC / CQL / Cal-QL / IQL over one ensemble critic and one tanh-Gaussian actor.
 
     Args:

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.qlearning.loss import cql_critic_loss, critic_td_loss, subset_min, td_target
 from robotrl.agents.qlearning.networks import EnsembleCritic, TanhGaussianActor
 from robotrl.data.batch import Batch
@@ -89,7 +90,7 @@ ALGOS = ("sac", "cql", "calql")
 PARTS = ("encoder", "policy", "critic", "temperature", "optimizers")
 
 
-class PixelSACAgent:
+class PixelSACAgent(OffPolicyAgentBase):
     """SAC / RLPD / CQL / Cal-QL / WSRL from cameras (+ state) with a shared, critic-trained encoder (module doc).
 
     Args:

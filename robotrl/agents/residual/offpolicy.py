@@ -71,6 +71,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.qlearning.loss import critic_td_loss, sac_actor_loss, subset_min, td_target, temperature_loss
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import load_base
@@ -112,7 +113,7 @@ def base_plus_noise(scaler, base_raw: torch.Tensor, std: float, gen: torch.Gener
     return scaler.unnormalize(a.clamp(-1.0, 1.0))
 
 
-class ResidualOffPolicyAgent:
+class ResidualOffPolicyAgent(OffPolicyAgentBase):
     """ResFiT: TD3- or SAC-style residual actor, ensemble critic on the combined action.
 
     Args:

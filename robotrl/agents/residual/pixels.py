@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.qlearning.loss import critic_td_loss, subset_min, td_target
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import base_descriptor, build_base, load_base
@@ -232,7 +233,7 @@ class PixelResidualPolicy(PixelPolicyFrontend):
             self.base.reset(env_ids)
 
 
-class PixelResidualAgent:
+class PixelResidualAgent(OffPolicyAgentBase):
     """ResFiT's TD3 residual on cameras (module doc): shared critic-trained encoder, frozen state or pixel base.
 
     Args:
