@@ -1,18 +1,18 @@
-"""The front end every deployable pixel policy shares: image encoder, state normaliser, action scaler.
+"""The front end every deployable policy shares: state normaliser, optional camera encoder, action scaler.
 
-:class:`PixelPolicyFrontend` builds, as attributes of the policy itself (so the policies'
-``state_dict`` keys stay ``encoder.*``, ``obs_normalizer.*``, ``action_scaler.*``), the
-:class:`~robotrl.vision.encoders.PixelEncoder` over ``{camera: uint8 (B, H, W, C)}`` plus the
-normalised state ``(B, Ds)``, and the normaliser / scaler buffers that make a saved policy carry
-all its preprocessing. The pixel BC policy (:mod:`robotrl.agents.bc.pixels`) and the pixel SAC /
-RLPD policy (:mod:`robotrl.agents.qlearning.pixels`) add their actor head on ``encoder.out_dim``
-features.
+:class:`ObservationFrontend` builds, as attributes of the policy itself (so the policies'
+``state_dict`` keys stay ``obs_normalizer.*``, ``action_scaler.*`` and, with cameras, ``encoder.*``),
+the normaliser / scaler buffers that make a saved policy carry all its preprocessing and, when the
+observation spec has cameras, the :class:`~robotrl.vision.encoders.PixelEncoder` over
+``{camera: uint8 (B, H, W, C)}`` plus the normalised state ``(B, Ds)``. Every policy puts its heads
+on :attr:`ObservationFrontend.out_dim` features: cameras are an option of the observation, not a
+class of their own.
 
 Frame stacking (``frame_stack = k > 1``, :mod:`robotrl.vision.stack`): ``forward`` takes each camera's last
 ``k`` frames along channels, uint8 ``(B, H, W, k·C)`` (the encoder's trunk reads ``k·C`` channels, one random
 shift for all of them), as the replay buffer samples them; where the policy acts step by step on raw
-observations (:meth:`PixelPolicyFrontend.act_observation`, :meth:`PixelPolicyFrontend.stack_frames`) it keeps
-its own per-env :class:`~robotrl.vision.stack.FrameHistory`, cleared by :meth:`PixelPolicyFrontend.reset` at
+observations (:meth:`ObservationFrontend.act_observation`, :meth:`ObservationFrontend.stack_frames`) it keeps
+its own per-env :class:`~robotrl.vision.stack.FrameHistory`, cleared by :meth:`ObservationFrontend.reset` at
 episode starts. ``k`` is in the saved spec.
 
 Symbols: ``B`` batch, ``Ds`` state size, ``Da`` action size, ``H, W, C`` frame size, ``k`` frames per stack.
@@ -33,19 +33,28 @@ from robotrl.vision.encoders import PixelEncoder
 from robotrl.vision.obs import PixelLayout
 from robotrl.vision.stack import FrameHistory, stacked_shapes
 
-__all__ = ["PixelPolicyFrontend"]
+__all__ = ["ObservationFrontend", "PixelPolicyFrontend"]
 
 
-class PixelPolicyFrontend(nn.Module):
-    """Encoder, state normaliser and action scaler of a pixel policy (a base for the policies, not used alone).
+class ObservationFrontend(nn.Module):
+    """The front end of every deployable policy: state normaliser, optional camera encoder, action scaler.
+
+    One observation spec for every agent (LeRobot's habit: one policy takes state and images through its
+    features). Without cameras (``image_shapes`` ``None`` or empty) it holds no encoder and
+    :meth:`features` is the normalised state ``(B, Do)``, so a state policy's ``state_dict`` keys
+    (``obs_normalizer.*``, ``action_scaler.*``) and numbers are exactly those of a policy built
+    without it. With cameras it holds a :class:`~robotrl.vision.encoders.PixelEncoder` over
+    ``{camera: uint8 (B, H, W, k·C)}`` plus the normalised state, and :meth:`features` is ``(B, F)``.
+    A policy puts its heads on :attr:`out_dim` features.
 
     Args:
-        image_shapes: cameras ``{key: (H, W, C)}``.
-        state_dim: ``Ds`` (0: cameras only).
+        obs_dim: ``Do``, the flat state size beside the cameras (0: cameras only).
         action_dim: ``Da``.
+        image_shapes: cameras ``{key: (H, W, C)}`` (``None``: a state policy).
         encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad: the
             :class:`~robotrl.vision.encoders.PixelEncoder` (``encoder_weights``: a local file for
             ``encoder="resnet10"``; the saved spec never points at it, the ``state_dict`` holds the weights).
+            Ignored without cameras.
         obs_clip: clamp the normalised state to ``±obs_clip``.
         state_layout: how the env's raw ``Dict`` observation flattens into the state
             (:meth:`robotrl.data.spaces.FlatLayout.to_json`; ``None``: the policy takes only
@@ -59,28 +68,48 @@ class PixelPolicyFrontend(nn.Module):
             pooling, missing weights file); ``frame_stack < 1``.
     """
 
-    def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, *,
+    def __init__(self, obs_dim: int, action_dim: int, *, image_shapes: Mapping[str, Sequence[int]] | None = None,
                  encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
                  obs_clip: float | None = 10.0, state_layout: str | None = None, frame_stack: int = 1, **spec):
         super().__init__()
+        self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
+        shapes = {k: [int(d) for d in v] for k, v in (image_shapes or {}).items()}
+        self.image_keys = list(shapes)
         self.frame_stack = int(frame_stack)
         self._history = FrameHistory(self.frame_stack)
-        shapes = {k: [int(d) for d in v] for k, v in image_shapes.items()}
-        self.image_keys = list(shapes)
-        self.state_dim, self.action_dim = int(state_dim), int(action_dim)
-        self._spec = dict(image_shapes=shapes, state_dim=self.state_dim, action_dim=self.action_dim, **spec,
-                          encoder=encoder, pooling=pooling, feature_dim=int(feature_dim), channels=int(channels),
-                          encoder_weights=None, freeze_encoder=bool(freeze_encoder), augment_pad=int(augment_pad),
-                          obs_clip=obs_clip, state_layout=state_layout, frame_stack=self.frame_stack)
+        self._spec = dict(obs_dim=self.obs_dim, action_dim=self.action_dim, **spec, obs_clip=obs_clip)
+        self.encoder: PixelEncoder | None = None
+        if shapes:
+            self._spec.update(image_shapes=shapes, encoder=encoder, pooling=pooling, feature_dim=int(feature_dim),
+                              channels=int(channels), encoder_weights=None, freeze_encoder=bool(freeze_encoder),
+                              augment_pad=int(augment_pad), state_layout=state_layout, frame_stack=self.frame_stack)
+            self.encoder = PixelEncoder(stacked_shapes(shapes, self.frame_stack), self.obs_dim, encoder=encoder,
+                                        pooling=pooling, feature_dim=feature_dim, channels=channels,
+                                        weights=encoder_weights, freeze=freeze_encoder, augment_pad=augment_pad,
+                                        allow_random_init=encoder_weights is None)
+        elif state_layout is not None:
+            self._spec["state_layout"] = state_layout
         self._layout = PixelLayout(FlatLayout.from_json(state_layout) if state_layout else None,
                                    {k: tuple(v) for k, v in shapes.items()})
-        self.encoder = PixelEncoder(stacked_shapes(shapes, self.frame_stack), self.state_dim, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
-                                    channels=channels, weights=encoder_weights, freeze=freeze_encoder,
-                                    augment_pad=augment_pad, allow_random_init=encoder_weights is None)
-        width = max(self.state_dim, 1)
+        width = max(self.obs_dim, 1)
         self.obs_normalizer = ObservationNormalizer(np.zeros(width), np.ones(width), clip=obs_clip)
         self.action_scaler = ActionScaler(-np.ones(action_dim), np.ones(action_dim))
+
+    @property
+    def state_dim(self) -> int:
+        """``Ds``: the flat state size (the same as :attr:`obs_dim`)."""
+        return self.obs_dim
+
+    @property
+    def has_cameras(self) -> bool:
+        """Whether the policy reads camera frames."""
+        return self.encoder is not None
+
+    @property
+    def out_dim(self) -> int:
+        """Width of :meth:`features`: the encoder's ``F`` with cameras, else ``Do``."""
+        return self.encoder.out_dim if self.encoder is not None else self.obs_dim
 
     def set_normalizers(self, obs_normalizer: ObservationNormalizer | None, action_scaler: ActionScaler) -> None:
         """Copy statistics computed from data into this policy's buffers (``obs_normalizer`` None: no state)."""
@@ -89,8 +118,9 @@ class PixelPolicyFrontend(nn.Module):
         self.action_scaler.load_state_dict(action_scaler.state_dict())
 
     def input_shapes(self) -> dict[str, tuple[int, int, int]]:
-        """What :meth:`forward` takes per camera: ``{key: (H, W, k·C)}`` (``(H, W, C)`` for ``k = 1``)."""
-        return stacked_shapes(self._spec["image_shapes"], self.frame_stack)
+        """What :meth:`forward` takes per camera: ``{key: (H, W, k·C)}`` (``(H, W, C)`` for ``k = 1``; empty
+        for a state policy)."""
+        return stacked_shapes(self._spec.get("image_shapes") or {}, self.frame_stack)
 
     def stack_frames(self, images: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each env's newest frames ``{key: uint8 (N, H, W, C)}`` -> the stacks :meth:`forward` takes,
@@ -102,8 +132,19 @@ class PixelPolicyFrontend(nn.Module):
         """``(B, Ds)`` raw -> normalised (``None`` without state)."""
         return self.obs_normalizer(state) if self.state_dim else None
 
-    def features(self, state: torch.Tensor, images: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Encoder features ``(B, F)`` of raw inputs (frames uint8 ``(B, H, W, C)`` per camera)."""
+    def features(self, state: torch.Tensor, images: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Features ``(B, out_dim)`` of raw inputs: the normalised state ``(B, Do)`` for a state policy; the
+        encoder's ``(B, F)`` over the frames (uint8 ``(B, H, W, k·C)`` per camera) and the normalised state
+        with cameras.
+
+        Raises:
+            SpaceMismatchError: a camera policy called without frames.
+        """
+        if self.encoder is None:
+            return self.obs_normalizer(state)
+        if not images:
+            raise SpaceMismatchError(f"{type(self).__name__} reads cameras {self.image_keys}: pass their frames "
+                                     "(policy(state, images)) or a raw Dict observation to act_observation")
         return self.encoder(images, self.normalized_state(state))
 
     def split_observation(self, obs: Mapping) -> tuple[torch.Tensor, dict[str, torch.Tensor], bool]:
@@ -115,6 +156,9 @@ class PixelPolicyFrontend(nn.Module):
             SpaceMismatchError: the policy has a state but no ``state_layout``, a camera is missing, or a
                 frame has another size than the policy was trained on.
         """
+        if self.encoder is None:
+            raise SpaceMismatchError(f"{type(self).__name__} takes flat observations (B, Do), not a Dict with keys "
+                                     f"{sorted(obs)}; make the env without pixels=[...]")
         if self.state_dim and self._layout.state is None:
             raise SpaceMismatchError("this pixel policy was built without state_layout: call it with (state, images), "
                                      "or build it with state_layout=<the env's FlatLayout JSON> (robotrl train does)")
@@ -145,3 +189,13 @@ class PixelPolicyFrontend(nn.Module):
     def spec(self) -> dict:
         """Constructor kwargs (JSON-able)."""
         return dict(self._spec)
+
+
+class PixelPolicyFrontend(ObservationFrontend):
+    """Transitional: the former camera-only front end, ``(image_shapes, state_dim, action_dim)`` first; its
+    spec keeps ``state_dim``. Goes with the last ``Pixel*`` policy class."""
+
+    def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, **kwargs):
+        super().__init__(state_dim, action_dim, image_shapes=image_shapes, **kwargs)
+        self._spec["state_dim"] = self._spec.pop("obs_dim")
+        self._spec.setdefault("state_layout", None)
