@@ -8,11 +8,13 @@ importer's fails the test, naming the file, the line and the layers.
 
 The layers, lowest first (a module may import its own layer and any lower one):
 
-- the core: foundation, data, envs/vision, run pieces, warm start, runner, loops and bench. It never
-  imports an agent, a collector, the robot bridge, the run assembly or ``benchmarks`` (README: the core
-  never imports an agent module by name; agents reach the loops through :mod:`robotrl.agent`'s protocols);
-- then agents and collectors, Ray workers, the run assembly (``experiment*``), the robot bridge, the CLI,
-  and ``benchmarks/`` on top.
+- the core: foundation, data, envs/vision, run pieces, warm start, runner, loops and bench, and the
+  build parts (:mod:`robotrl.experiment_parts`, shared by ``robotrl train``, the robot learner and Ray
+  workers). It never imports an agent, a collector, the robot bridge, Ray workers, the run assembly or
+  ``benchmarks`` (README: the core never imports an agent module by name; agents reach the loops through
+  :mod:`robotrl.agent`'s protocols and Hydra's ``_target_``);
+- then agents and collectors, Ray workers, the run assembly (``experiment.py``), the robot bridge, the
+  CLI, and ``benchmarks/`` on top.
 
 ``python3 tests/test_layers.py`` prints the dependency listing (each package or core module, its layer,
 and the robotrl packages and modules it imports).
@@ -30,28 +32,28 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robotrl", "robotrl.errors", "robotrl._alloc", "robotrl._resolvers", "robotrl.progress",
                     "robotrl.utils", "robotrl.files", "robotrl.checkpoint", "robotrl.stats", "robotrl.networks",
-                    "robotrl.configs")),
+                    "robotrl.schema", "robotrl.configs")),
     ("data", ("robotrl.data",)),
     ("envs and vision", ("robotrl.envs", "robotrl.vision")),
     ("run pieces", ("robotrl.agent", "robotrl.policy", "robotrl.utd", "robotrl.evaluation", "robotrl.report",
-                    "robotrl.task_mdp")),
+                    "robotrl.task_mdp", "robotrl.spec", "robotrl.validation")),
     ("warm start", ("robotrl.warmstart",)),
     ("runner", ("robotrl.runner",)),
     ("loops and bench", ("robotrl.trainer", "robotrl.onpolicy", "robotrl.bench")),
+    ("build parts", ("robotrl.experiment_parts",)),
     # ---- above the core
     ("agents and collectors", ("robotrl.agents", "robotrl.collect")),
     ("ray workers", ("robotrl.distributed",)),
-    ("run assembly", ("robotrl.experiment", "robotrl.experiment_parts", "robotrl.experiment_pixels")),
+    ("run assembly", ("robotrl.experiment", "robotrl.experiment_pixels")),
     ("robot bridge", ("robotrl.real_robot",)),
     ("cli", ("robotrl.cli",)),
     ("benchmarks", ("benchmarks",)),
 ]
 #: The highest layer of the core (see module doc).
-CORE_TOP = "loops and bench"
+CORE_TOP = "build parts"
 #: Modules the core never imports, whatever the layer table says (the rule the layers exist for).
 NEVER_IN_CORE = ("robotrl.agents", "robotrl.collect", "robotrl.real_robot", "robotrl.distributed",
-                 "robotrl.experiment", "robotrl.experiment_parts", "robotrl.experiment_pixels", "robotrl.cli",
-                 "benchmarks")
+                 "robotrl.experiment", "robotrl.experiment_pixels", "robotrl.cli", "benchmarks")
 
 
 def _within(module: str, prefix: str) -> bool:
