@@ -123,8 +123,8 @@ def score_fn(fn, reset=None) -> dict:
 
 
 def iqm(x) -> float:
-    """Interquartile mean over seeds (``robotrl.bench.stats.iqm``: the mean of the middle 50 %)."""
-    from robotrl.bench.stats import iqm as _iqm
+    """Interquartile mean over seeds (``robotrl.stats.iqm``: the mean of the middle 50 %)."""
+    from robotrl.stats import iqm as _iqm
 
     return _iqm(x)
 
@@ -322,8 +322,8 @@ def main() -> None:
 
 
 def _ci(x) -> list[float]:
-    """95 % percentile-bootstrap CI of the IQM over seeds (``robotrl.bench.stats.bootstrap_ci``)."""
-    from robotrl.bench.stats import bootstrap_ci
+    """95 % percentile-bootstrap CI of the IQM over seeds (``robotrl.stats.bootstrap_ci``)."""
+    from robotrl.stats import bootstrap_ci
 
     return [float(v) for v in bootstrap_ci(x)]
 

@@ -29,7 +29,6 @@ the onset dip (first online evaluation minus the offline one), wall time, and th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, set_threads, write_json  # noqa: E402
+
+from robotrl.files import atomic_write  # noqa: E402
 
 
 def _compose(overrides: list[str]):
@@ -377,9 +378,7 @@ def seed_results(args):
         print(f"resuming: {done} of {len(plan) * len(args.seeds)} units done in {cache}", flush=True)
 
     def save(seed, unit, res):
-        tmp = cache / f".s{seed}-{unit}.json.tmp"
-        tmp.write_text(json.dumps(res))
-        os.replace(tmp, path(seed, unit))
+        atomic_write(path(seed, unit), json.dumps(res), mode=0o666)
         print(f"seed {seed} {unit} done ({res.get('seconds', 0):.0f} s)", flush=True)
 
     with ProcessPoolExecutor(max(1, args.workers), mp_context=get_context("spawn")) as pool:

@@ -53,7 +53,7 @@ The off-policy residual that lifts a 200-demonstration BC base (0.25 -> 0.56 fin
         --budget 20000 --warmup 2000 --offpolicy-eval-every 2500 --no-success-termination \
         --offpolicy-overrides agent.model.residual_scale=0.5 trainer.her_ratio=0.8
 
-``--task room``: the open PointMaze room of :mod:`robotrl.bench.room` instead of Fetch, on the
+``--task room``: the open PointMaze room of :mod:`robotrl.agents.residual.room` instead of Fetch, on the
 hand-set biased PD base (success 0), residual PPO and the off-policy residual (SAC actor) with the
 settings of ``tests/test_residual_learning.py`` (``ROOM_PPO_*``, ``ROOM_OFFPOLICY_*``); success
 at any step, 100-step episodes. Minutes per seed: the quick tier's residual row (it learns there
@@ -256,10 +256,10 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
 
 
 def run_room(kind: str, seed: int, budget: int, run_dir: Path, eval_episodes: int) -> dict:
-    """Residual PPO or off-policy residual (SAC actor) on the room task of :mod:`robotrl.bench.room` (its settings,
+    """Residual PPO or off-policy residual (SAC actor) on the room task of :mod:`robotrl.agents.residual.room` (its settings,
     those of ``tests/test_residual_learning.py``) for ``budget`` env steps, on the biased PD base."""
     from robotrl.agents.residual import ResidualOffPolicyAgent, ResidualPPOAgent
-    from robotrl.bench import room
+    from robotrl.agents.residual import room
     from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
     from robotrl.trainer import Trainer, TrainerConfig
 
@@ -293,7 +293,7 @@ def run_room(kind: str, seed: int, budget: int, run_dir: Path, eval_episodes: in
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="push", choices=["push", "pickandplace", "room"],
-                   help="room: the open PointMaze room with a biased PD base (robotrl.bench.room; success at any step)")
+                   help="room: the open PointMaze room with a biased PD base (robotrl.agents.residual.room; success at any step)")
     p.add_argument("--demos", type=int, default=20, help="noisy demonstrations for the BC base")
     p.add_argument("--bc-steps", type=int, default=5000)
     p.add_argument("--budget", type=int, default=20000, help="env steps per fine-tuning method")
@@ -338,7 +338,7 @@ def main() -> None:
         for seed in args.seeds:
             base_dir = work / f"base_s{seed}"
             if args.task == "room":
-                from robotrl.bench.room import biased_pd_base, room_success
+                from robotrl.agents.residual.room import biased_pd_base, room_success
 
                 ok = room_success(biased_pd_base(), args.eval_episodes)
                 results["base"].append({"seed": seed, "success": ok, "success_any_step": ok, "wall_s": 0.0})
@@ -415,7 +415,7 @@ def _write(args, results: dict, partial: bool) -> None:
     out = RESULTS_DIR / (args.out or f"residual_fetch_{args.task}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_method": the raw figures
-    task = ("PointMaze open room, biased PD base (robotrl.bench.room)" if args.task == "room"
+    task = ("PointMaze open room, biased PD base (robotrl.agents.residual.room)" if args.task == "room"
             else f"fetch-{args.task} ({args.demos} noisy demos, BC base)")
     doc = learning_result(out.stem, task,
                           "success", [args.budget], normalised_runs(results, args.budget, None if args.task == "room" else LABELS["base"]),

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from _common import RESULTS_DIR
 
+from robotrl.files import atomic_write
+
 
 def run_command(run_dir: Path) -> str:
     """``robotrl train`` with the run's recorded overrides (``.hydra/overrides.yaml``).
@@ -113,9 +115,7 @@ def main() -> None:
         doc["budgets"] = sorted(args.budgets)
     doc["note"] = args.note
     out = RESULTS_DIR / args.out
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(out)
+    atomic_write(out, json.dumps(doc, indent=1), mode=0o666)
     from robotrl.bench.tables import learning_table
 
     print(learning_table(doc))

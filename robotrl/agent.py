@@ -4,55 +4,180 @@ An agent owns the training-only parts (losses, optimizers, critics, targets) and
 its deployable :class:`~robotrl.policy.Policy` as ``agent.policy``. Agents are built by
 Hydra from ``configs/agent/*.yaml`` (``_target_``) with sizes and normalisers passed in
 explicitly by :func:`robotrl.experiment.build_trainer`; the core never imports an agent
-module by name.
+module by name (``tests/test_layers.py``).
 
-Each protocol lists the members every agent of its kind has; the *optional hooks* (listed
-per protocol, in :data:`OFF_POLICY_HOOKS` / :data:`ON_POLICY_HOOKS`) are found by the loops
-with ``getattr`` and change the loop only where an agent defines them.
+Every member a loop uses is declared here, typed and documented, and the loops call it
+directly (no ``getattr`` probing):
+
+- the members every agent of a kind has: :class:`OffPolicyAgent`, :class:`OnPolicyAgent`;
+- the *hooks* a loop calls on every agent, with defaults that change nothing
+  (:class:`AgentBase`, :class:`OffPolicyAgentBase`, :class:`OnPolicyAgentBase`: an agent
+  inherits its kind's base and overrides the hooks it needs);
+- the *capabilities* only some agents have, each its own protocol, checked with
+  ``isinstance`` before a run starts: :class:`PartLoader` (``load_parts``, partial warm
+  starts), :class:`BCPretrainer` (``bc_update``, on-policy pretraining),
+  :class:`ResidualAgent` (``set_base``, a residual on a frozen base policy).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import nn
 
+from robotrl.checkpoint import load_checkpoint
 from robotrl.data.batch import Batch
+from robotrl.errors import CheckpointError
 
-#: Optional members of an off-policy agent, and what :class:`~robotrl.trainer.OffPolicyLoop` does with them:
-#:
-#: - ``sample_batch(buffer, batch_size) -> Batch``: the agent samples its own offline batches
-#:   (sequences, action chunks) instead of ``buffer.sample(batch_size, n_step=...)``.
-#: - ``start_online() -> None``: called once when the online phase starts (e.g. Cal-QL's bound
-#:   switched off for SAC fine-tuning, WSRL).
-#: - ``needs_mc_returns: bool``: updates use MC returns-to-go (Cal-QL): online rows only from
-#:   ended episodes, updates wait for the first one.
-#: - ``load_parts(state, parts) -> None``: load named parts (``policy``, ``critic``, ...) of an
-#:   agent state (partial warm starts).
-#: - ``init_from_data(buffer) -> None``: called once before the first offline update of a fresh run
-#:   (not warm-started, not resumed) with the offline replay buffer (e.g. the critic's output
-#:   started at the data's mean return).
-OFF_POLICY_HOOKS = ("sample_batch", "start_online", "needs_mc_returns", "load_parts", "init_from_data")
+if TYPE_CHECKING:
+    from robotrl.data.replay import ReplayBuffer
 
-#: Optional members of an on-policy agent, and what :class:`~robotrl.onpolicy.OnPolicyLoop` does with them:
-#:
-#: - ``load_pretrained(path) -> None``: initialise from a pretrained checkpoint (``init_from``).
-#: - ``bc_update(batch) -> metrics``: one behaviour-cloning update (``pretrain_steps`` before going online).
-#: - ``reset_rollout(env_ids) -> None``: those envs start a new episode (per-env state such as a
-#:   base policy's chunk queue).
-ON_POLICY_HOOKS = ("load_pretrained", "bc_update", "reset_rollout")
+__all__ = ["Agent", "AgentBase", "BCPretrainer", "OffPolicyAgent", "OffPolicyAgentBase", "OnPolicyAgent",
+           "OnPolicyAgentBase", "PartLoader", "ResidualAgent", "agent_device"]
+
+
+def agent_device(agent) -> torch.device:
+    """The device of ``agent.policy``'s first tensor (CPU when it has none)."""
+    for t in (*agent.policy.parameters(), *agent.policy.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+class AgentBase:
+    """Hook defaults shared by off- and on-policy agents: the warm start (``trainer.init_from``).
+
+    Subclasses provide ``policy``, ``state_dict`` and ``load_state_dict`` (their protocol's members).
+    """
+
+    policy: nn.Module
+
+    def load_pretrained(self, path: str) -> None:
+        """Initialise from a pretrained checkpoint (``trainer.init_from``; :func:`robotrl.warmstart.warm_start`).
+
+        Default: the checkpoint's whole agent state (an agent of the same class and sizes).
+        Agents that convert another policy's checkpoint (DPPO from diffusion BC, ReinFlow from
+        flow BC, PPO from BC, a residual's base) override it.
+
+        Args:
+            path: a checkpoint file or a run directory (its ``checkpoints/latest.pt``).
+
+        Raises:
+            CheckpointError: missing or unreadable checkpoint, or a state that does not fit the agent.
+        """
+        state = load_checkpoint(path, map_location=agent_device(self))
+        try:
+            self.load_state_dict(state["agent"])
+        except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"init_from {path}: its agent state does not fit this agent ({exc})") from exc
+
+
+class OffPolicyAgentBase(AgentBase):
+    """No-op defaults of the hooks :class:`~robotrl.trainer.OffPolicyLoop` calls on every off-policy agent.
+
+    Attributes:
+        critic_utd: critic minibatches one :meth:`update` splits its batch into (:func:`robotrl.utd.batch_split`;
+            1: no split, one update per minibatch; WSRL/RLPD's ``QLAgent`` sets ``agent.model.critic_utd``).
+        frame_stack: frames per camera in one observation (uint8 ``(B, H, W, k·C)`` stacks, oldest first;
+            the online replay buffer builds the same stacks, :mod:`robotrl.vision.stack`); 1 for states.
+    """
+
+    critic_utd: int = 1
+    frame_stack: int = 1
+
+    @property
+    def needs_mc_returns(self) -> bool:
+        """Whether updates use Monte-Carlo returns-to-go (Cal-QL): online rows then come only from ended
+        episodes, and updates wait for the first one. Default ``False``."""
+        return False
+
+    def init_from_data(self, buffer: ReplayBuffer) -> float | None:
+        """Called once before the first offline update of a fresh run (not warm-started, not resumed) with the
+        offline replay buffer, e.g. to start the critic's output at the data's mean return. Returns what was
+        set (for the log), ``None`` when nothing was done. Default: nothing."""
+        return None
+
+    def sample_batch(self, buffer: ReplayBuffer, batch_size: int) -> Batch | None:
+        """The agent's own offline batch of ``batch_size`` rows (sequences, action chunks: diffusion and flow
+        policies), or ``None``: the loop samples ``buffer.sample(batch_size, n_step=trainer.n_step)``.
+        Default ``None``."""
+        return None
+
+    def start_online(self) -> None:
+        """Called when the online phase starts, also on resume (e.g. Cal-QL's bound switched off for SAC
+        fine-tuning, WSRL). Default: nothing."""
+
+    def reset_explore(self, env_ids: np.ndarray | None = None) -> None:
+        """The episodes of ``env_ids`` (``None``: every env) start with the observations the envs just
+        returned (per-env exploration state such as frame stacks starts afresh). Default: nothing."""
+
+
+class OnPolicyAgentBase(AgentBase):
+    """No-op defaults of the hooks :class:`~robotrl.onpolicy.OnPolicyLoop` calls on every on-policy agent."""
+
+    def reset_rollout(self, env_ids: np.ndarray | None = None) -> None:
+        """The envs ``env_ids`` start a new episode (per-env state such as a base policy's chunk queue).
+        Default: nothing."""
+
+
+@runtime_checkable
+class PartLoader(Protocol):
+    """An agent that loads named parts of a checkpoint (``trainer.init_parts``, e.g. ``[policy]`` for PORL)."""
+
+    def load_parts(self, state: dict, parts: Sequence[str]) -> None:
+        """Load ``parts`` (``policy``, ``critic``, ...) of an agent state ``state``.
+
+        Raises:
+            ValueError: an unknown part name; KeyError, RuntimeError: a state that does not fit.
+        """
+        ...
+
+
+@runtime_checkable
+class BCPretrainer(Protocol):
+    """An on-policy agent that can clone the dataset's behaviour first (``agent.onpolicy.pretrain_steps``)."""
+
+    def bc_update(self, batch: Batch) -> dict[str, Any]:
+        """One behaviour-cloning update on dataset transitions; returns scalar metrics."""
+        ...
+
+
+@runtime_checkable
+class ResidualAgent(Protocol):
+    """An agent that learns a residual on a frozen base policy (``agent.policy.base``)."""
+
+    def set_base(self, base: Any) -> None:
+        """Install the frozen base (a policy module or its checkpoint description)."""
+        ...
 
 
 @runtime_checkable
 class OffPolicyAgent(Protocol):
     """One gradient step per :meth:`update`; acting for online collection via :meth:`explore`.
 
-    Optional hooks: :data:`OFF_POLICY_HOOKS`.
+    The hooks (``critic_utd``, ``frame_stack``, ``needs_mc_returns``, :meth:`init_from_data`,
+    :meth:`sample_batch`, :meth:`start_online`, :meth:`reset_explore`, :meth:`load_pretrained`)
+    are documented, with their defaults, on :class:`OffPolicyAgentBase`, which agents inherit.
     """
 
     policy: nn.Module
+    critic_utd: int
+    frame_stack: int
+
+    @property
+    def needs_mc_returns(self) -> bool: ...
+
+    def init_from_data(self, buffer: ReplayBuffer) -> float | None: ...
+
+    def sample_batch(self, buffer: ReplayBuffer, batch_size: int) -> Batch | None: ...
+
+    def start_online(self) -> None: ...
+
+    def reset_explore(self, env_ids: np.ndarray | None = None) -> None: ...
+
+    def load_pretrained(self, path: str) -> None: ...
 
     def update(self, batch: Batch, step: int) -> dict[str, float]:
         """One gradient update on ``batch``; returns scalar metrics for logging."""
@@ -77,12 +202,17 @@ class OnPolicyAgent(Protocol):
 
     ``policy`` has ``To`` (observation history) and ``Te`` (executed chunk length); ``gamma``
     is the discount of the running reward scaler, ``reward_scaling`` whether it is on.
-    Optional hooks: :data:`ON_POLICY_HOOKS`.
+    The hooks (:meth:`reset_rollout`, :meth:`load_pretrained`) are documented, with their
+    defaults, on :class:`OnPolicyAgentBase`, which agents inherit.
     """
 
     policy: nn.Module
     gamma: float
     reward_scaling: bool
+
+    def reset_rollout(self, env_ids: np.ndarray | None = None) -> None: ...
+
+    def load_pretrained(self, path: str) -> None: ...
 
     def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
         """Actions for observation histories ``(N, To, Do)`` raw: ``(N, Te, Da)`` or ``(N, Da)`` raw

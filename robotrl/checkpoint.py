@@ -2,8 +2,8 @@
 
 A checkpoint is a ``dict`` of tensors, numbers, strings, lists and dicts written with
 ``torch.save`` to a temporary file in the same directory, flushed to disk, then moved
-over the final name with ``os.replace`` — a kill at any moment leaves either the old or
-the new file, never half of one. Loading always uses ``torch.load(weights_only=True)``:
+over the final name with ``os.replace`` (:func:`robotrl.files.atomic_write`; owner-only
+files) — a kill at any moment leaves either the old or the new file, never half of one. Loading always uses ``torch.load(weights_only=True)``:
 nothing in a checkpoint is unpickled into arbitrary objects.
 
 NumPy arrays (replay buffers) go to ``.npz`` files the same way and are read with
@@ -13,31 +13,13 @@ NumPy arrays (replay buffers) go to ``.npz`` files the same way and are read wit
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from robotrl.errors import CheckpointError
-
-
-def atomic_write(path: Path, write) -> Path:
-    """Write a file through ``write(binary file)`` atomically: a temporary sibling, fsync, ``os.replace``
-    (never half a file; the temporary file is removed on any error). Returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+from robotrl.files import atomic_write
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:

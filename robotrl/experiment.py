@@ -13,7 +13,6 @@ an agent of their own.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from robotrl.experiment_parts import (
 from robotrl.spec import CAMERA_PREFIX, ObservationSpec
 from robotrl.task_mdp import eval_env_args, task_env_args, terminate_data_at_success, train_env_args  # the data's MDP
 from robotrl.trainer import Trainer, TrainerConfig
-from robotrl.utils import resolve_device, set_seed
+from robotrl.utils import config_dataclass, resolve_device, set_seed
 
 if TYPE_CHECKING:
     from robotrl.onpolicy import OnPolicyConfig
@@ -118,12 +117,7 @@ def ensure_dataset(ds_cfg: DictConfig) -> str:
 
 def trainer_config(cfg: DictConfig) -> TrainerConfig:
     """:class:`TrainerConfig` from ``cfg.trainer`` (unknown keys raise ConfigError)."""
-    known = {f.name for f in fields(TrainerConfig)}
-    given = OmegaConf.to_container(cfg.trainer, resolve=True)
-    unknown = set(given) - known
-    if unknown:
-        raise ConfigError(f"unknown trainer settings {sorted(unknown)}; known: {sorted(known)}")
-    return TrainerConfig(**given)
+    return config_dataclass(TrainerConfig, OmegaConf.to_container(cfg.trainer, resolve=True), "trainer")
 
 
 def onpolicy_config(cfg: DictConfig, tcfg: TrainerConfig) -> "OnPolicyConfig":
@@ -138,11 +132,7 @@ def onpolicy_config(cfg: DictConfig, tcfg: TrainerConfig) -> "OnPolicyConfig":
     if given.pop("init_from", None) is not None:
         raise ConfigError("agent.onpolicy.init_from is now trainer.init_from (one warm-start key for every agent): "
                           "pass trainer.init_from=<checkpoint or run dir>")
-    known = {f.name for f in fields(OnPolicyConfig)}
-    unknown = set(given) - known
-    if unknown:
-        raise ConfigError(f"unknown agent.onpolicy settings {sorted(unknown)}; known: {sorted(known)}")
-    return OnPolicyConfig(**{**given, "progress": tcfg.progress})
+    return config_dataclass(OnPolicyConfig, {**given, "progress": tcfg.progress}, "agent.onpolicy")
 
 
 def needs_dataset(cfg: DictConfig, tcfg: TrainerConfig) -> bool:
@@ -331,10 +321,7 @@ def _ray_parts(cfg: DictConfig, agent, task: dict, ev: dict, num_envs: int, spec
         raise ConfigError(f"collector.kind={kind!r}: choose local (default) or ray (collector=ray)")
     from robotrl.distributed.collector import RayCollectorConfig, ray_collector_factory
 
-    known = {f.name for f in fields(RayCollectorConfig)}
-    if set(given) - known:
-        raise ConfigError(f"unknown collector settings {sorted(set(given) - known)}; known: {sorted(known)}")
-    ccfg = RayCollectorConfig(**given)
+    ccfg = config_dataclass(RayCollectorConfig, given, "collector")
     wspec = worker_agent_spec(cfg, spec, tcfg)
     make_collector = ray_collector_factory(ccfg, agent, agent_spec=wspec, env_args=task, num_envs=num_envs, seed=int(cfg.seed))
     evaluator = None

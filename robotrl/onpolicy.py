@@ -16,15 +16,16 @@ with ``done = terminated | truncated``: a truncated step bootstraps from the val
 its real final observation ``s'_t`` (never the reset observation); only termination
 stops the bootstrap.
 
-An on-policy agent provides ``policy`` (deployable, with ``To``/``Te``), ``gamma``,
-``reward_scaling`` (bool), ``rollout_act(obs_hist (N, To, Do)) -> (actions (N, Te, Da)
+An on-policy agent (:class:`robotrl.agent.OnPolicyAgent`, inheriting
+:class:`robotrl.agent.OnPolicyAgentBase`) provides ``policy`` (deployable, with ``To``/``Te``),
+``gamma``, ``reward_scaling`` (bool), ``rollout_act(obs_hist (N, To, Do)) -> (actions (N, Te, Da)
 or (N, Da) raw, extras {name: tensor (N, ...)})``, ``update_rollout(rollout, iteration)
--> metrics``, ``state_dict``/``load_state_dict`` and optionally ``load_pretrained(path)``
-(the warm start ``trainer.init_from``, :func:`robotrl.warmstart.warm_start`),
-``bc_update(batch) -> metrics`` (``pretrain_steps`` of behaviour cloning on the dataset
-before the first online iteration: pretraining and fine-tuning in one run)
-and ``reset_rollout(env_ids)`` (called when those envs start a new episode: per-env state
-such as a base policy's chunk queue).
+-> metrics``, ``state_dict``/``load_state_dict``, ``load_pretrained(path)`` (the warm start
+``trainer.init_from``, :func:`robotrl.warmstart.warm_start`) and ``reset_rollout(env_ids)``
+(called when those envs start a new episode: per-env state such as a base policy's chunk
+queue). Agents that can clone the dataset's behaviour first (:class:`robotrl.agent.BCPretrainer`)
+have ``bc_update(batch) -> metrics`` (``pretrain_steps`` of behaviour cloning before the first
+online iteration: pretraining and fine-tuning in one run).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from robotrl.agent import OnPolicyAgent
+from robotrl.agent import BCPretrainer, OnPolicyAgent
 from robotrl.runner import Runner
 from robotrl.schema import OnPolicyConfig  # noqa: F401  (re-exported: robotrl.onpolicy.OnPolicyConfig)
 
@@ -224,7 +225,7 @@ class RolloutCollector:
             # envs that only reset this step restart their history from the reset observation
             fresh = np.repeat(next_obs[:, None], To, axis=1)
             self.hist = np.where(self.resetting[:, None, None], fresh, nhist)
-            if self.resetting.any() and hasattr(agent, "reset_rollout"):  # per-env state (chunk queues)
+            if self.resetting.any():  # per-env state (chunk queues)
                 agent.reset_rollout(np.flatnonzero(self.resetting))
             self.fresh = self.resetting.copy()
             self.resetting = done
@@ -300,7 +301,7 @@ class OnPolicyLoop:
 
     def __init__(self, agent: OnPolicyAgent, config: OnPolicyConfig, *, make_train_envs: Callable[[], gym.vector.VectorEnv],
                  seed: int = 0, offline_buffer=None, make_collector: Callable[[int], Any] | None = None):
-        if config.pretrain_steps > 0 and (offline_buffer is None or not hasattr(agent, "bc_update")):
+        if config.pretrain_steps > 0 and (offline_buffer is None or not isinstance(agent, BCPretrainer)):
             raise ValueError("onpolicy.pretrain_steps > 0 needs a dataset and an agent with bc_update (e.g. agent=ppo)")
         self.agent, self.cfg, self.offline = agent, config, offline_buffer
         self.make_train_envs, self.seed, self.make_collector = make_train_envs, seed, make_collector
@@ -324,6 +325,11 @@ class OnPolicyLoop:
     def total(self) -> int:
         """``iterations``."""
         return self.cfg.iterations
+
+    @property
+    def log_every(self) -> int:
+        """Training metrics after every iteration."""
+        return 1
 
     def phase(self) -> str:
         """``"online"`` once an iteration ran."""

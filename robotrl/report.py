@@ -7,6 +7,8 @@ import math
 import os
 from pathlib import Path
 
+from robotrl.stats import onset_dip
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 #: summary key -> evaluation key of the metrics whose onset dip the run report gives
@@ -14,7 +16,7 @@ ONSET_METRICS = {"return": "return_mean", "success": "success_rate", "normalized
 ONSET_DEFINITION = ("onset dip = lowest evaluation within 10 % of the online budget after gradient updates start "
                     "(at least the first one after they start) - the last offline evaluation; n/a without an "
                     "offline evaluation or with no online evaluation before the final one "
-                    "(robotrl.bench.stats.onset_dip, as in the bench tables)")
+                    "(robotrl.stats.onset_dip, as in the bench tables)")
 
 
 def _fmt(x) -> str:
@@ -27,7 +29,7 @@ def onset_summary(history: list[dict], *, online_start: int, first_update: int =
                   budget: float | None = None) -> dict:
     """Onset dips of a run from its evaluation history, by the bench suite's definition.
 
-    Calls :func:`robotrl.bench.stats.onset_dip` (the one definition; see
+    Calls :func:`robotrl.stats.onset_dip` (the one definition; see
     :data:`ONSET_DEFINITION`) on the online evaluations with env steps counted from the start
     of the online phase.
 
@@ -43,8 +45,6 @@ def onset_summary(history: list[dict], *, online_start: int, first_update: int =
         (always), success and normalised score (where the evaluations have them; NaN where
         :func:`onset_dip` is undefined) and ``onset_window_env_steps`` ``[lo, hi]``.
     """
-    from robotrl.bench.stats import onset_dip
-
     offline = [h for h in history if h.get("phase") == "offline"]
     online = [h for h in history if h.get("phase") == "online"]
     if not offline or not online:

@@ -51,10 +51,11 @@ class Loop(Protocol):
     Attributes:
         agent: the agent (``policy``, ``state_dict``/``load_state_dict``).
         cfg: a dataclass with ``eval_every``, ``checkpoint_every``, ``eval_episodes``,
-            ``eval_envs``, ``progress`` (and optionally ``log_every``), in clock units.
+            ``eval_envs``, ``progress``, in clock units.
         step: the run's x-axis (checkpoint ``step``, TensorBoard step, history ``step``).
         updates: gradient updates (off-policy) or iterations (on-policy) done.
-        clock: the counter the cadences count in; ``total``: its budget.
+        clock: the counter the cadences count in; ``total``: its budget; ``log_every``: clock
+            units between two logs of the training metrics.
     """
 
     agent: Any
@@ -67,6 +68,9 @@ class Loop(Protocol):
 
     @property
     def total(self) -> int: ...
+
+    @property
+    def log_every(self) -> int: ...
 
     def start(self, runner: Runner, warm_started: bool) -> None:
         """First start only (never on resume), after the runner's warm start (``warm_started``):
@@ -86,13 +90,6 @@ class Loop(Protocol):
 
     def summary(self, history: list[dict]) -> dict:
         """Loop-specific summary fields, and ``onset``: kwargs of :func:`~robotrl.report.onset_summary`."""
-
-
-def agent_device(agent) -> torch.device:
-    """The device of ``agent.policy``'s first tensor (CPU when it has none)."""
-    for t in (*agent.policy.parameters(), *agent.policy.buffers()):
-        return t.device
-    return torch.device("cpu")
 
 
 class Runner:
@@ -209,10 +206,10 @@ class Runner:
         return res
 
     def tick(self, metrics: dict, phase: str) -> None:
-        """After one clock unit of the loop: progress, training metrics every ``cfg.log_every``
-        (default 1), evaluation every ``cfg.eval_every``, checkpoint every ``cfg.checkpoint_every``."""
+        """After one clock unit of the loop: progress, training metrics every ``loop.log_every``,
+        evaluation every ``cfg.eval_every``, checkpoint every ``cfg.checkpoint_every``."""
         cfg, clock = self.loop.cfg, self.loop.clock
-        if metrics and clock % getattr(cfg, "log_every", 1) == 0:
+        if metrics and clock % self.loop.log_every == 0:
             self.log(f"train_{phase}", metrics)
             self.progress.metrics(metrics)
         self.progress.update(clock, self.loop.step)

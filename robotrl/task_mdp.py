@@ -17,6 +17,7 @@ import gymnasium as gym
 from omegaconf import DictConfig, OmegaConf
 
 from robotrl.data.dataset import OfflineData
+from robotrl.envs.registry import resolve_env
 from robotrl.errors import ConfigError
 
 
@@ -69,8 +70,6 @@ def task_env_args(env_cfg: DictConfig, data: OfflineData | None) -> dict[str, An
         ConfigError: the configured env (id, kwargs or time limit) or the dataset's own
             ``eval_env_spec`` describes another MDP than the one the data was recorded in.
     """
-    from robotrl.envs.registry import resolve_env
-
     kwargs = OmegaConf.to_container(env_cfg.kwargs, resolve=True) or {}
     configured = {"name": env_cfg.name, "env_kwargs": kwargs, "max_episode_steps": env_cfg.max_episode_steps}
     spec_json = data.metadata.get("env_spec") if data is not None else None
@@ -120,8 +119,6 @@ def _env_groups() -> dict[str, tuple[str, dict[str, Any]]]:
     from importlib import resources
 
     import yaml
-
-    from robotrl.envs.registry import resolve_env
 
     out = {}
     for f in sorted(resources.files("robotrl.configs").joinpath("env").iterdir(), key=lambda f: f.name):

@@ -123,6 +123,11 @@ class OffPolicyLoop:
         """``offline_steps + online_steps``."""
         return self.cfg.offline_steps + self.cfg.online_steps
 
+    @property
+    def log_every(self) -> int:
+        """Training metrics every ``trainer.log_every`` steps."""
+        return self.cfg.log_every
+
     def phase(self) -> str:
         """``"online"`` once past the offline steps."""
         return "online" if self.step > self.cfg.offline_steps else "offline"
@@ -130,9 +135,8 @@ class OffPolicyLoop:
     def start(self, runner: Runner, warm_started: bool) -> None:
         """A warm-started run without offline steps evaluates the loaded policy first (phase
         ``offline``): the reference of the onset dip."""
-        init = getattr(self.agent, "init_from_data", None)
-        if init is not None and not warm_started and self.offline is not None and self.cfg.offline_steps > 0:
-            init(self.offline)
+        if not warm_started and self.offline is not None and self.cfg.offline_steps > 0:
+            self.agent.init_from_data(self.offline)
         if warm_started and self.cfg.offline_steps == 0 and self.cfg.online_steps > 0:
             runner.evaluate("offline")
 
@@ -181,10 +185,11 @@ class OffPolicyLoop:
     # ------------------------------------------------------------------ phases
     def _offline_phase(self, runner: Runner) -> None:
         cfg = self.cfg
-        sample = getattr(self.agent, "sample_batch", None)  # agents with their own sampling (sequences)
         while self.step < cfg.offline_steps:
             n = self.schedule.sampled_batch
-            batch = sample(self.offline, n) if sample else self.offline.sample(n, n_step=cfg.n_step)
+            batch = self.agent.sample_batch(self.offline, n)  # agents with their own sampling (sequences)
+            if batch is None:
+                batch = self.offline.sample(n, n_step=cfg.n_step)
             metrics = self.agent.update(batch, self.step)
             self.step += 1
             self.updates += 1
@@ -201,7 +206,7 @@ class OffPolicyLoop:
                            od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
                            seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
                            image_shapes=layout.image_shapes if layout is not None else None,
-                           frame_stack=int(getattr(self.agent, "frame_stack", 1)))
+                           frame_stack=int(self.agent.frame_stack))
         buf.relabeler = self.relabeler
         return buf
 
@@ -210,9 +215,7 @@ class OffPolicyLoop:
         if self.online is None:
             self.online = self._new_online_buffer()
         self.online.end_open_episodes()  # on resume the envs restart: never link to a pre-kill episode
-        start_online = getattr(self.agent, "start_online", None)  # e.g. Cal-QL offline -> SAC online (WSRL)
-        if start_online is not None:
-            start_online()
+        self.agent.start_online()  # e.g. Cal-QL offline -> SAC online (WSRL)
         sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) \
             if self.offline is not None and cfg.offline_ratio > 0 else None
         envs = self.make_train_envs()
@@ -249,9 +252,8 @@ class OffPolicyLoop:
     def _episodes_start(self, env_ids: np.ndarray) -> None:
         """Tell an agent that keeps per-env exploration state (a pixel agent's frame stacks: ``reset_explore``)
         that the episodes of ``env_ids`` start with the observations the envs just returned."""
-        reset = getattr(self.agent, "reset_explore", None)
-        if reset is not None and env_ids.size:
-            reset(env_ids)
+        if env_ids.size:
+            self.agent.reset_explore(env_ids)
 
     def _online_updates(self, sampler) -> dict:
         """The updates due after an env step: the warmup updates once, then the UTD schedule's calls
@@ -272,7 +274,7 @@ class OffPolicyLoop:
     def _needs_mc(self) -> bool:
         """Whether the agent's updates use MC returns-to-go (Cal-QL): then online rows come only
         from ended episodes, and updates wait for the first one (never a ``-inf`` bound)."""
-        return bool(getattr(self.agent, "needs_mc_returns", False))
+        return bool(self.agent.needs_mc_returns)
 
     def _online_ready(self) -> bool:
         if not self._ready:  # checked every env step: scan the buffer only until the answer is yes

@@ -11,8 +11,12 @@ gets ``utd`` calls on ``batch_size`` transitions (Ball et al. 2023, RLPD; Zhou e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from robotrl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from robotrl.agent import OffPolicyAgent
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,9 @@ class UpdateSchedule:
     split: int
 
 
-def batch_split(agent) -> int:
-    """Critic minibatches one ``agent.update`` call makes of its batch (``agent.critic_utd``, else 1)."""
-    return int(getattr(agent, "critic_utd", 1) or 1)
+def batch_split(agent: OffPolicyAgent) -> int:
+    """Critic minibatches one ``agent.update`` call makes of its batch (``agent.critic_utd``; 0 or ``None`` count as 1)."""
+    return int(agent.critic_utd or 1)
 
 
 def update_schedule(split: int, utd: int, minibatch: int) -> UpdateSchedule:

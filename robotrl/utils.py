@@ -1,13 +1,21 @@
-"""Small shared utilities: device choice, seeding, RNG state (pickle-free)."""
+"""Small shared utilities: device choice, seeding, RNG state (pickle-free) and the config section check.
+Atomic file writes are :mod:`robotrl.files` (no torch there)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import warnings
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
+
+from robotrl.errors import ConfigError
+
+_T = TypeVar("_T")
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -122,8 +130,6 @@ def check_schedule(obj, section: str, positive: tuple[str, ...] = (), non_negati
     Raises:
         ConfigError: the first bad field, its value and the allowed range.
     """
-    from robotrl.errors import ConfigError
-
     def integral(v) -> bool:
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
@@ -139,3 +145,26 @@ def check_schedule(obj, section: str, positive: tuple[str, ...] = (), non_negati
         v = getattr(obj, name)
         if not isinstance(v, (int, float, np.number)) or isinstance(v, bool) or not 0.0 <= float(v) <= 1.0:
             raise ConfigError(f"{section}.{name}={v!r} must lie in [0, 1]")
+
+
+def config_dataclass(cls: type[_T], given: Mapping[str, Any] | None, section: str) -> _T:
+    """Build the dataclass ``cls`` (a schedule or settings class) from a config section, refusing unknown keys.
+
+    Args:
+        cls: a dataclass (``TrainerConfig``, ``OnPolicyConfig``, ``RayCollectorConfig``, ...).
+        given: the section as a plain mapping (``OmegaConf.to_container(cfg.trainer, resolve=True)``);
+            ``None``: no keys (the defaults).
+        section: the section's config path for the message (``"trainer"``, ``"agent.onpolicy"``).
+
+    Returns:
+        ``cls(**given)``.
+
+    Raises:
+        ConfigError: keys that are not fields of ``cls``: one line naming them and the known keys.
+    """
+    given = dict(given or {})
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = set(given) - known
+    if unknown:
+        raise ConfigError(f"unknown {section} settings {sorted(unknown)}; known: {sorted(known)}")
+    return cls(**given)

@@ -4,12 +4,12 @@
 (``None``: the whole agent) select the source; :func:`warm_start` loads it into a fresh
 agent before the first step of a run (never on resume), for off- and on-policy agents alike:
 
-- ``parts`` given: the agent's ``load_parts(state, parts)`` hook (e.g. ``[policy]`` for
-  PORL, ``[policy, critic, temperature]`` for WSRL);
-- no ``parts``, an agent with a ``load_pretrained(path)`` hook: the agent converts the
-  checkpoint (a BC actor into PPO, a diffusion policy into DPPO, a base policy under a
-  residual), or loads its own kind whole;
-- otherwise the whole agent state (``load_state_dict``).
+- ``parts`` given: the agent's ``load_parts(state, parts)`` (agents that can,
+  :class:`robotrl.agent.PartLoader`: e.g. ``[policy]`` for PORL, ``[policy, critic, temperature]``
+  for WSRL);
+- no ``parts``: the agent's ``load_pretrained(path)`` (:class:`robotrl.agent.AgentBase`): by
+  default the whole agent state of its own kind; agents that convert another policy's checkpoint
+  (a BC actor into PPO, a diffusion policy into DPPO, a base policy under a residual) override it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from robotrl.agent import PartLoader, agent_device
 from robotrl.checkpoint import load_checkpoint
 from robotrl.errors import CheckpointError
 
@@ -31,22 +32,17 @@ def warm_start(agent, source: str | Path, parts: Sequence[str] | None = None) ->
 
     Raises:
         CheckpointError: missing or unreadable checkpoint, a state that does not fit the
-            agent, or ``parts`` for an agent without ``load_parts``.
+            agent, or ``parts`` for an agent that loads whole checkpoints only.
     """
-    from robotrl.runner import agent_device
-
-    if parts is None and hasattr(agent, "load_pretrained"):
+    if parts is None:
         agent.load_pretrained(str(source))
         return
-    if parts is not None and not hasattr(agent, "load_parts"):
+    if not isinstance(agent, PartLoader):
         raise CheckpointError(f"init_parts={list(parts)}: this agent ({type(agent).__name__}) loads whole "
                               "checkpoints only; drop trainer.init_parts")
     state = load_checkpoint(source, map_location=agent_device(agent))
     try:
-        if parts is None:
-            agent.load_state_dict(state["agent"])
-        else:
-            agent.load_parts(state["agent"], list(parts))
+        agent.load_parts(state["agent"], list(parts))
     except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"init_from {source}: its agent state does not fit this agent ({exc})") from exc
 

@@ -22,7 +22,7 @@ from robotrl.bench.plots import learning_plot
 from robotrl.bench.readme import markers, replace_block, update_readme
 from robotrl.bench.runner import is_done, norm_argv, read_json, run_tasks
 from robotrl.bench.schema import BenchFormatError, load_results, normalize
-from robotrl.bench.stats import bootstrap_ci, iqm, onset_dip, regret, score_at
+from robotrl.stats import bootstrap_ci, iqm, onset_dip, regret, score_at
 from robotrl.bench.suite import BenchError, Task, repo_root, tier_tasks
 from robotrl.bench.tables import learning_stats, learning_table, throughput_table
 
@@ -441,7 +441,7 @@ def test_benchmarks_and_the_suite_share_one_environment_collector_and_old_result
 
 
 def test_time_to_threshold_column_reports_seconds_never_and_partial_counts():
-    from robotrl.bench.stats import time_to_threshold
+    from robotrl.stats import time_to_threshold
 
     curve = [[0, 0.5], [1000, 0.6], [2000, 0.92], [3000, 0.95]]
     wall = [[0, 0.0], [1000, 10.0], [2000, 25.0], [3000, 40.0]]

@@ -1,4 +1,5 @@
-"""Checkpoints: atomic torch/npz round trips; corrupt or pickled content is refused with CheckpointError."""
+"""Checkpoints: atomic torch/npz round trips; corrupt or pickled content is refused with CheckpointError.
+The one atomic file write (:mod:`robotrl.files`) and the config section check (:func:`robotrl.utils.config_dataclass`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 import torch
 
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_arrays, save_checkpoint
-from robotrl.errors import CheckpointError, RobotRLError
+from robotrl.errors import CheckpointError, ConfigError, RobotRLError
+from robotrl.files import atomic_path, atomic_write
+from robotrl.utils import config_dataclass
 
 
 @dataclass
@@ -49,6 +52,48 @@ def test_checkpoint_round_trip_and_no_temp_files(tmp_path):
     st2 = dict(st, step=99)
     save_checkpoint(p, st2)
     assert load_checkpoint(p)["step"] == 99
+
+
+def test_atomic_write_replaces_whole_files_with_the_asked_mode_and_leaves_nothing_on_failure(tmp_path):
+    p = tmp_path / "sub" / "result.json"
+    assert atomic_write(p, '{"a": 1}', mode=0o666) == p and p.read_text() == '{"a": 1}'
+    assert p.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    atomic_write(p, b"raw bytes")
+    assert p.read_bytes() == b"raw bytes" and p.stat().st_mode & 0o777 == 0o600  # the new file's mode (default)
+
+    def half_then_fail(f):
+        f.write(b"half of a new file")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(p, half_then_fail)
+    assert p.read_bytes() == b"raw bytes" and sorted(x.name for x in p.parent.iterdir()) == ["result.json"]
+    # a writer that wants a path (a video encoder) gets a temporary one ending in the final suffix
+    with atomic_path(tmp_path / "clip.mp4", mode=0o666) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".clip.mp4.") and tmp.suffix == ".mp4"
+        tmp.write_bytes(b"frames")
+        assert not (tmp_path / "clip.mp4").exists()
+    assert (tmp_path / "clip.mp4").read_bytes() == b"frames" and not tmp.exists()
+
+
+def _umask() -> int:
+    import os
+
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+def test_config_dataclass_refuses_unknown_keys_in_one_line():
+    @dataclass
+    class Schedule:
+        steps: int = 10
+        rate: float = 0.5
+
+    assert config_dataclass(Schedule, {"steps": 3}, "trainer") == Schedule(steps=3)
+    assert config_dataclass(Schedule, None, "trainer") == Schedule()
+    with pytest.raises(ConfigError, match=r"^unknown trainer settings \['stpes'\]; known: \['rate', 'steps'\]$"):
+        config_dataclass(Schedule, {"stpes": 3}, "trainer")
 
 
 def test_missing_checkpoint_raises(tmp_path):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from robotrl.agent import OnPolicyAgentBase
 from robotrl.envs import make_env
 from robotrl.onpolicy import RolloutCollector, RunningRewardScaler, compute_gae
 
@@ -113,8 +114,8 @@ def test_running_reward_scaler_first_rollout_of_identical_sparse_rewards_stays_i
     assert sc.count == count and np.array_equal(sc.ret, ret)
 
 
-class _ConstantAgent:
-    """Deterministic on-policy agent used to drive the collector (zero actions)."""
+class _ConstantAgent(OnPolicyAgentBase):
+    """Deterministic on-policy agent used to drive the collector (zero actions; the hooks' no-op defaults)."""
 
     def __init__(self, da):
         self.da = da

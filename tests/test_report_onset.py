@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from robotrl.bench.stats import onset_dip
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.report import onset_summary, write_report
+from robotrl.stats import onset_dip
 from robotrl.trainer import Trainer, TrainerConfig
 
 
@@ -44,7 +45,8 @@ def test_trainer_summary_report_and_tensorboard(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     cfg = TrainerConfig(offline_steps=OFFLINE_STEPS, online_steps=BUDGET, online_warmup_steps=WARMUP, progress=True)
-    tr = Trainer(agent=None, run_dir=tmp_path, config=cfg, offline_buffer=object(), make_eval_env=lambda: None,
+    # an agent with only the hooks' defaults (OffPolicyAgentBase): the loop is built, never stepped
+    tr = Trainer(agent=OffPolicyAgentBase(), run_dir=tmp_path, config=cfg, offline_buffer=object(), make_eval_env=lambda: None,
                  make_train_envs=lambda: None, title="wsrl")
     tr.history, tr.step = list(HISTORY), OFFLINE_STEPS + BUDGET
     summary = tr._summary(resumed=False)

@@ -169,9 +169,9 @@ def test_fetch_residual_ppo_experiment_composes_resip_defaults_scaled_to_the_cpu
 
 
 def test_success_termination_ends_training_episodes_at_success_only():
-    from robotrl.bench.room import ROOM_ENV as ENV
-    from robotrl.bench.room import ROOM_KW as KW
-    from robotrl.bench.room import biased_pd_base
+    from robotrl.agents.residual.room import ROOM_ENV as ENV
+    from robotrl.agents.residual.room import ROOM_KW as KW
+    from robotrl.agents.residual.room import biased_pd_base
 
     from robotrl.envs import make_env
     from robotrl.policy import act

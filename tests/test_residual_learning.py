@@ -1,7 +1,7 @@
 """Residual RL learns what the base gets wrong: ResiP (on-policy) and ResFiT (off-policy) on real
 MuJoCo PointMaze runs, the off-policy critic scoring the combined action, and the exploration phases.
 
-The easy task (:mod:`robotrl.bench.room`, shared with the quick benchmark tier's residual row):
+The easy task (:mod:`robotrl.agents.residual.room`, shared with the quick benchmark tier's residual row):
 an open PointMaze room with a fixed start cell two cells left of the goal cell (`maze_map`), dense
 reward, 100-step episodes. The base is a BC-architecture policy (:class:`BCPolicy`, one hidden
 layer) whose weights implement a PD controller towards the goal with a constant bias on the y
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from robotrl.agents.residual import ResidualOffPolicyAgent, ResidualPPOAgent
-from robotrl.bench.room import (ROOM_ENV, ROOM_KW, ROOM_OFFPOLICY_AGENT, ROOM_OFFPOLICY_SCHEDULE, ROOM_PPO_AGENT,
+from robotrl.agents.residual.room import (ROOM_ENV, ROOM_KW, ROOM_OFFPOLICY_AGENT, ROOM_OFFPOLICY_SCHEDULE, ROOM_PPO_AGENT,
                                 ROOM_PPO_SCHEDULE, biased_pd_base, room_action_scaler, room_eval_env, room_obs_normalizer,
                                 room_success, room_train_envs)
 from robotrl.data import ReplayBuffer

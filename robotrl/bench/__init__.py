@@ -1,6 +1,6 @@
 """robotrl's benchmark suite behind ``robotrl bench`` (quick and full tiers).
 
-Modules: :mod:`~robotrl.bench.stats` (IQM, bootstrap CI, regret, onset dip),
+Modules (the statistics, IQM, bootstrap CI, regret, onset dip, are the core's :mod:`robotrl.stats`):
 :mod:`~robotrl.bench.schema` (the normalised result forms and adapters of older files),
 :mod:`~robotrl.bench.suite` (tasks and tiers), :mod:`~robotrl.bench.runner` (subprocesses,
 resume), :mod:`~robotrl.bench.sweep` (Hydra multirun sweeps of ``robotrl train``),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from robotrl.bench.stats import iqm, summarize  # noqa: E402
+from robotrl.stats import iqm, summarize  # noqa: E402
 from robotrl.bench.tables import metric_name  # noqa: E402
 
 

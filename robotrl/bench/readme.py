@@ -8,9 +8,10 @@ writing the same block twice gives the same file.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
+
+from robotrl.files import atomic_write
 
 
 def markers(tier: str) -> tuple[str, str]:
@@ -47,7 +48,5 @@ def update_readme(path: str | Path, tier: str, body: str) -> Path:
     text = path.read_text()
     new = replace_block(text, tier, body)
     if new != text:
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(new)
-        os.replace(tmp, path)
+        atomic_write(path, new, mode=0o666)
     return path

@@ -34,7 +34,7 @@ from pathlib import Path
 from robotrl.bench.machine import environment
 from robotrl.bench.runner import read_json, write_json
 from robotrl.bench.schema import BenchFormatError, load_results
-from robotrl.bench.stats import METRIC_RANGE
+from robotrl.stats import METRIC_RANGE
 from robotrl.bench.suite import BenchError
 from robotrl.bench.tables import fmt, learning_stats
 

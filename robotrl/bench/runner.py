@@ -24,6 +24,7 @@ from pathlib import Path
 from robotrl.bench.machine import environment
 from robotrl.bench.peers import PeerUnavailable, d3rlpy_python
 from robotrl.bench.suite import Task, tier_dir
+from robotrl.files import atomic_write
 
 MANIFEST = "manifest.json"
 
@@ -55,13 +56,8 @@ def read_json(path: Path) -> dict | None:
 
 
 def write_json(path: Path, obj: dict) -> Path:
-    """Write JSON atomically (temporary sibling, then ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write JSON atomically (:func:`robotrl.files.atomic_write`)."""
+    return atomic_write(path, json.dumps(obj, indent=2, default=str) + "\n", mode=0o666)
 
 
 def own_argv(doc: dict) -> list | None:

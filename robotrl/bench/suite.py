@@ -114,7 +114,7 @@ QUICK = [
          ("benchmarks/bench_dppo_learning.py", "--seeds", "0", "1", "2", "--env-steps", "20000", "--bc-updates", "1500",
           "--threads", "1", "--out", f"{Q}/dppo_learning.json"), f"{Q}/dppo_learning.json",
          note="DPPO vs Gaussian PPO fine-tuning of a weakened policy"),
-    # residual RL on the open PointMaze room with a biased PD base (robotrl.bench.room, the residual learning tests'
+    # residual RL on the open PointMaze room with a biased PD base (robotrl.agents.residual.room, the residual learning tests'
     # task; its base scores 0, shown as the rows' offline column): the off-policy residual reaches ~0.95 in 1,500 env
     # steps; residual PPO at 51,200 steps ended 0.00 / 0.95 / 0.45 over 3 seeds, so it gets 102,400. The FetchPush
     # comparison at a quick budget measured nothing (every method at the base's ~0.1, limits below 0): full tier only.

@@ -138,7 +138,7 @@ def add_reinflow_time_to_dppo_final(doc: dict) -> dict:
     Per seed that has a ``reinflow`` and a ``dppo`` run (families; both with a ``wall_curve``):
     DPPO's final evaluation is the target; ``time_to_dppo_final_s`` is ReinFlow's training wall
     seconds at its first online evaluation at or above it (None: never within the budget, see
-    :func:`robotrl.bench.stats.time_to_threshold`), set beside DPPO's whole fine-tuning wall time.
+    :func:`robotrl.stats.time_to_threshold`), set beside DPPO's whole fine-tuning wall time.
     Written as ``doc["per_run"]`` rows and ``doc["summary"]["time_to_dppo_final_ratio_iqm"]``
     (None when some seed never reaches the target), the form ``bench_reinflow.py learning``
     writes and :mod:`robotrl.bench.schema` renders as the ``<benchmark>_time`` table (ReinFlow
@@ -147,7 +147,7 @@ def add_reinflow_time_to_dppo_final(doc: dict) -> dict:
     Raises:
         BenchError: no seed has both runs with wall curves (nothing to compare).
     """
-    from robotrl.bench.stats import iqm, time_to_threshold
+    from robotrl.stats import iqm, time_to_threshold
 
     by = {(r["family"], r["seed"]): r for r in doc["runs"]}
     seeds = sorted(s for f, s in by if f == "reinflow" and ("dppo", s) in by

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from robotrl.bench.stats import METRIC_MAX, final_score, iqm, onset_dip, regret, score_at, summarize, time_to_threshold
+from robotrl.stats import METRIC_MAX, final_score, iqm, onset_dip, regret, score_at, summarize, time_to_threshold
 
 METRIC_NAMES = {"return": "return", "success": "success rate", "normalized_score": "normalised score"}
 
@@ -52,7 +52,7 @@ def fmt(v, metric: str | None = None) -> str:
 
 
 def cell(s: dict, metric: str | None = None) -> str:
-    """``IQM [lo, hi]`` of a :func:`~robotrl.bench.stats.summarize` dict (no interval for one seed)."""
+    """``IQM [lo, hi]`` of a :func:`~robotrl.stats.summarize` dict (no interval for one seed)."""
     if not s or s["n"] == 0:
         return "—"
     if not math.isfinite(s["lo"]):
@@ -77,7 +77,7 @@ def learning_stats(doc: dict) -> dict:
     Returns ``{"best": float | None, "methods": {method: {"peer", "family", "n", "offline",
     "budgets": {b: summary}, "final", "regret", "dip", "wall"}}}``; regret uses the metric's
     maximum when it has one, else the best final IQM of any method (see
-    :func:`robotrl.bench.stats.regret`).
+    :func:`robotrl.stats.regret`).
     """
     metric, budgets = doc["metric"], sorted(doc["budgets"])
     total = budgets[-1] if budgets else None

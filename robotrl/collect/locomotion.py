@@ -47,6 +47,7 @@ import numpy as np
 from robotrl.collect._common import base_provenance, collect_steps, progress_bar
 from robotrl.data.writer import datasets_root, write_dataset
 from robotrl.errors import ConfigError
+from robotrl.files import atomic_write
 
 __all__ = ["collect_locomotion", "train_policy", "SB3Policy", "LOCO_ENVS", "D4RL_REF_SCORES"]
 
@@ -220,9 +221,7 @@ def train_policy(
         "train_seconds": round(time.time() - t0, 1),
         "checkpoints": checkpoints,
     }
-    tmp = cache / "index.json.tmp"
-    tmp.write_text(json.dumps(index, indent=1))
-    os.replace(tmp, index_path)
+    atomic_write(index_path, json.dumps(index, indent=1), mode=0o666)
     index["cache_dir"] = str(cache)
     index["reused"] = False
     return index

@@ -133,11 +133,25 @@ def resolve_dataset_path(dataset: str | os.PathLike) -> Path:
 
 
 def _recipe_hint(dataset: str) -> str:
-    from robotrl.collect import RECIPES
+    """How to generate ``dataset``: from the dataset config (``configs/dataset/*.yaml``) whose ``id`` it is.
 
-    name = next((n for n, r in RECIPES.items() if r.dataset_id == dataset), None)
-    if name:
-        return f"Generate it with `robotrl collect recipe={name}`. "
+    The configs name each id's recipe, so the data layer reads them instead of importing the
+    collectors (:mod:`robotrl.collect`, a higher layer). A config with ``recipe_args`` writes a variant
+    id that ``robotrl collect recipe=<name>`` alone would not: the hint then names the config.
+    """
+    from importlib import resources
+
+    import yaml
+
+    for f in sorted(resources.files("robotrl.configs").joinpath("dataset").iterdir(), key=lambda f: f.name):
+        if not f.name.endswith(".yaml"):
+            continue
+        doc = yaml.safe_load(f.read_text()) or {}
+        if doc.get("id") != dataset or not doc.get("recipe"):
+            continue
+        if doc.get("recipe_args"):
+            return f"Train with dataset={f.name[:-5]} to generate it on first use. "
+        return f"Generate it with `robotrl collect recipe={doc['recipe']}`. "
     return "Generate a dataset with `robotrl collect recipe=<name>` (`robotrl collect --help` lists recipes). "
 
 

@@ -18,9 +18,17 @@ import threading
 import numpy as np
 
 from robotrl.errors import BatchSizeError
-from robotrl.vision.stack import stack_channels
 
-__all__ = ["FrameStore", "new_frame_uids", "slot_history"]
+__all__ = ["FrameStore", "new_frame_uids", "slot_history", "stack_channels"]
+
+
+def stack_channels(frames: np.ndarray) -> np.ndarray:
+    """uint8 ``(B, k, H, W, C)`` frames (oldest first) -> ``(B, H, W, k·C)`` (a copy, C-contiguous).
+
+    The channel layout of a stacked camera input (DrQ, SERL; :mod:`robotrl.vision.stack`)."""
+    B, k, H, W, C = frames.shape
+    return np.ascontiguousarray(np.moveaxis(frames, 1, -2)).reshape(B, H, W, k * C)
+
 
 _UID_LOCK = threading.Lock()
 _UID_NEXT = 0

@@ -332,7 +332,7 @@ class RayRolloutCollector:
             WorkerFailedError: a worker failed and ``on_failure`` does not continue (module doc).
         """
         ray = self.ray
-        from robotrl.runner import agent_device
+        from robotrl.agent import agent_device
 
         weights = ray.put(state_to_arrays(agent.policy.state_dict()))
         gen_state = agent.gen.get_state().numpy() if self.share_gen else None

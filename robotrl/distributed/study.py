@@ -5,7 +5,7 @@ Written at the end of every multirun by the Hydra callback :class:`StudySummary`
 Ray): ``<sweep dir>/study.json`` and ``study.md``. It reuses the benchmark code: the runs are
 read by :func:`robotrl.bench.sweep.sweep_to_learning` (one configuration per combination of
 swept non-seed overrides, one run per seed) and summarised by
-:func:`robotrl.bench.tables.learning_stats` (:func:`robotrl.bench.stats.summarize`: IQM, the
+:func:`robotrl.bench.tables.learning_stats` (:func:`robotrl.stats.summarize`: IQM, the
 percentile bootstrap 95 % CI of the IQM over seeds, ``n``). The score is the final evaluation's
 normalised score when every evaluation has one, else its success rate, else its return.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from robotrl.checkpoint import atomic_write
+from robotrl.files import atomic_write
 
 
 def study_summary(sweep_dir: str | Path) -> dict:
@@ -31,7 +31,7 @@ def study_summary(sweep_dir: str | Path) -> dict:
     Raises:
         BenchError: no finished run under ``sweep_dir``.
     """
-    from robotrl.bench.stats import final_score
+    from robotrl.stats import final_score
     from robotrl.bench.sweep import sweep_to_learning
     from robotrl.bench.tables import learning_stats
 

@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from robotrl.errors import ConfigError, RobotRLError
+from robotrl.files import atomic_path
 
 _APT_HINT = (
     "headless MuJoCo rendering needs the Debian package libosmesa6 "
@@ -106,13 +107,11 @@ def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: float) -
     if not frames:
         raise ConfigError(f"no frames to write to {path}")
     stack = np.stack([np.asarray(f, dtype=np.uint8) for f in frames])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial.{fmt}")
-    if fmt == "gif":
-        imageio.v3.imwrite(tmp, stack, extension=".gif", duration=1000.0 / fps, loop=0)
-    else:
-        imageio.v2.mimwrite(tmp, list(stack), format="FFMPEG", fps=fps, macro_block_size=1)
-    os.replace(tmp, path)
+    with atomic_path(path, mode=0o666) as tmp:  # ends in path's suffix: ffmpeg picks the container by it
+        if fmt == "gif":
+            imageio.v3.imwrite(tmp, stack, extension=".gif", duration=1000.0 / fps, loop=0)
+        else:
+            imageio.v2.mimwrite(tmp, list(stack), format="FFMPEG", fps=fps, macro_block_size=1)
     return path
 
 

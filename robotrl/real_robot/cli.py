@@ -34,6 +34,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from robotrl.errors import RobotRLError
+from robotrl.files import atomic_write
 
 CONFIG_PATH = "pkg://robotrl.configs"
 
@@ -98,9 +99,7 @@ def run_server(cfg: DictConfig) -> int:
                              lease_timeout_s=cfg.get("lease_timeout_s"))
         endpoint = server.bind()
         if cfg.ready_file:
-            tmp = Path(str(cfg.ready_file) + ".tmp")
-            tmp.write_text(json.dumps({"endpoint": endpoint, "pid": __import__("os").getpid()}))
-            tmp.replace(cfg.ready_file)
+            atomic_write(cfg.ready_file, json.dumps({"endpoint": endpoint, "pid": __import__("os").getpid()}), mode=0o666)
         print(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
               f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms, step deadline {server.horizon_s * 1000:.0f} ms); "
               f"robot_id {server.robot_id!r}, epoch {server.epoch}, key fingerprint {key_fingerprint(key)}, "

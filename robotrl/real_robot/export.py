@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from robotrl.checkpoint import atomic_write
+from robotrl.files import atomic_write
 from robotrl.errors import CheckpointError, ConfigError, SpaceMismatchError
 from robotrl.vision.stack import FrameHistory
 

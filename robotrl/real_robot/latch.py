@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from robotrl.real_robot.safety import SafetySupervisor
+from robotrl.files import atomic_write
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
@@ -24,17 +25,7 @@ def write_json_atomic(path: Path, payload: dict) -> None:
     Raises:
         OSError: the directory is not writable (the temporary file is removed).
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(payload, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(payload, sort_keys=True) + "\n", mode=0o600)
 
 
 class EstopLatch:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robotrl.checkpoint import atomic_write
+from robotrl.files import atomic_write
 from robotrl.errors import ConfigError
 from robotrl.real_robot.interface import ProtocolError
 from robotrl.real_robot.protocol import Limits, decode, encode

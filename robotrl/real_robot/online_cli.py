@@ -162,7 +162,7 @@ def build_learner(cfg: DictConfig):
                             run_config=resolved, title=f"{cfg.agent.name} on robot {robot.name}",
                             init_from=cfg.init_from or None, init_parts=list(cfg.init_parts) if cfg.init_parts else None)
     resumed = learner.runner.prepare()  # resumed, or warm-started and pretrained (trainer.offline_steps)
-    if resumed and learner.pretrain_updates > 0 and hasattr(agent, "start_online"):
+    if resumed and learner.pretrain_updates > 0:
         agent.start_online()  # the update rule of the online phase (e.g. SAC after Cal-QL)
     return learner, resumed, key
 

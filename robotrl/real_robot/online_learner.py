@@ -136,7 +136,7 @@ class OnlineLearner:
                               f"{self.image_shapes}; build it with the robot's cameras")
         self.online = ReplayBuffer(online_capacity, self.do, self.da, gamma=gamma, num_envs=max_actors, seed=seed,
                                    device=getattr(agent, "device", "cpu"), image_shapes=self.image_shapes or None,
-                                   frame_stack=int(getattr(agent, "frame_stack", 1)))  # stacks by index, per actor
+                                   frame_stack=int(agent.frame_stack))  # stacks by index, per actor
         self.online_keys = np.full((online_capacity, 2), -1, np.int64)  # (episode, step) per online slot, for audits
         self.sampler = MixedSampler(demos if demos is not None else self.online, self.online, offline_ratio)
         self.batch_size, self.utd = int(batch_size), int(utd)
@@ -167,6 +167,7 @@ class OnlineLearner:
         self.offline_steps = int(offline_steps)
         self.cfg = LearnerSchedule(eval_every=max(1, int(eval_every)), log_every=max(1, int(log_every)))
         self.runner = None  # the Runner driving this loop (set by build_learner)
+        self._payload: dict | None = None  # the current weights message
         self.should_stop: Callable[[], bool] = lambda: False
         self._recorded = 0  # episodes of episode_log already in an evaluation record
 
@@ -184,6 +185,11 @@ class OnlineLearner:
     def clock(self) -> int:
         """The cadences count agent updates."""
         return self.updates
+
+    @property
+    def log_every(self) -> int:
+        """Updates between training-metric logs."""
+        return self.cfg.log_every
 
     @property
     def total(self) -> int:
@@ -450,8 +456,7 @@ class OnlineLearner:
         for i in range(int(steps)):
             m = self.agent.update(self.demos.sample(n), i)
         self.pretrain_updates = int(steps)
-        if hasattr(self.agent, "start_online"):
-            self.agent.start_online()
+        self.agent.start_online()
         self._policy_changed = True
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint()
@@ -477,7 +482,7 @@ class OnlineLearner:
             # versions stay unique across restarts: a learner killed after pushing versions its checkpoint
             # does not know about must not reuse their numbers (resume reads this file)
             atomic_write_bytes(self.run_dir / "version.json", json.dumps({"version": self.version}).encode())
-        if getattr(self, "_payload", None) is None:
+        if self._payload is None:
             ps = policy_state(self.agent.policy)
             names, arrays = state_to_arrays(ps["state_dict"])
             self._payload = {"version": self.version, "target": ps["target"], "kwargs": ps["kwargs"], "names": names,

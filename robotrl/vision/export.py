@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from robotrl.checkpoint import atomic_write
+from robotrl.files import atomic_write
 from robotrl.errors import RobotRLError
 
 __all__ = ["export_pixel_torchscript", "export_pixel_onnx"]

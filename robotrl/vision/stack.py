@@ -4,7 +4,8 @@ Convention (DrQ, SERL): a stacked camera input is uint8 ``(B, H, W, k·C)``, the
 (channels ``j·C .. j·C + C − 1`` hold frame ``t − k + 1 + j``). Before an episode's first frame, the
 first frame is repeated (an episode's first stack is ``k`` copies of its first frame), and a stack
 never reaches into the previous episode. The replay buffer builds the same stacks from its single
-stored copy of each frame by index (:meth:`robotrl.data.ReplayBuffer.sample` with ``frame_stack``);
+stored copy of each frame by index (:meth:`robotrl.data.ReplayBuffer.sample` with ``frame_stack``,
+:func:`robotrl.data.frames.stack_channels`);
 :class:`FrameHistory` builds them step by step where a policy acts (evaluation, exploration, the
 online actor, deployment), so a policy sees at run time exactly the input it was trained on.
 
@@ -18,13 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-__all__ = ["FrameHistory", "stack_channels", "stacked_shapes"]
-
-
-def stack_channels(frames: np.ndarray) -> np.ndarray:
-    """uint8 ``(B, k, H, W, C)`` frames (oldest first) -> ``(B, H, W, k·C)`` (a copy, C-contiguous)."""
-    B, k, H, W, C = frames.shape
-    return np.ascontiguousarray(np.moveaxis(frames, 1, -2)).reshape(B, H, W, k * C)
+__all__ = ["FrameHistory", "stacked_shapes"]
 
 
 def stacked_shapes(image_shapes: Mapping[str, tuple[int, ...] | list[int]], k: int) -> dict[str, tuple[int, int, int]]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.bc.loss import gaussian_nll_loss, mse_loss
 from robotrl.agents.bc.policy import BCPolicy
 from robotrl.data.batch import Batch
@@ -26,7 +27,7 @@ from robotrl.policy import act as act_raw
 from robotrl.utils import set_generator_state
 
 
-class BCAgent:
+class BCAgent(OffPolicyAgentBase):
     """MLP behaviour cloning, from states or (with ``image_shapes``) from cameras plus the state.
 
     Args:

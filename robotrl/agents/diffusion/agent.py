@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
@@ -34,7 +35,7 @@ from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 
 
-class DiffusionAgent:
+class DiffusionAgent(OffPolicyAgentBase):
     """DDPM behaviour cloning over action chunks, from states or (``image_shapes``) cameras plus the state.
 
     Args:

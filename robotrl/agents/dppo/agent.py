@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from robotrl.agent import OnPolicyAgentBase
 from robotrl.agents.diffusion.sampling import chain_timesteps, sample_chain, step_mean_std
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule, denoising_discount
 from robotrl.agents.dppo.policy import DPPOPolicy
@@ -41,7 +42,7 @@ from robotrl.onpolicy import Rollout
 _ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoising_steps", "denoiser", "denoiser_kwargs")
 
 
-class DPPOAgent:
+class DPPOAgent(OnPolicyAgentBase):
     """Diffusion Policy Policy Optimization.
 
     Args:

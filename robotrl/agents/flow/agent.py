@@ -29,6 +29,7 @@ import copy
 import numpy as np
 import torch
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.agents.flow.loss import flow_matching_loss, shortcut_loss
 from robotrl.agents.flow.policy import FlowPolicy
@@ -39,7 +40,7 @@ from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import ConfigError
 
 
-class FlowAgent:
+class FlowAgent(OffPolicyAgentBase):
     """Rectified-flow behaviour cloning over action chunks.
 
     Args:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.diffusion.sampling import chain_timesteps, step_mean_std
 from robotrl.agents.diffusion.training import ema_gradient_step, load_trainer_state, trainer_state
@@ -59,7 +60,7 @@ def teacher_chunk(teacher: nn.Module, cond: torch.Tensor, x0: torch.Tensor, step
     raise CheckpointError(f"a distillation teacher must be a flow or diffusion policy, not {type(teacher).__name__}")
 
 
-class FlowDistillAgent:
+class FlowDistillAgent(OffPolicyAgentBase):
     """Distils a teacher policy into a one-step flow policy (module doc).
 
     Args:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from robotrl.agent import OnPolicyAgentBase
 from robotrl.agents.bc.loss import mse_loss
 from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.policy import GaussianPPOPolicy
@@ -27,7 +28,7 @@ from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
 
-class PPOAgent:
+class PPOAgent(OnPolicyAgentBase):
     """Gaussian PPO.
 
     Args:

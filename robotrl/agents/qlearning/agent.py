@@ -52,6 +52,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.qlearning import loss as L
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
@@ -69,7 +70,7 @@ ALGOS = ("sac", "cql", "calql", "iql")
 PARTS = ("encoder", "policy", "critic", "temperature", "value", "optimizers")
 
 
-class QLAgent:
+class QLAgent(OffPolicyAgentBase):
     """SAC / CQL / Cal-QL / IQL over one ensemble critic and one tanh-Gaussian actor.
 
     Args:

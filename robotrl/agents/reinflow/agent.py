@@ -48,6 +48,7 @@ import copy
 import numpy as np
 import torch
 
+from robotrl.agent import OnPolicyAgentBase
 from robotrl.agents.flow.sampling import euler_sample
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
@@ -70,7 +71,7 @@ _ARCH_DEFAULTS = {"shortcut": False, "shortcut_max_steps": 128}
 _STATE = (*ONPOLICY_STATE, "ref_velocity")
 
 
-class ReinFlowAgent:
+class ReinFlowAgent(OnPolicyAgentBase):
     """ReinFlow fine-tuning of a flow-matching policy.
 
     Args:

@@ -71,6 +71,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.qlearning.loss import critic_td_loss, sac_actor_loss, subset_min, td_target, temperature_loss
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import load_base
@@ -114,7 +115,7 @@ def base_plus_noise(scaler, base_raw: torch.Tensor, std: float, gen: torch.Gener
     return scaler.unnormalize(a.clamp(-1.0, 1.0))
 
 
-class ResidualOffPolicyAgent:
+class ResidualOffPolicyAgent(OffPolicyAgentBase):
     """ResFiT: TD3- or SAC-style residual actor, ensemble critic on the combined action; on states or cameras.
 
     With cameras (``image_shapes``; ResFiT trains on image features) the policy holds a

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from robotrl.agent import OnPolicyAgentBase
 from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.update import gae_targets, load_state, ppo_epochs, save_state
 from robotrl.agents.residual.base import load_base
@@ -51,7 +52,7 @@ from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
 
-class ResidualPPOAgent:
+class ResidualPPOAgent(OnPolicyAgentBase):
     """ResiP: PPO on a zero-initialised Gaussian residual over a frozen base policy.
 
     Args:

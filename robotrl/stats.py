@@ -1,5 +1,7 @@
-"""Statistics of the benchmark tables: IQM, bootstrap confidence intervals, regret, onset dip,
+"""Statistics of runs and of the benchmark tables: IQM, bootstrap confidence intervals, regret, onset dip,
 time to a score threshold.
+
+In the core (the run report, :mod:`robotrl.report`, and the benchmark suite, :mod:`robotrl.bench`, both use it).
 
 All functions take plain sequences of floats (one value per seed, or one learning curve
 ``[[env_steps, score], ...]``) and return floats; ``None``/NaN inputs are dropped where

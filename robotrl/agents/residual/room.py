@@ -2,7 +2,8 @@
 
 Used by the residual learning tests (``tests/test_residual_learning.py``) and by the quick
 benchmark tier's residual row (``benchmarks/bench_residual.py --task room``), so that both
-measure the same thing.
+measure the same thing. It lives with the residual agents, not in the core's :mod:`robotrl.bench`: its base is an
+agent's policy (:class:`~robotrl.agents.bc.BCPolicy`), and the core never imports an agent (``tests/test_layers.py``).
 
 Task: ``PointMaze_Open-v3`` with a 5×7 room (:data:`ROOM_MAP`: start cell ``r`` two cells
 left of the goal cell ``g``), dense reward ``exp(-distance)``, 100-step episodes; success =
@@ -26,6 +27,9 @@ import torch
 
 from robotrl.agents.bc import BCPolicy
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.envs import make_env
+from robotrl.evaluation import evaluate
+from robotrl.policy import act
 
 ROOM_ENV = "PointMaze_Open-v3"
 ROOM_MAP = [[1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0, 1], [1, 0, "r", 0, "g", 0, 1], [1, 0, 0, 0, 0, 0, 1],
@@ -74,24 +78,17 @@ def biased_pd_base(bias: float = 1.0, kp: float = 2.0, kd: float = 1.0) -> BCPol
 
 def room_eval_env():
     """One evaluation env of the room task (100-step episodes)."""
-    from robotrl.envs import make_env
-
     return make_env(ROOM_ENV, max_episode_steps=ROOM_STEPS, env_kwargs=ROOM_KW)
 
 
 def room_train_envs(num_envs: int, seed: int) -> Callable:
     """Factory of ``num_envs`` synchronous training envs of the room task, seeded ``seed``."""
-    from robotrl.envs import make_env
-
     return lambda: make_env(ROOM_ENV, num_envs=num_envs, seed=seed, vectorization="sync", max_episode_steps=ROOM_STEPS,
                             env_kwargs=ROOM_KW)
 
 
 def room_success(policy, episodes: int = 20, seed: int = 10_000) -> float:
     """Success rate of ``policy`` (deterministic) over ``episodes`` room episodes from fixed seeds."""
-    from robotrl.evaluation import evaluate
-    from robotrl.policy import act
-
     return evaluate(lambda o: act(policy, o), room_eval_env, episodes, seed=seed, num_envs=10,
                     reset_policy=policy.reset)["success_rate"]
 

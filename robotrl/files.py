@@ -1,0 +1,82 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+The one implementation robotrl uses for every file it replaces: checkpoints and array files
+(:mod:`robotrl.checkpoint`), the e-stop latch and the robot link's spill files
+(:mod:`robotrl.real_robot`), benchmark results and README tables (:mod:`robotrl.bench`), videos
+(:mod:`robotrl.envs.video`), cached indexes. Standard library only, so that the robot server and the
+benchmark tables import it without torch. Whole datasets (folders) are committed by
+:func:`robotrl.data.writer.commit_dir` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_path", "atomic_write"]
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, mode: int = 0o600) -> Iterator[Path]:
+    """Write a file atomically through a temporary sibling path: a reader sees the old file or the new one,
+    never half of one, and a kill leaves at most a hidden ``.<name>.<random>.tmp<suffix>`` file beside it.
+
+    Yields the temporary path (it exists, empty, created with ``mode`` minus the umask, and ends in ``path``'s
+    suffix so that writers choosing a format by extension, e.g. ffmpeg, see the right one); write it, then
+    leave the block: the file is fsynced and moved over ``path`` with ``os.replace``. On any error it is removed.
+
+    Args:
+        path: the final file; its folder is created.
+        mode: permission bits of a new file: ``0o600`` (owner only: checkpoints, robot state) or ``0o666``
+            (as ``open`` creates files: results, tables, videos).
+
+    Raises:
+        OSError: the folder is not writable (nothing is left behind).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(path: str | os.PathLike, content: bytes | str | Callable[[IO[bytes]], Any], *,
+                 mode: int = 0o600) -> Path:
+    """Write ``content`` to ``path`` atomically (:func:`atomic_path`: temporary sibling, fsync, ``os.replace``).
+
+    The one atomic file write of robotrl: checkpoints and array files (:mod:`robotrl.checkpoint`), the e-stop
+    latch, the robot link's spill files, benchmark results, README tables, videos, cached indexes.
+
+    Args:
+        path: the final file.
+        content: bytes, text (written UTF-8), or ``write(binary file)`` that writes the file (e.g.
+            ``lambda f: torch.save(state, f)``).
+        mode: permission bits of a new file (:func:`atomic_path`; default owner-only).
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        OSError: the folder is not writable; anything ``write`` raises (nothing is left behind either way).
+    """
+    with atomic_path(path, mode=mode) as tmp, open(tmp, "r+b") as f:
+        if callable(content):
+            content(f)
+        else:
+            f.write(content.encode() if isinstance(content, str) else content)
+    return Path(path)
+
