@@ -10,7 +10,7 @@ observations ``(B, To, Do)``, oldest first (``To > 1``; the deploy side keeps th
 :class:`robotrl.real_robot.export.DeployPolicy`), raw units, normalisers inside, that :func:`robotrl.real_robot.export.export_policy` traces. For a batch of one
 it equals :func:`~robotrl.agents.diffusion.sampling.sample_chain` with a generator
 seeded like the export (the tests check this); DPPO policies export their fine-tuned
-steps because the chain asks ``policy.net_for_step(i)``. The pixel diffusion policy's export
+steps because the chain asks ``policy.net_for_step(k)`` for each step's timestep ``k``. The pixel diffusion policy's export
 (:class:`robotrl.agents.diffusion.pixels.PixelDiffusionChunkExport`) runs the same chain
 (:meth:`DiffusionChunkExport.chunk`) on its image features.
 """
@@ -52,7 +52,7 @@ class DiffusionChunkExport(nn.Module):
         self.sampler = policy.sampler
         ks, ks_prev = chain_timesteps(policy.K, policy.sampler, policy.ddim_steps)
         self.ks, self.ks_prev = [int(k) for k in ks], [int(k) for k in ks_prev]
-        self.nets = nn.ModuleList([policy.net_for_step(i) for i in range(len(self.ks))])
+        self.nets = nn.ModuleList([policy.net_for_step(k) for k in self.ks])
         gen = torch.Generator().manual_seed(seed)
         shape = (1, policy.Ta, policy.action_dim)
         x_n = torch.randn(shape, generator=gen)
