@@ -76,6 +76,7 @@ class TrainerConfig:
     init_parts: list[str] | None = None
     warmup_updates: int = 0
     her_ratio: float = 0.0
+    keep_best: bool = False  # also keep checkpoints/best.pt, the policy of the best evaluation (Runner.keep_best)
 
     def __post_init__(self) -> None:
         """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""
