@@ -105,8 +105,7 @@ QUICK = [
     Task("qlearning_learning", "learning",
          ("benchmarks/bench_qlearning_learning.py", *QUICK_QLEARNING_LEARNING_ARGS, "--out", "quick/qlearning_learning.json"),
          f"{Q}/qlearning_learning.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
-         note="WSRL (critic_init data and the reference zero) vs d3rlpy Cal-QL on the same task vs SB3 SAC, noisy UMaze "
-              "data, 3k offline updates + 10k online steps"),
+         note="WSRL vs d3rlpy Cal-QL vs SB3 SAC, noisy UMaze data, 3k offline updates + 10k online steps"),
     Task("main_job", "train-sweep", ("robotrl", "train", "-m", *QUICK_MAIN_SWEEP), f"{Q}/main_job.json",
          note="the main job (BC then PPO, PointMaze UMaze slow demonstrator), 100k online steps, 3 seeds"),
     Task("bc_sweep", "train-sweep", ("robotrl", "train", "-m", *QUICK_BC_SWEEP), f"{Q}/bc_pointmaze.json",
