@@ -643,3 +643,31 @@ def test_reinflow_time_to_dppo_final_success_from_paired_fetch_runs(tmp_path):
     only_dppo["runs"] = [r for r in only_dppo["runs"] if r["family"] == "dppo"]
     with pytest.raises(BenchError, match="same seeds"):
         add_reinflow_time_to_dppo_final(only_dppo)
+
+
+def test_benchmarks_pretrain_per_seed_and_give_the_peer_robotrls_task(monkeypatch):
+    """Issue 43: bench_wsrl_warmstart fine-tunes each seed from its own CQL pretraining (one shared only when asked)
+    and describes the network the runs got; bench_qlearning_learning plans WSRL with the reference critic_init=zero
+    (its own pretraining) and hands d3rlpy robotrl's reward transform, UTD and networks."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_qlearning_learning as ql
+    import bench_wsrl_warmstart as ws
+
+    own = ws.pretrain_dirs(Path("r"), ["layernorm"], [0, 1, 2], shared=False)
+    assert len(set(own.values())) == 3 and own["layernorm", 1] == Path("r/pretrain_layernorm_s1")
+    assert set(ws.pretrain_dirs(Path("r"), ["layernorm"], [0, 1, 2], shared=True).values()) == {Path("r/pretrain_layernorm")}
+    ten = ws.network_doc([*ws.NETS["layernorm"], "agent.model.num_critics=10", "agent.model.target_subset=2"])
+    assert ten.startswith("10 critic heads 256x256 with LayerNorm (target: min over 2 random heads)"), ten
+    assert ws.network_doc(ws.NETS["plain"]).startswith("2 critic heads 256x256 without LayerNorm")
+
+    args = argparse.Namespace(dataset="pointmaze-umaze-noisy", dataset_id="robotrl/pointmaze/umaze-noisy-50k-v1",
+                              dataset_steps=0, modes=["wsrl", "wsrl-zero"], skip=[],
+                              robotrl_extra=["agent.model.num_critics=2", "agent.model.hidden=[64,64]",
+                                             "agent.model.critic_hidden=[64,64]", "agent.model.critic_init=data"])
+    assert dict(ql.units(args))["robotrl-wsrl-zero"] == "robotrl-offline-calql-zero"
+    assert ql.VARIANTS["-zero"] == ["agent.model.critic_init=zero"]
+    task = ql.robotrl_settings(args)
+    assert (task["reward_scale"], task["reward_bias"], task["utd"]) == (10.0, -5.0, 4)
+    assert task["actor_hidden"] == task["critic_hidden"] == [64, 64] and task["num_critics"] == 2
