@@ -18,7 +18,14 @@ through the real ``robotrl train`` commands a user types, on FetchPush-v4:
    with DPPO and ReinFlow on the same seeds also issue 15's wall-time comparison
    (:func:`robotrl.bench.sweep.add_reinflow_time_to_dppo_final`: ReinFlow's training seconds until it first reaches DPPO's
    final success vs DPPO's whole fine-tuning time; table ``<out>_time``). Fair timing needs one run per core:
-   ``--workers`` at most the machine's cores.
+   ``--workers`` at most the machine's cores;
+5. each run's last policy evaluated on ``--held-out-episodes`` (50) held-out episodes
+   (:func:`robotrl.bench.sweep.add_held_out`: resets from seed 100,000, never those of the runs' own evaluations,
+   on which settings such as γ 0.95 were chosen): the headline column, a 50-episode success rate resolving
+   differences of ~0.15 (binomial standard error up to 0.07).
+
+Every seed fine-tunes its own pretraining (``pretrain/<experiment>_s<seed>``, made with that seed): the seeds'
+spread includes the pretraining's.
 
 Settings (every one recorded in the result's ``setting``): DPPO runs ``configs/tuning/dppo-fetch-push.yaml``
 (robomimic-style but γ 0.95 per 4-step chunk (robomimic: 0.999; the tuning file says why), 50 envs × 13 chunk steps per iteration, an episode being 13 chunks
@@ -34,6 +41,9 @@ Usage (2-core machine; one torch thread per run)::
 
     python benchmarks/bench_fetch_chunked.py --seeds 0 1 2 --env-steps 300000 --workers 2   # hours on 2 CPU cores
     python benchmarks/bench_fetch_chunked.py --smoke    # 1 seed, tiny budgets: checks every command runs (~5 min)
+    # issue 43's FetchPush DPPO row: 3 independent pretrainings, 50 held-out episodes per run (~6 CPU-hours a seed)
+    python benchmarks/bench_fetch_chunked.py --methods dppo --seeds 0 1 2 --env-steps 300000 --workers 2 \
+        --held-out-episodes 50 --out fetch_dppo_push_indep.json
 """
 
 from __future__ import annotations
@@ -72,11 +82,14 @@ def main() -> None:
     ap.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE",
                     help="Hydra overrides of every pretraining and fine-tuning run (recorded in the command), e.g. "
                          "dataset.obs_std_floor=null to match pretrainings made before the Fetch std floor")
+    ap.add_argument("--held-out-episodes", type=int, default=50,
+                    help="evaluate each run's last policy on this many held-out episodes (0: off)")
     ap.add_argument("--smoke", action="store_true", help="1 seed, 2 demos' worth of tiny budgets, 2 evaluations")
     args = ap.parse_args()
     if args.smoke:
         args.seeds, args.demos, args.bc_updates, args.env_steps, args.eval_every, args.eval_episodes = \
             [0], 10, 200, 2 * NUM_ENVS * CHUNKS * ACT_STEPS, 1, 10
+        args.held_out_episodes = min(args.held_out_episodes, 4)
     root = Path(args.root).resolve()
     os.environ.setdefault("MINARI_DATASETS_PATH", str(root / "minari"))
     dataset_id = f"robotrl/fetch-push/noisy-{args.demos}ep-chunked-v0"
@@ -104,7 +117,7 @@ def main() -> None:
               for m in args.methods for s in args.seeds if not (online / f"{m}_s{s}" / "report.json").exists()],
              args.workers)
 
-    from robotrl.bench.sweep import add_reinflow_time_to_dppo_final, sweep_to_learning
+    from robotrl.bench.sweep import add_held_out, add_reinflow_time_to_dppo_final, sweep_to_learning
 
     command = "python benchmarks/bench_fetch_chunked.py " + " ".join(sys.argv[1:])
     doc = sweep_to_learning(online, benchmark="fetch_chunked", argv=sys.argv, command=command, metric="success")
@@ -118,7 +131,10 @@ def main() -> None:
     per_eval = args.eval_every * NUM_ENVS * CHUNKS * ACT_STEPS
     end = min(r["curve"][-1][0] for r in doc["runs"])
     doc["budgets"] = [*range(per_eval, end, per_eval), end]
-    doc["setting"] = {"dataset": dataset_id, "demos": args.demos, "overrides": args.overrides, "pretraining_updates": args.bc_updates,
+    if args.held_out_episodes:
+        add_held_out(doc, {r["sweep_job"]: online / r["sweep_job"] for r in doc["runs"]}, root / "held_out",
+                     episodes=args.held_out_episodes)
+    doc["setting"] = {"dataset": dataset_id, "independent_pretraining_per_seed": True, "demos": args.demos, "overrides": args.overrides, "pretraining_updates": args.bc_updates,
                       "env_steps": args.env_steps, "collection": {m: COLLECTION[m] or f"configs/tuning/{m}-fetch-push.yaml"
                                                                   for m in sorted({r["family"] for r in doc["runs"]})},
                       "pretrained_scores": {r["pretrained_run"]: json.loads((Path(r["pretrained_run"]) / "report.json")

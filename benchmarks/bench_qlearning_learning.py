@@ -12,12 +12,26 @@ at the same online env-step budgets. Run from the repository root, in the d3rlpy
 Contenders (the online phase starts at env step 0 for all):
 
 - ``robotrl-wsrl``: ``experiment=calql`` pretraining, then
-  ``experiment=wsrl`` (init from that checkpoint, empty online buffer).
+  ``experiment=wsrl`` (init from that checkpoint, empty online buffer), with the study's
+  ``--robotrl-extra`` (the tiers pass ``critic_init=data``, a deviation from the reference).
+- ``robotrl-wsrl-zero``: the same with the reference ``agent.model.critic_init=zero`` (its own
+  Cal-QL pretraining, ``robotrl-offline-calql-zero``): the row that compares like with like
+  with d3rlpy, whose critic has no data-scaled start.
 - ``robotrl-calql-online``: the same checkpoint, ``experiment=calql-online``.
 - ``robotrl-rlpd``: ``experiment=rlpd`` from scratch on the same data (symmetric 50/50 offline/online
   batches, ``--rlpd-utd``: the paper's 20 by default; CPU-sized runs pass less and say so).
 - ``d3rlpy-calql``: d3rlpy 2.8 ``CalQL`` ``fit`` on the same data, then ``fit_online``
-  on a buffer that holds the offline episodes (its documented fine-tuning recipe).
+  on a buffer that holds the offline episodes (its documented fine-tuning recipe). It gets
+  robotrl's task (:func:`robotrl_settings`, read from the composed ``experiment=wsrl`` config
+  with ``--robotrl-extra``): the same reward transform (``agent.reward_scale·r + reward_bias``,
+  10r − 5 on the sparse mazes, on the offline data and on every online step), the same
+  offline budget (``--offline-steps`` updates of the same batch size), the same critic updates
+  per env step (``n_updates`` = WSRL's ``trainer.utd``, after the same no-update warmup), the
+  same networks (actor and critic widths, number of critics, critic LayerNorm) and the same
+  optimiser and CQL settings (learning rates, γ, τ, a fixed CQL α — d3rlpy's Lagrangian
+  tuning of it off —, sampled actions, initial temperature). What stays d3rlpy's: its algorithm (Cal-QL online with the offline episodes in
+  the buffer, where WSRL drops them) and, with ``n_updates``, one actor update per critic update
+  (WSRL: one per env step).
 - ``sb3-sac``: stable-baselines3 SAC from scratch (no data), default hyper-parameters.
 
 Writes ``benchmarks/results/qlearning_learning.json``: per contender and seed the curve
@@ -54,15 +68,24 @@ def _curve(history: list[dict], offset: int) -> list[list[float]]:
             for h in history]
 
 
-def pretrain_run(args, seed: int, work: Path) -> dict:
-    """The Cal-QL pretraining every warm-started mode of ``seed`` starts from (``work/calql-s<seed>``; a killed
-    one resumes from its checkpoint): offline return, wall seconds and the critic's scale ``q_minus_mc``."""
+#: robotrl variants: suffix of the mode / pretraining name -> overrides after ``--robotrl-extra`` (they win)
+VARIANTS = {"": [], "-zero": ["agent.model.critic_init=zero"]}
+
+
+def _variant(mode: str) -> str:
+    return "-zero" if mode.endswith("-zero") else ""
+
+
+def pretrain_run(args, seed: int, work: Path, variant: str = "") -> dict:
+    """The Cal-QL pretraining every warm-started mode of ``seed`` and ``variant`` starts from
+    (``work/calql<variant>-s<seed>``; a killed one resumes from its checkpoint): offline return, wall seconds and
+    the critic's scale ``q_minus_mc``."""
     from robotrl.experiment import build_trainer
 
-    pre_dir = work / f"calql-s{seed}"
+    pre_dir = work / f"calql{variant}-s{seed}"
     pre = build_trainer(_compose(["experiment=calql", *_common(args, seed), f"trainer.offline_steps={args.offline_steps}",
-                                  f"trainer.eval_every={args.offline_steps}", f"run_dir={pre_dir}", *args.robotrl_extra]),
-                        pre_dir)
+                                  f"trainer.eval_every={args.offline_steps}", f"run_dir={pre_dir}", *args.robotrl_extra,
+                                  *VARIANTS[variant]]), pre_dir)
     pre.fit()
     # the critic's scale at the end of pretraining (Q - Monte-Carlo return on offline data, reward units):
     # far above 0, the online phase first spends its updates dragging the critic down (issue 11's onset)
@@ -83,12 +106,15 @@ def online_run(args, seed: int, mode: str, work: Path) -> dict:
     from robotrl.experiment import build_trainer
 
     d = work / f"{mode}-s{seed}"
+    variant = _variant(mode)
+    experiment = mode.removesuffix(variant)
     # --warmup is WSRL's and RLPD's no-update warmup; Cal-QL online keeps its config's (0: updates from step 0)
-    warm = [f"trainer.online_warmup_steps={args.warmup}"] if mode in ("wsrl", "rlpd") else []
-    init = [f"trainer.utd={args.rlpd_utd}"] if mode == "rlpd" else [f"trainer.init_from={work / f'calql-s{seed}'}"]
-    tr = build_trainer(_compose([f"experiment={mode}", *_common(args, seed), *init,
+    warm = [f"trainer.online_warmup_steps={args.warmup}"] if experiment in ("wsrl", "rlpd") else []
+    init = [f"trainer.utd={args.rlpd_utd}"] if mode == "rlpd" else \
+        [f"trainer.init_from={work / f'calql{variant}-s{seed}'}"]
+    tr = build_trainer(_compose([f"experiment={experiment}", *_common(args, seed), *init,
                                  f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
-                                 *warm, f"run_dir={d}", *args.robotrl_extra]), d)
+                                 *warm, f"run_dir={d}", *args.robotrl_extra, *VARIANTS[variant]]), d)
     tr.fit()
     return {"curve": _curve(tr.history, 0), "seconds": tr.wall_time}
 
@@ -103,42 +129,65 @@ def _eval_fn(make_eval_env, episodes: int, seed: int):
     return run
 
 
-def d3rlpy_run(args, seed: int, data, make_env, make_eval_env) -> dict:
-    import d3rlpy
+def robotrl_settings(args) -> dict:
+    """What robotrl's WSRL run of this study gets (the composed ``experiment=wsrl`` config with ``--robotrl-extra``):
+    reward transform, discount, UTD, batch, networks, optimiser and CQL settings — the task the d3rlpy peer is given."""
+    from omegaconf import OmegaConf
 
+    cfg = OmegaConf.to_container(_compose(["experiment=wsrl", *_dataset_overrides(args), *args.robotrl_extra]),
+                                 resolve=True)
+    agent, model, trainer = cfg["agent"], cfg["agent"]["model"], cfg["trainer"]
+    return {"reward_scale": float(agent["reward_scale"]), "reward_bias": float(agent["reward_bias"]),
+            "gamma": float(agent["gamma"]), "utd": int(trainer["utd"]), "batch_size": int(trainer["batch_size"]),
+            "actor_hidden": list(model["hidden"]), "critic_hidden": list(model["critic_hidden"]),
+            "num_critics": int(model["num_critics"]), "critic_layer_norm": bool(model["critic_layer_norm"]),
+            "actor_lr": float(model["actor_lr"]), "critic_lr": float(model["critic_lr"]),
+            "alpha_lr": float(model["alpha_lr"]), "tau": float(model["tau"]), "init_alpha": float(model["init_alpha"]),
+            "cql_alpha": float(model["cql_alpha"]), "cql_n_actions": int(model["cql_n_actions"]),
+            "critic_init": str(model["critic_init"])}
+
+
+def d3rlpy_run(args, seed: int, data, make_env, make_eval_env) -> dict:
+    """d3rlpy's Cal-QL on robotrl's task (module doc; :func:`robotrl_settings`)."""
+    import d3rlpy
+    import gymnasium as gym
+
+    task = robotrl_settings(args)
+    scale, bias = task["reward_scale"], task["reward_bias"]
     d3rlpy.seed(seed)
     terminals = data.terminated.astype(np.float32)
     timeouts = (data.truncated | np.isin(np.arange(data.num_transitions), data.episode_ends - 1)) & ~data.terminated
-    dataset = d3rlpy.dataset.MDPDataset(data.observations, data.actions, data.rewards, terminals,
+    dataset = d3rlpy.dataset.MDPDataset(data.observations, data.actions, scale * data.rewards + bias, terminals,
                                         timeouts=timeouts.astype(np.float32))
-    nets = {}
-    # the critics get LayerNorm when robotrl's do (``--robotrl-extra agent.model.critic_layer_norm=true``), so the
-    # peer runs the same network; the actor has none, as robotrl's (``actor_layer_norm`` off by default)
-    critic_ln = "agent.model.critic_layer_norm=true" in [e.lower() for e in args.robotrl_extra]
-    if args.d3rlpy_hidden or critic_ln:  # same widths as the robotrl runs' agent.model.hidden / critic_hidden
-        width = {"hidden_units": list(args.d3rlpy_hidden)} if args.d3rlpy_hidden else {}
-        nets = {"actor_encoder_factory": d3rlpy.models.encoders.VectorEncoderFactory(**width),
-                "critic_encoder_factory": d3rlpy.models.encoders.VectorEncoderFactory(use_layer_norm=critic_ln,
-                                                                                      **width)}
-    algo = d3rlpy.algos.CalQLConfig(batch_size=256, n_action_samples=args.d3rlpy_n_action_samples,
-                                    **nets).create(device="cpu:0")
-    evaluate = _eval_fn(make_eval_env, args.eval_episodes, seed)
+    enc = d3rlpy.models.encoders.VectorEncoderFactory
+    algo = d3rlpy.algos.CalQLConfig(
+        batch_size=task["batch_size"], gamma=task["gamma"], tau=task["tau"], n_critics=task["num_critics"],
+        actor_learning_rate=task["actor_lr"], critic_learning_rate=task["critic_lr"],
+        temp_learning_rate=task["alpha_lr"], initial_temperature=task["init_alpha"],
+        conservative_weight=task["cql_alpha"], n_action_samples=task["cql_n_actions"],
+        alpha_learning_rate=0.0,  # robotrl's CQL(H) weight is fixed (cql_alpha); d3rlpy's Lagrangian tuning off
+        actor_encoder_factory=enc(hidden_units=task["actor_hidden"]),
+        critic_encoder_factory=enc(hidden_units=task["critic_hidden"], use_layer_norm=task["critic_layer_norm"]),
+    ).create(device="cpu:0")
+    evaluate = _eval_fn(make_eval_env, args.eval_episodes, seed)  # raw rewards: the score is the task's success
     t = time.time()
     algo.fit(dataset, n_steps=args.offline_steps, n_steps_per_epoch=args.offline_steps, show_progress=False,
              save_interval=10**9, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
     curve = [[0, *evaluate(algo.predict), 0.0]]
     buffer = d3rlpy.dataset.ReplayBuffer(d3rlpy.dataset.InfiniteBuffer(), episodes=dataset.episodes)
-    env = make_env()
+    env = gym.wrappers.TransformReward(make_env(), lambda r: scale * r + bias)  # the online rewards robotrl trains on
     done, online_s = 0, 0.0
     while done < args.online_steps:  # fit_online in chunks so every contender is evaluated at the same budgets
         n = min(args.eval_every, args.online_steps - done)
         t1 = time.time()
-        algo.fit_online(env, buffer, n_steps=n, n_steps_per_epoch=n, update_start_step=0, show_progress=False,
+        # WSRL's UTD critic updates per env step after its no-update warmup (fit_online counts steps per call)
+        algo.fit_online(env, buffer, n_steps=n, n_steps_per_epoch=n, n_updates=task["utd"],
+                        update_start_step=max(0, args.warmup - done), show_progress=False,
                         save_interval=10**9, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
         online_s += time.time() - t1
         done += n
         curve.append([done, *evaluate(algo.predict), online_s])
-    return {"curve": curve, "seconds": time.time() - t}
+    return {"curve": curve, "seconds": time.time() - t, "task": task}
 
 
 def sb3_run(args, seed: int, make_env, make_eval_env) -> dict:
@@ -187,16 +236,17 @@ def summarize(per_seed: dict[str, list[dict]], first_update: dict[str, int] | No
                 out[name]["dip_after_updates_start_step"] = float(stack[0, i, 0])
                 out[name]["dip_after_updates_start_return_mean"] = float((stack[:, i, 1] - stack[:, 0, 1]).mean())
                 out[name]["dip_after_updates_start_success_mean"] = float((stack[:, i, 2] - stack[:, 0, 2]).mean())
-    offline = per_seed.get("robotrl-offline-calql", [])
-    if offline:
-        out["robotrl-offline-calql"] = {"return_mean_over_seeds": float(np.mean([r["return_mean"] for r in offline])),
-                                        "seconds_mean": float(np.mean([r["seconds"] for r in offline])),
-                                        "q_minus_mc_per_seed": [r.get("q_minus_mc") for r in offline]}
+    for name in ("robotrl-offline-calql", "robotrl-offline-calql-zero"):
+        offline = per_seed.get(name, [])
+        if offline:
+            out[name] = {"return_mean_over_seeds": float(np.mean([r["return_mean"] for r in offline])),
+                         "seconds_mean": float(np.mean([r["seconds"] for r in offline])),
+                         "q_minus_mc_per_seed": [r.get("q_minus_mc") for r in offline]}
     return out
 
 
-FIRST_UPDATE = {"robotrl-wsrl": "warmup", "robotrl-rlpd": "warmup", "robotrl-calql-online": 0, "d3rlpy-calql": 0,
-                "sb3-sac": "warmup"}
+FIRST_UPDATE = {"robotrl-wsrl": "warmup", "robotrl-wsrl-zero": "warmup", "robotrl-rlpd": "warmup",
+                "robotrl-calql-online": 0, "d3rlpy-calql": "warmup", "sb3-sac": "warmup"}
 PEERS = {"d3rlpy-calql", "sb3-sac"}
 FROM_SCRATCH = {"sb3-sac", "robotrl-rlpd"}  # no pretrained policy: no offline score, no onset dip
 
@@ -235,8 +285,8 @@ def run_unit(args, seed: int, unit: str, work: str) -> dict:
     ``d3rlpy-calql`` or ``sb3-sac``; returns ``{"curve": [[env_steps, return, success, online wall s]],
     "seconds": s}`` (the pretraining: its offline return and critic scale instead of a curve)."""
     set_threads(args.threads)
-    if unit == "robotrl-offline-calql":
-        return pretrain_run(args, seed, Path(work))
+    if unit.startswith("robotrl-offline-calql"):
+        return pretrain_run(args, seed, Path(work), _variant(unit))
     if unit.startswith("robotrl-"):
         return online_run(args, seed, unit.removeprefix("robotrl-"), Path(work))
     data, make_train_env, make_eval_env = _setup(args)
@@ -250,11 +300,13 @@ def units(args) -> list[tuple[str, str | None]]:
     WSRL and RLPD (the issue's targets) first, then the peers (the longest first), Cal-QL online last."""
     out: list[tuple[str, str | None]] = []
     if "robotrl" not in args.skip:
-        if set(args.modes) - {"rlpd"}:
+        if set(args.modes) - {"rlpd", "wsrl-zero"}:
             out.append(("robotrl-offline-calql", None))
-        for mode in ("wsrl", "rlpd"):
+        if "wsrl-zero" in args.modes:
+            out.append(("robotrl-offline-calql-zero", None))
+        for mode in ("wsrl", "wsrl-zero", "rlpd"):
             if mode in args.modes:
-                out.append((f"robotrl-{mode}", None if mode == "rlpd" else "robotrl-offline-calql"))
+                out.append((f"robotrl-{mode}", None if mode == "rlpd" else f"robotrl-offline-calql{_variant(mode)}"))
     out += [(p, None) for p in ("d3rlpy-calql", "sb3-sac") if p.split("-")[0] not in args.skip]
     if "robotrl" not in args.skip and "calql-online" in args.modes:
         out.append(("robotrl-calql-online", "robotrl-offline-calql"))
@@ -268,10 +320,10 @@ def to_runs(per_seed: dict[str, list[dict]], seeds: list[int], args) -> list[dic
     method: for robotrl's modes the shared Cal-QL pretraining of that seed (``pretrain_wall_s``) plus
     the online phase (``online_wall_s``), as d3rlpy's includes its offline ``fit``."""
     runs = []
-    offline = per_seed.get("robotrl-offline-calql", [])
     for name, rows in per_seed.items():
-        if name == "robotrl-offline-calql":
+        if name.startswith("robotrl-offline-calql"):
             continue
+        offline = per_seed.get(f"robotrl-offline-calql{_variant(name)}", [])
         for i, (seed, r) in enumerate(zip(seeds, rows)):
             c = np.asarray(r["curve"], float)
             row = {"method": name, "family": "qlearning", "peer": name in PEERS, "seed": seed,
@@ -302,13 +354,11 @@ def main() -> None:
                     "its recipe generates the data; empty: the env's default (the slow demonstrator)")
     ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-slow-v1")
     ap.add_argument("--dataset-steps", type=int, default=0, help="regenerate size (0: the config's)")
-    ap.add_argument("--d3rlpy-hidden", type=int, nargs="*", default=[],
-                    help="d3rlpy actor/critic hidden widths (empty: d3rlpy's default, 256 256)")
-    ap.add_argument("--d3rlpy-n-action-samples", type=int, default=10, help="d3rlpy CalQL n_action_samples")
     ap.add_argument("--robotrl-extra", nargs="*", default=[], help="extra Hydra overrides for robotrl runs")
     ap.add_argument("--skip", nargs="*", default=[], help="contenders to skip: robotrl d3rlpy sb3")
-    ap.add_argument("--modes", nargs="+", default=["wsrl", "rlpd", "calql-online"],
-                    choices=["wsrl", "rlpd", "calql-online"], help="robotrl contenders")
+    ap.add_argument("--modes", nargs="+", default=["wsrl", "wsrl-zero", "rlpd", "calql-online"],
+                    choices=["wsrl", "wsrl-zero", "rlpd", "calql-online"],
+                    help="robotrl contenders (wsrl-zero: WSRL with the reference critic_init=zero)")
     ap.add_argument("--rlpd-utd", type=int, default=20, help="RLPD's UTD (paper: 20; CPU-sized runs use less)")
     ap.add_argument("--threshold", type=float, default=0.9, help="success for the time-to-threshold column")
     ap.add_argument("--out", default="", help="results file (relative: under benchmarks/results; default "
@@ -344,7 +394,10 @@ def main() -> None:
         "environment": env, "args": vars(args), "command": "python " + " ".join(env["argv"]),
         "benchmark": "qlearning-offline-to-online", "task": f"PointMaze UMaze, sparse reward ({args.dataset_id})",
         "metric": "success", "budgets": list(range(0, args.online_steps + 1, args.eval_every)),
-        "threshold": args.threshold,
+        "threshold": args.threshold, "peer_task": robotrl_settings(args),
+        "note": "d3rlpy Cal-QL gets robotrl's task (peer_task: reward transform, UTD after the same warmup, networks, "
+                "offline budget, optimiser and CQL settings); robotrl-wsrl-zero is WSRL with the reference "
+                "critic_init=zero, the like-for-like row against it; robotrl-wsrl keeps the study's overrides",
         "runs": to_runs(per_seed, args.seeds, args), "total_wall_s": time.time() - t0,
         "per_seed": per_seed, "summary": summary})
     print(f"results: {path}")

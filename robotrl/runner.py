@@ -11,6 +11,9 @@ everything else a run needs, the same way for every loop:
   generators, running statistics such as the reward scaler, buffers), history, wall time;
 - resume: a run directory with a checkpoint goes on where it left off; a checkpoint that
   cannot be read or does not fit the agent raises :class:`~robotrl.errors.CheckpointError`;
+- ``keep_best`` (a loop config flag, ``trainer.keep_best``): ``checkpoints/best.pt`` holds the
+  deployable policy of the best evaluation so far (:meth:`Runner.keep_best`), for a user who
+  keeps the best policy rather than the last;
 - the report (:func:`~robotrl.report.write_report`) with the onset dip
   (:func:`~robotrl.report.onset_summary`), and a progress display.
 
@@ -24,6 +27,7 @@ units.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -124,6 +128,7 @@ class Runner:
         self._prepared: bool | None = None  # set by prepare()
         self.loop = loop
         self.evaluator = evaluator or evaluate
+        self.best: dict | None = None  # keep_best: {"metric", "score", "step"} of checkpoints/best.pt
         self.warm_source, self.warm_parts = init_from, init_parts
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -200,6 +205,8 @@ class Runner:
         res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t,
                    train_wall_s=train_wall)
         self.history.append(res)
+        if getattr(cfg, "keep_best", False):
+            self.keep_best(res)
         self.log("eval", {k: v for k, v in res.items() if isinstance(v, float)})
         self.writer.flush()
         self.print(format_eval(res))
@@ -217,6 +224,29 @@ class Runner:
             self.evaluate(phase)
         if clock % cfg.checkpoint_every == 0:
             self.save()
+
+    def keep_best(self, res: dict) -> None:
+        """``keep_best``: write ``checkpoints/best.pt`` atomically when the evaluation ``res`` beats every earlier one.
+
+        The score is the success rate where the task reports one, else the normalised score, else the return
+        (ties keep the earlier policy). ``best.pt`` holds ``policy`` (:func:`~robotrl.policy.policy_state`),
+        ``step``, ``config`` and ``best`` (``{"metric", "score", "step"}``): ``robotrl eval checkpoint=<run
+        dir>/checkpoints/best.pt`` and :func:`~robotrl.policy.load_policy` take it. The selection uses the run's
+        own evaluation episodes (resets ``seed + 10000 + i``), so the chosen policy's score there is biased
+        upwards: report it on held-out episodes (``robotrl eval``'s default seed 100000, ≥ 50 episodes).
+        """
+        for metric in ("success_rate", "normalized_score", "return_mean"):
+            score = res.get(metric)
+            if isinstance(score, float) and math.isfinite(score):
+                break
+        else:
+            return
+        if self.best is not None and (self.best["metric"] != metric or score <= self.best["score"]):
+            return
+        self.best = {"metric": metric, "score": float(score), "step": int(res["step"])}
+        save_checkpoint(self.ckpt_dir / "best.pt", {"format": 1, "step": self.loop.step, "updates": self.loop.updates,
+                                                    "policy": policy_state(self.loop.agent.policy),
+                                                    "config": self.run_config, "best": self.best, "history": [res]})
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
@@ -262,6 +292,8 @@ class Runner:
             raise CheckpointError(f"checkpoint {path} does not fit this agent ({type(exc).__name__}: {exc}); "
                                   "use another run_dir") from exc
         self.wall_time = float(state.get("wall_time", 0.0))
+        best = self.ckpt_dir / "best.pt"  # the best policy on disk, even one evaluated after latest.pt was written
+        self.best = load_checkpoint(best, map_location="cpu").get("best") if best.exists() else None
         return True
 
     def init_from(self, source: str | Path, parts: list[str] | None = None) -> None:
@@ -342,6 +374,8 @@ class Runner:
         onset = fields.pop("onset")
         out.update(fields)
         out.update({"wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir)})
+        if self.best is not None:
+            out["best"] = dict(self.best, checkpoint=str(self.ckpt_dir / "best.pt"))
         out.update(onset_summary(self.history, **onset))
         dips = {k: v for k, v in out.items() if k.startswith("onset_dip_")}
         if dips:

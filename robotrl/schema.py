@@ -42,6 +42,9 @@ class TrainerConfig:
         warmup_updates: updates run once on the online buffer when online warmup ends (PORL's pre-sample).
         her_ratio: off-policy goal tasks (Fetch, PointMaze): share of each batch relabelled with a future
             achieved goal (HER 0.8).
+        keep_best: also keep ``checkpoints/best.pt``, the policy of the best evaluation so far (selected on the
+            run's own evaluation episodes: report it with ``robotrl eval checkpoint=<run>/checkpoints/best.pt
+            episodes=50`` on held-out episodes).
         validation_fraction: a run without an env (a dataset with no ``env_spec`` and no ``env.name``, e.g.
             recorded on a robot): the share of episodes held out of training to measure the policy on
             (:mod:`robotrl.validation`); unused when there is an env.
@@ -67,6 +70,7 @@ class TrainerConfig:
     warmup_updates: int = 0
     her_ratio: float = 0.0
     validation_fraction: float = 0.1
+    keep_best: bool = False
 
     def __post_init__(self) -> None:
         """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""

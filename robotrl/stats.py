@@ -101,6 +101,33 @@ def final_score(offline_score: float | None, curve: Sequence[Sequence[float]]) -
     return None if offline_score is None else float(offline_score)
 
 
+#: Evaluations averaged into a run's ending: the level a run holds at the end of its budget, not its last point.
+ENDING_EVALS = 5
+
+
+def ending_score(offline_score: float | None, curve: Sequence[Sequence[float]], k: int = ENDING_EVALS) -> float | None:
+    """A run's ending: the mean of the last ``k`` online evaluations of its curve (env_steps > 0; all of them when it
+    has fewer), or :func:`final_score` for a curve without online evaluations (an offline-only run).
+
+    One evaluation point is one noisy draw (a 50-episode success rate moves by ~0.2 between evaluations of the
+    same policy); the mean of the last few says which level the run ended at. Tables show it beside the last point.
+
+    Raises:
+        ValueError: ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"an ending averages at least one evaluation, got k={k}")
+    online = [float(v) for s, v, *_ in sorted(curve, key=lambda p: float(p[0])) if float(s) > 0]
+    if not online:
+        return final_score(offline_score, curve)
+    return float(np.mean(online[-k:]))
+
+
+def ending_evals(curve: Sequence[Sequence[float]], k: int = ENDING_EVALS) -> int:
+    """How many evaluations :func:`ending_score` averaged for ``curve`` (0: none online)."""
+    return min(k, sum(1 for s, *_ in curve if float(s) > 0))
+
+
 def regret(curve: Sequence[Sequence[float]], best: float) -> float | None:
     """Mean shortfall from ``best`` over the online evaluations of a learning curve.
 

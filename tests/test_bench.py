@@ -119,9 +119,36 @@ def test_normalised_form_passes_through_unchanged():
 
 
 # ----------------------------------------------------------------------------- tables and plots
+def test_ending_is_the_mean_of_the_last_five_online_evaluations_beside_the_last_point():
+    """A run that climbs to ~1 and falls back holds ~0.5 at the end: its last point (0.9 on one seed) says more than
+    it held. The ending cell is the IQM over seeds of each run's mean of its last 5 online evaluations, with its CI."""
+    from robotrl.stats import ending_evals, ending_score
+
+    curve = [[0, 0.2], [1, 0.9], [2, 1.0], [3, 0.4], [4, 0.5], [5, 0.3], [6, 0.4], [7, 0.9]]
+    assert ending_score(0.2, curve) == pytest.approx(np.mean([0.4, 0.5, 0.3, 0.4, 0.9]))
+    assert ending_score(0.2, curve[:3]) == pytest.approx(0.95) and ending_evals(curve[:3]) == 2  # fewer: all online
+    assert ending_score(0.3, []) == 0.3 and ending_evals([]) == 0  # offline only: the offline score
+    with pytest.raises(ValueError):
+        ending_score(0.2, curve, k=0)
+    runs = [{"method": "m", "seed": s, "offline_score": 0.2, "curve": [[0, 0.2]] + [[t, v + 0.01 * s] for t, v in curve[1:]]}
+            for s in range(4)]
+    doc = {"benchmark": "b", "task": "t", "metric": "success", "budgets": [0, 7], "runs": runs}
+    st = learning_stats(doc)["methods"]["m"]
+    endings = [np.mean([0.4, 0.5, 0.3, 0.4, 0.9]) + 0.01 * s for s in range(4)]
+    assert st["ending"]["iqm"] == pytest.approx(iqm(endings)) and st["ending"]["lo"] < st["ending"]["hi"]
+    assert st["final"]["iqm"] == pytest.approx(iqm([0.9 + 0.01 * s for s in range(4)]))
+    row = next(line for line in learning_table(doc).splitlines() if line.startswith("| m |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    head = [c.strip() for c in learning_table(doc).splitlines()[0].strip("|").split("|")]
+    assert cells[head.index("ending (last 5)")].startswith(f"{st['ending']['iqm']:.2f} [")
+    assert cells[head.index("last @7")].startswith("0.92 [")
+    short = {**doc, "runs": [{**r, "curve": r["curve"][:4]} for r in runs], "budgets": [0, 3]}
+    assert " (last 3)" in learning_table(short)  # a run with fewer evaluations says how many
+
+
 def test_tables_render(tmp_path):
     text = learning_table(_doc("qlearning_learning.json"))
-    assert "| method | n | offline |" in text and "@1k" in text and "final @5k" in text
+    assert "| method | n | offline |" in text and "@1k" in text and "last @5k | ending (last 5)" in text
     assert "d3rlpy Cal-QL (peer)" in text and "regret" in text
     wsrl = next(line for line in text.splitlines() if line.startswith("| robotrl WSRL |"))
     assert "[" in wsrl                                            # IQM [lo, hi] with 2 seeds
@@ -346,6 +373,43 @@ def test_train_sweep_task_converts_a_real_multirun(tmp_path, monkeypatch):
     assert all(r["method"] == "bc" and r["offline_score"] is not None for r in doc["runs"])
     assert doc["command"].startswith("robotrl train -m seed=0,1")
     assert run_tasks([task], tmp_path, "quick", log=lambda *a: None)[0]["status"] == "skipped"
+
+
+@pytest.mark.slow
+def test_held_out_evaluation_of_the_last_and_the_kept_best_policy(tmp_path, monkeypatch):
+    """add_held_out evaluates each run's last policy and its keep_best policy with `robotrl eval` on episodes reset
+    from seed 100000 (never a run evaluation's), the same numbers an in-process evaluation of that policy gives; the
+    table shows both beside the ending."""
+    import json as _json
+
+    from robotrl.bench.sweep import HELD_OUT_SEED, add_held_out, sweep_to_learning
+    from robotrl.checkpoint import load_checkpoint
+    from robotrl.envs import make_env_from_args
+    from robotrl.evaluation import evaluate
+    from robotrl.policy import act, load_policy
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    runs = tmp_path / "runs"
+    res = subprocess.run([sys.executable, "-m", "robotrl.cli", "train", "agent=bc", "dataset=pointmaze-umaze-planner",
+                          "dataset.id=robotrl/pointmaze/umaze-heldout-test-v0", "dataset.recipe_args.num_steps=2000",
+                          "+dataset.recipe_args.ref_episodes=2", "trainer.eval_episodes=2", "trainer.eval_envs=2",
+                          "torch_threads=1", "trainer.offline_steps=60", "trainer.eval_every=20",
+                          "trainer.checkpoint_every=60", "trainer.keep_best=true", "trainer.progress=false",
+                          f"run_dir={runs / '000'}"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = sweep_to_learning(runs, benchmark="b", argv=[], command="c", metric="return")
+    add_held_out(doc, {"000": runs / "000"}, tmp_path / "held", episodes=3)
+    (run,) = doc["runs"]
+    ev = load_checkpoint(runs / "000")["config"]["derived"]["eval_env"]
+    for field, ckpt in (("held_out", runs / "000"), ("held_out_best", runs / "000" / "checkpoints" / "best.pt")):
+        want = evaluate(lambda o, p=load_policy(str(ckpt)): act(p, o), lambda: make_env_from_args(ev), 3,
+                        seed=HELD_OUT_SEED, num_envs=3)
+        assert run[field]["episodes"] == 3 and run[field]["seed"] == HELD_OUT_SEED
+        assert run[field]["score"] == pytest.approx(want["return_mean"]), field
+    assert run["held_out_best"]["step"] == _json.loads((runs / "000" / "report.json").read_text())["summary"]["best"]["step"]
+    head = learning_table(doc).splitlines()[0]
+    assert "held-out last (3 ep.)" in head and "held-out best kept (3 ep.)" in head
+    assert run["provenance"]["resumed"] is False
 
 
 def test_sweep_converter_names_methods_by_swept_overrides_and_counts_online_steps(tmp_path):
@@ -579,3 +643,31 @@ def test_reinflow_time_to_dppo_final_success_from_paired_fetch_runs(tmp_path):
     only_dppo["runs"] = [r for r in only_dppo["runs"] if r["family"] == "dppo"]
     with pytest.raises(BenchError, match="same seeds"):
         add_reinflow_time_to_dppo_final(only_dppo)
+
+
+def test_benchmarks_pretrain_per_seed_and_give_the_peer_robotrls_task(monkeypatch):
+    """Issue 43: bench_wsrl_warmstart fine-tunes each seed from its own CQL pretraining (one shared only when asked)
+    and describes the network the runs got; bench_qlearning_learning plans WSRL with the reference critic_init=zero
+    (its own pretraining) and hands d3rlpy robotrl's reward transform, UTD and networks."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_qlearning_learning as ql
+    import bench_wsrl_warmstart as ws
+
+    own = ws.pretrain_dirs(Path("r"), ["layernorm"], [0, 1, 2], shared=False)
+    assert len(set(own.values())) == 3 and own["layernorm", 1] == Path("r/pretrain_layernorm_s1")
+    assert set(ws.pretrain_dirs(Path("r"), ["layernorm"], [0, 1, 2], shared=True).values()) == {Path("r/pretrain_layernorm")}
+    ten = ws.network_doc([*ws.NETS["layernorm"], "agent.model.num_critics=10", "agent.model.target_subset=2"])
+    assert ten.startswith("10 critic heads 256x256 with LayerNorm (target: min over 2 random heads)"), ten
+    assert ws.network_doc(ws.NETS["plain"]).startswith("2 critic heads 256x256 without LayerNorm")
+
+    args = argparse.Namespace(dataset="pointmaze-umaze-noisy", dataset_id="robotrl/pointmaze/umaze-noisy-50k-v1",
+                              dataset_steps=0, modes=["wsrl", "wsrl-zero"], skip=[],
+                              robotrl_extra=["agent.model.num_critics=2", "agent.model.hidden=[64,64]",
+                                             "agent.model.critic_hidden=[64,64]", "agent.model.critic_init=data"])
+    assert dict(ql.units(args))["robotrl-wsrl-zero"] == "robotrl-offline-calql-zero"
+    assert ql.VARIANTS["-zero"] == ["agent.model.critic_init=zero"]
+    task = ql.robotrl_settings(args)
+    assert (task["reward_scale"], task["reward_bias"], task["utd"]) == (10.0, -5.0, 4)
+    assert task["actor_hidden"] == task["critic_hidden"] == [64, 64] and task["num_critics"] == 2

@@ -188,9 +188,75 @@ def test_fine_tuned_checkpoint_records_k_prime_and_eval_runs_the_fine_tuned_netw
     torch.testing.assert_close(a1, a2)
     # and the chain uses denoiser_ft for exactly the last K' steps
     n = pol.chain_length()
-    assert [pol.net_for_step(i) is pol.denoiser_ft for i in range(n)] == [False] * (n - 4) + [True] * 4
+    assert [pol.net_for_step(k) is pol.denoiser_ft for k in range(n - 1, -1, -1)] == [False] * (n - 4) + [True] * 4
     # `robotrl eval` of the fine-tuned checkpoint (a real process)
     res = subprocess.run([sys.executable, "-m", "robotrl.cli", "eval", f"checkpoint={tmp_path / 'run'}", "episodes=2",
                           "num_envs=1", f"output={tmp_path / 'eval.json'}"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads((tmp_path / "eval.json").read_text())["episodes"] == 2.0
+
+
+def _perturb(net: torch.nn.Module, scale: float = 0.5, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for w in net.parameters():
+            w.add_(torch.randn(w.shape, generator=g) * scale)
+
+
+@pytest.mark.parametrize("use_ddim", [False, True])
+def test_fine_tuned_copy_is_chosen_by_timestep_and_reached_from_another_chain(use_ddim):
+    """DPPO's ``p_mean_var``: the fine-tuned copy serves ``t < K'`` (DDPM) or the last ``K'`` DDIM indices. A
+    DDPM-fine-tuned policy sampled on a shorter DDIM chain still runs its fine-tuned copy at the low timesteps
+    (by chain position it never did: positions 0..4 of a 5-step chain are all below ``n − K' = 6``)."""
+    torch.manual_seed(0)
+    pol = _agent(use_ddim=use_ddim, ddim_steps=5, ft_denoising_steps=2 if use_ddim else 4).policy
+    ks = [8, 6, 4, 2, 0] if use_ddim else list(range(9, -1, -1))
+    ft = {2, 0} if use_ddim else {3, 2, 1, 0}
+    assert [pol.net_for_step(k) is pol.denoiser_ft for k in ks] == [k in ft for k in ks]
+    if use_ddim:
+        return
+    _perturb(pol.denoiser_ft)
+    cond = torch.randn(6, 1, 8)
+    x_init = torch.randn(6, 4, 2, generator=torch.Generator().manual_seed(1))
+    tuned = pol.sample_normalized(cond, sampler="ddim", x_init=x_init)
+    pol.sync_ft_from_base()
+    assert not torch.allclose(pol.sample_normalized(cond, sampler="ddim", x_init=x_init), tuned, atol=1e-3)
+
+
+def test_load_pretrained_refuses_a_checkpoint_that_leaves_weights_unloaded(tmp_path):
+    from robotrl.agents.diffusion import DiffusionPolicy
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.errors import CheckpointError
+    from robotrl.policy import policy_state
+
+    dp = DiffusionPolicy(8, 2, action_horizon=4, act_steps=2, denoising_steps=10, denoiser_kwargs={"hidden": [32, 32]})
+    dp.set_normalizers(ObservationNormalizer.identity(8), ActionScaler(-np.ones(2), np.ones(2)))
+    state = policy_state(dp)
+    save_checkpoint(tmp_path / "whole.pt", {"policy": state})
+    agent = _agent()
+    agent.load_pretrained(str(tmp_path / "whole.pt"))  # a whole checkpoint loads, both copies equal to it
+    for (n, w), wf in zip(dp.denoiser.named_parameters(), agent.policy.denoiser_ft.parameters()):
+        torch.testing.assert_close(dict(agent.policy.denoiser.named_parameters())[n], w)
+        torch.testing.assert_close(wf, w)
+    dropped = next(k for k in state["state_dict"] if k.startswith("denoiser.") and k.endswith("weight"))
+    del state["state_dict"][dropped]
+    save_checkpoint(tmp_path / "partial.pt", {"policy": state})
+    with pytest.raises(CheckpointError, match=dropped.replace(".", r"\.")):
+        _agent().load_pretrained(str(tmp_path / "partial.pt"))
+
+
+def test_final_sample_is_stored_unclamped_by_default_and_clamped_with_final_action_clip_value():
+    """DPPO's reference default (``final_action_clip_value=None``) stores and scores the unclamped final sample;
+    with the value set the clamp precedes the chain's record, so the clamped sample is stored and scored."""
+    obs = np.zeros((512, 1, 8), np.float32)
+    chains = {}
+    for clip in (None, 1.0):
+        torch.manual_seed(0)
+        agent = _agent(ft_denoising_steps=10, min_sampling_std=0.5, final_action_clip_value=clip)
+        actions, ext = agent.rollout_act(obs)
+        chains[clip] = ext["chains"]
+        np.testing.assert_allclose(actions, ext["chains"][:, -1, :2].clamp(-1, 1).numpy(), atol=1e-6)
+    raw, clamped = chains[None], chains[1.0]
+    assert float(raw[:, -1].abs().max()) > 1.0  # some samples leave the box
+    torch.testing.assert_close(clamped[:, :-1], raw[:, :-1])
+    torch.testing.assert_close(clamped[:, -1], raw[:, -1].clamp(-1, 1))

@@ -18,6 +18,7 @@ from torch import nn
 
 from robotrl.agents.flow import FlowAgent, FlowPolicy
 from robotrl.agents.flow.sampling import euler_sample, euler_times, interpolate
+from robotrl.checkpoint import load_checkpoint
 from robotrl.data import ActionScaler, ObservationNormalizer
 from robotrl.policy import build_policy, load_policy, policy_state
 
@@ -153,7 +154,11 @@ def test_robotrl_train_experiment_flow_then_robotrl_eval(tmp_path):
                          timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads((tmp_path / "eval.json").read_text())
-    assert out["episodes"] == 2.0 and np.isfinite(out["return_mean"])
+    # it evaluated this run's checkpoint on the run's evaluation env, scored against the run's reference scores
+    assert out["episodes"] == 2.0 and out["step"] == 100 and out["checkpoint"] == str(run)
+    lo, hi = load_checkpoint(run)["config"]["derived"]["ref_scores"]
+    assert out["normalized_score"] == pytest.approx(100.0 * (out["return_mean"] - lo) / (hi - lo), rel=1e-6, abs=1e-6)
+    assert 0 < out["length_mean"] <= load_checkpoint(run)["config"]["derived"]["eval_env"]["max_episode_steps"]
     # one-step distillation finds the pretraining run by the experiments' default path and takes its network
     res = subprocess.run([sys.executable, "-m", "robotrl.cli", "train", "experiment=flow-distill", *common,
                           "trainer.offline_steps=50", "trainer.eval_every=50", "trainer.checkpoint_every=50"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -76,3 +76,33 @@ def test_a_teacher_with_other_chunk_sizes_is_refused(tmp_path):
     save_checkpoint(tmp_path / "t.pt", {"policy": policy_state(teacher)})
     with pytest.raises(CheckpointError, match="differs from the student"):
         _student().load_pretrained(str(tmp_path / "t.pt"))
+
+
+def test_dppo_teacher_runs_its_fine_tuned_chain_and_its_fine_tuned_copy_reaches_the_student(tmp_path):
+    """A DPPO teacher (DDPM K=10, K'=4) gives the chunk of the chain DPPO fine-tuned (its evaluation sampler
+    from the same start noise); resetting its fine-tuned copy to the pretrained weights changes that chunk,
+    so the fine-tuned weights are what the student learns."""
+    from robotrl.agents.dppo import DPPOPolicy
+
+    torch.manual_seed(0)
+    teacher = DPPOPolicy(3, 2, denoising_steps=10, ft_denoising_steps=4, **NET)
+    with torch.no_grad():
+        for w in teacher.denoiser_ft.parameters():
+            w.add_(torch.randn_like(w) * 0.5)
+    cond = torch.randn(16, 1, 3)
+    x0 = torch.randn((16, 2, 2), generator=torch.Generator().manual_seed(4))
+    tuned = teacher_chunk(teacher, cond, x0, generator=torch.Generator().manual_seed(5))
+    want = teacher.sample_normalized(cond, generator=torch.Generator().manual_seed(5), x_init=x0)
+    torch.testing.assert_close(tuned, want)
+    # through the agent: the warm-started teacher is the fine-tuned one
+    save_checkpoint(tmp_path / "dppo.pt", {"policy": policy_state(teacher)})
+    agent = _student()
+    agent.load_pretrained(str(tmp_path / "dppo.pt"))
+    assert isinstance(agent.teacher, DPPOPolicy)
+    torch.testing.assert_close(teacher_chunk(agent.teacher, cond, x0, generator=torch.Generator().manual_seed(5)),
+                               tuned)
+    agent.teacher.sync_ft_from_base()
+    frozen = teacher_chunk(agent.teacher, cond, x0, generator=torch.Generator().manual_seed(5))
+    assert float((frozen - tuned).abs().max()) > 1e-2
+    with pytest.raises(ConfigError, match="teacher_steps"):
+        teacher_chunk(teacher, cond, x0, steps=5)

@@ -190,7 +190,19 @@ def test_robotrl_train_experiment_flow_shortcut_then_eval_at_1_and_4_steps_and_e
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         got = json.loads(out.read_text())
-        assert got["flow_steps"] == k and got["episodes"] == 2.0 and np.isfinite(got["return_mean"])
+        assert got["flow_steps"] == k and got["episodes"] == 2.0 and got["step"] == 60
+        assert got["checkpoint"] == str(run) and 0 < got["length_mean"]
+    # flow_steps changes the sampler the evaluation runs: K = 1 and K = 4 give other chunks from the same noise
+    from robotrl.cli import _set_flow_steps
+
+    cond = pol.condition(torch.randn(32, pol.To, pol.obs_dim, generator=torch.Generator().manual_seed(0)))
+    x0 = torch.randn(32, pol.Ta, pol.action_dim, generator=torch.Generator().manual_seed(1))
+    chunks = {}
+    for k in (1, 4):
+        _set_flow_steps(pol, k)
+        chunks[k] = pol.sample_normalized(cond, x0=x0)
+    _set_flow_steps(pol, 1)
+    assert not torch.allclose(chunks[1], chunks[4], atol=1e-4)
     res = subprocess.run([sys.executable, "-m", "robotrl.cli", "eval", f"checkpoint={run}", "flow_steps=0"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "flow_steps" in res.stdout + res.stderr

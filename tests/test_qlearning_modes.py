@@ -209,10 +209,33 @@ def test_calql_online_updates_only_on_ended_episodes(pretrained, tmp_path):
     assert all(ok for _, ok in seen)
 
 
-def test_actor_maximises_the_min_over_heads_except_rlpd():
-    for mode in ("sac", "cql", "calql", "calql-online", "wsrl", "porl"):
-        assert _compose([f"agent={mode}"]).agent.model.actor_q == "min", mode
-    assert _compose(["agent=rlpd"]).agent.model.actor_q == "mean"
+@pytest.mark.parametrize("mode", ["sac", "cql", "calql", "calql-online", "wsrl", "porl", "rlpd"])
+def test_actor_maximises_the_min_over_heads_except_rlpd(mode):
+    """The actor step's loss is ``E[α log π − min_j Q_j]`` over the ensemble's heads (SAC, CQL/Cal-QL, WSRL, PORL)
+    and ``E[α log π − mean_j Q_j]`` for RLPD: recomputed here from the same sample (the agent's generator state)
+    and heads that differ, where the two reductions give different losses."""
+    from types import SimpleNamespace
+
+    from hydra.utils import instantiate
+
+    from robotrl.data import ActionScaler, ObservationNormalizer
+
+    cfg = _compose([f"agent={mode}", "agent.model.num_critics=4"])
+    agent = instantiate(cfg.agent.model, obs_dim=6, action_dim=2, obs_normalizer=ObservationNormalizer.identity(6),
+                        action_scaler=ActionScaler(-np.ones(2), np.ones(2)), device="cpu", seed=0, _convert_="all")
+    obs = torch.randn(128, 6, generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().set_state(agent.gen.get_state())
+    with torch.no_grad():
+        nobs = agent.policy.obs_normalizer(obs)
+        a, logp = agent.actor.sample(nobs, gen)
+        q = agent.critic(nobs, a)
+        alpha = agent.log_alpha.exp()
+    assert q.shape[0] == 4 and float((q.max(0).values - q.min(0).values).mean()) > 1e-3  # heads differ
+    want = {"min": float((alpha * logp - q.min(0).values).mean()), "mean": float((alpha * logp - q.mean(0)).mean())}
+    got = float(agent._sac_actor(SimpleNamespace(observations=obs))["actor_loss"])
+    used = "mean" if mode == "rlpd" else "min"
+    assert got == pytest.approx(want[used], rel=1e-5, abs=1e-6), (mode, got, want)
+    assert abs(want["min"] - want["mean"]) > 1e-4  # the other reduction would have been told apart
 
 
 def test_wsrl_in_one_run_pretrains_with_calql_and_fine_tunes_with_sac(minari_module_root, tmp_path):

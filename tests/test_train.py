@@ -64,7 +64,12 @@ def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_module_ro
     assert [h["step"] for h in report["history"]] == [150, 300]
     assert report["summary"]["gradient_updates"] == 300
     assert 0.0 <= report["summary"]["final_success_rate"] <= 1.0
-    assert np.isfinite(report["summary"]["final_normalized_score"])  # reference scores came from the dataset
+    # the normalised score is D4RL's, from the reference scores the generated dataset recorded
+    meta = json.loads((minari_module_root / DATASET_ID / "data" / "metadata.json").read_text())
+    lo, hi = float(meta["ref_min_score"]), float(meta["ref_max_score"])
+    assert hi > lo
+    assert report["summary"]["final_normalized_score"] == pytest.approx(
+        100.0 * (report["summary"]["final_return"] - lo) / (hi - lo), rel=1e-6, abs=1e-6)
     assert (run_dir / "report.md").read_text().startswith("# robotrl run report")
     assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert any((run_dir / "tb").iterdir()), "no TensorBoard event file"
@@ -284,3 +289,26 @@ def test_piped_output_prints_summary_lines_not_a_bar(minari_module_root, tmp_pat
     assert lines[0].startswith("[bc on ") and " 10/200 (5%) step 10 · " in lines[0] and "loss" in lines[0]
     assert " 200/200 (100%) step 200 · " in lines[-1]
     assert "\r" not in res.stderr and "it/s]" not in res.stderr  # no bar refreshes
+
+
+def test_keep_best_keeps_the_policy_of_the_best_evaluation(minari_module_root, tmp_path):
+    """trainer.keep_best: checkpoints/best.pt is the policy of the first best evaluation (success rate here), the
+    very weights a run stopped at that step holds (training is deterministic), and the summary names it."""
+    from robotrl.policy import load_policy
+
+    base = [*TINY, "trainer.eval_every=50", "trainer.checkpoint_every=100000", "device=cpu", "trainer.eval_episodes=4",
+            "trainer.eval_envs=2"]
+    trainer = build_trainer(_compose([*base, "trainer.offline_steps=200", "trainer.keep_best=true"]), tmp_path / "a")
+    summary = trainer.fit()
+    hist = trainer.history
+    scores = [h["success_rate"] for h in hist]
+    step = hist[scores.index(max(scores))]["step"]
+    best = load_checkpoint(tmp_path / "a" / "checkpoints" / "best.pt")
+    assert best["best"] == {"metric": "success_rate", "score": max(scores), "step": step} and best["step"] == step
+    assert summary["best"]["step"] == step and summary["best"]["checkpoint"].endswith("best.pt")
+    stopped = build_trainer(_compose([*base, f"trainer.offline_steps={step}"]), tmp_path / "b")
+    stopped.fit()
+    pol, want = load_policy(str(tmp_path / "a" / "checkpoints" / "best.pt")).state_dict(), stopped.agent.policy.state_dict()
+    for k in want:
+        assert torch.equal(pol[k], want[k]), k
+    assert not (tmp_path / "b" / "checkpoints" / "best.pt").exists()  # off by default

@@ -74,7 +74,7 @@ QUICK_QLEARNING_LEARNING_ARGS = (
     "--seeds", "0", "1", "2", "--workers", "2", "--dataset", "pointmaze-umaze-noisy",
     "--dataset-id", "robotrl/pointmaze/umaze-noisy-50k-v1", "--dataset-steps", "50000",
     "--offline-steps", "3000", "--online-steps", "10000", "--eval-every", "2000", "--eval-episodes", "20",
-    "--warmup", "1000", "--threads", "1", "--d3rlpy-hidden", "64", "64", "--modes", "wsrl",
+    "--warmup", "1000", "--threads", "1", "--modes", "wsrl", "wsrl-zero",
     "--robotrl-extra", "agent.model.num_critics=2", "agent.model.hidden=[64,64]", "agent.model.critic_hidden=[64,64]",
     "agent.model.target_subset=null", "agent.model.critic_layer_norm=false", "agent.model.critic_init=data")
 
@@ -139,8 +139,8 @@ R = "benchmarks/results"
 #: so an interrupted run resumes with what was done (robotrl runs from their last checkpoint).
 _QL_FULL = ("--seeds", "0", "1", "2", "--workers", "2", "--threads", "1", "--dataset", "pointmaze-umaze-noisy",
             "--dataset-id", "robotrl/pointmaze/umaze-noisy-v1", "--dataset-steps", "100000", "--offline-steps", "3000", "--online-steps",
-            "50000", "--eval-every", "2500", "--eval-episodes", "20", "--warmup", "5000", "--d3rlpy-hidden", "64", "64",
-            "--modes", "wsrl", "rlpd", "calql-online", "--rlpd-utd", "4",
+            "50000", "--eval-every", "2500", "--eval-episodes", "20", "--warmup", "5000",
+            "--modes", "wsrl", "wsrl-zero", "rlpd", "calql-online", "--rlpd-utd", "4",
             "--robotrl-extra", "agent.model.num_critics=2", "agent.model.hidden=[64,64]",
             "agent.model.critic_hidden=[64,64]", "agent.model.target_subset=null", "agent.model.critic_layer_norm=true",
             "agent.model.critic_init=data")

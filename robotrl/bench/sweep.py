@@ -19,6 +19,14 @@ from robotrl.bench.suite import BenchError
 
 _KEYS = {"normalized_score": "normalized_score", "success": "success_rate", "return": "return_mean"}
 
+#: Held-out evaluation: episode ``i`` resets with ``HELD_OUT_SEED + i`` (``robotrl eval``'s default seed). A run's own
+#: evaluations, on which settings are chosen and ``trainer.keep_best`` selects, reset with ``seed + 10000 + i``
+#: (:class:`robotrl.runner.Runner`), so for seeds below 89,950 and up to 50 episodes the two sets never meet.
+HELD_OUT_SEED = 100_000
+#: Episodes of a headline held-out evaluation: a success rate over 50 episodes has a binomial standard error of at
+#: most 0.07 (0.5 × (1 − 0.5) / 50, square-rooted): differences below ~0.15 are within its resolution.
+HELD_OUT_EPISODES = 50
+
 
 def _finite(x) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
@@ -119,6 +127,9 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
                "sweep_job": run_dirs[len(runs)].name}
         if doc.get("finished") is False:
             run.update(finished=False, stopped_at=curve[-1][0] if curve else 0)
+        summary = doc.get("summary", {})
+        run["provenance"] = {"resumed": summary.get("resumed"), "device": cfg.get("device"),
+                             "torch_threads": cfg.get("torch_threads")}  # as the run's report records them
         if online and all(_finite(h.get("train_wall_s")) for h in online):  # reports from 2026-11-25 on
             run["wall_curve"] = [[int(h["step"]) - offset, round(float(h["train_wall_s"]), 2)] for h in online]
         runs.append(run)
@@ -130,6 +141,61 @@ def sweep_to_learning(sweep_dir: str | Path, *, benchmark: str, argv: list[str],
     if kinds:  # reports written before final-step success existed counted any step
         doc["success_metric"] = kinds.pop() if len(kinds) == 1 else "mixed (" + ", ".join(sorted(kinds)) + ")"
     return validate_learning(doc)
+
+
+def held_out_eval(checkpoint: str | Path, log: Path, *, episodes: int = HELD_OUT_EPISODES, seed: int = HELD_OUT_SEED,
+                  num_envs: int = 10) -> dict:
+    """``robotrl eval`` of ``checkpoint`` (a run directory or a ``.pt``) on held-out episodes, in its own process.
+
+    Returns:
+        The evaluation's metrics (``return_mean``, ``success_rate``, ``normalized_score``, ``episodes``, ...) with
+        ``seed`` added.
+
+    Raises:
+        BenchError: the command failed (its output is in ``log``).
+    """
+    import subprocess
+    import sys
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = log.with_suffix(".json")
+    with open(log, "w") as f:
+        rc = subprocess.run([sys.executable, "-m", "robotrl.cli", "eval", f"checkpoint={checkpoint}",
+                             f"episodes={episodes}", f"seed={seed}", f"num_envs={min(num_envs, episodes)}",
+                             f"output={out}"], stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise BenchError(f"held-out evaluation of {checkpoint} failed (exit {rc}); see {log}")
+    return {**json.loads(out.read_text()), "seed": seed}
+
+
+def add_held_out(doc: dict, run_dirs: dict[str, Path], logs: Path, *, episodes: int = HELD_OUT_EPISODES,
+                 seed: int = HELD_OUT_SEED) -> dict:
+    """Evaluate every run's last policy (and, where the run kept one, its ``checkpoints/best.pt``) on held-out episodes.
+
+    ``run_dirs`` maps each run's ``sweep_job`` to its directory. Each run gets ``"held_out": {"episodes", "seed",
+    "score", "return_mean", "success_rate"}`` in the document's metric (``score``), and ``"held_out_best"`` likewise
+    with the step it was kept at; :func:`robotrl.bench.tables.learning_table` shows them as columns. An evaluation
+    already written under ``logs`` with the same episodes and seed is read back (a killed study resumes).
+
+    Raises:
+        BenchError: a run's evaluation failed.
+    """
+    key = _KEYS[doc["metric"]]
+    for run in doc["runs"]:
+        d = run_dirs[run["sweep_job"]]
+        for field, ckpt in (("held_out", d), ("held_out_best", d / "checkpoints" / "best.pt")):
+            if field == "held_out_best" and not ckpt.exists():
+                continue
+            log = logs / f"{run['sweep_job']}_{field}_{episodes}x{seed}.log"
+            done = log.with_suffix(".json")
+            res = {**json.loads(done.read_text()), "seed": seed} if done.exists() else \
+                held_out_eval(ckpt, log, episodes=episodes, seed=seed)
+            run[field] = {"episodes": int(res["episodes"]), "seed": seed, "score": res.get(key), "step": res.get("step"),
+                          "return_mean": res.get("return_mean"), "success_rate": res.get("success_rate")}
+    doc["held_out"] = {"episodes": episodes, "seed": seed,
+                       "note": f"episodes reset with seeds {seed}.. (never those of the runs' own evaluations, on which "
+                               "settings were chosen and keep_best selected)"}
+    return doc
 
 
 def add_reinflow_time_to_dppo_final(doc: dict) -> dict:

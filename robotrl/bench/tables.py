@@ -1,9 +1,10 @@
 """CORL-style markdown tables of learning results and ratio tables of throughput results.
 
 Learning table: one row per method (peers marked), columns offline score, score at fixed
-online budgets, final score, regret, onset dip and wall time, each the interquartile mean
-over seeds with its 95 % bootstrap confidence interval, ``IQM [lo, hi]``, and ``n`` the
-number of seeds. Throughput table: robotrl's figure, the peer's figure measured in the
+online budgets, the last evaluation, the ending (the mean of each run's last
+:data:`~robotrl.stats.ENDING_EVALS` = 5 evaluations: the level a run holds, where the last
+point is one noisy draw), regret, onset dip and wall time, each the interquartile mean over
+seeds with its 95 % bootstrap confidence interval, ``IQM [lo, hi]``, and ``n`` the number of seeds. Throughput table: robotrl's figure, the peer's figure measured in the
 same run, their ratio and the target where the issue sets one.
 """
 
@@ -11,7 +12,19 @@ from __future__ import annotations
 
 import math
 
-from robotrl.stats import METRIC_MAX, final_score, iqm, onset_dip, regret, score_at, summarize, time_to_threshold
+from robotrl.stats import (
+    ENDING_EVALS,
+    METRIC_MAX,
+    ending_evals,
+    ending_score,
+    final_score,
+    iqm,
+    onset_dip,
+    regret,
+    score_at,
+    summarize,
+    time_to_threshold,
+)
 
 METRIC_NAMES = {"return": "return", "success": "success rate", "normalized_score": "normalised score"}
 
@@ -75,7 +88,9 @@ def learning_stats(doc: dict) -> dict:
     """Per method (in order: robotrl's first, then peers): the summaries behind a learning table.
 
     Returns ``{"best": float | None, "methods": {method: {"peer", "family", "n", "offline",
-    "budgets": {b: summary}, "final", "regret", "dip", "wall"}}}``; regret uses the metric's
+    "budgets": {b: summary}, "final", "ending", "ending_evals", "regret", "dip", "wall"}}}`` ("final": the
+    last evaluation; "ending": the mean of the last :data:`ENDING_EVALS` evaluations per run, "ending_evals" the
+    fewest any run of the method had for it); regret uses the metric's
     maximum when it has one, else the best final IQM of any method (see
     :func:`robotrl.stats.regret`).
     """
@@ -98,6 +113,10 @@ def learning_stats(doc: dict) -> dict:
                   "offline": summarize([r["offline_score"] for r in rs]),
                   "budgets": {b: summarize([score_at(r["curve"], b) for r in rs]) for b in budgets},
                   "final": summarize(finals[m]),
+                  "ending": summarize([ending_score(r["offline_score"], r["curve"]) for r in rs]),
+                  "ending_evals": min(ending_evals(r["curve"]) for r in rs),
+                  "held_out": summarize([(r.get("held_out") or {}).get("score") for r in rs]),
+                  "held_out_best": summarize([(r.get("held_out_best") or {}).get("score") for r in rs]),
                   "regret": summarize([regret(r["curve"], best) for r in rs]),
                   "dip": summarize([onset_dip(r["offline_score"], r["curve"], total, r.get("first_update_step") or 0)
                                     for r in rs]),
@@ -125,6 +144,30 @@ def _steps(b: int) -> str:
     return f"{b // 1000}k" if b >= 1000 and b % 1000 == 0 else f"{b:,}"
 
 
+def _held_out_episodes(doc: dict) -> int | None:
+    for f in ("held_out", "held_out_best"):
+        for r in doc["runs"]:
+            if r.get(f):
+                return int(r[f]["episodes"])
+    return None
+
+
+def _held_out_columns(doc: dict) -> tuple[list[str], list[str]]:
+    """The held-out fields the runs have (:func:`robotrl.bench.sweep.add_held_out`) and their column names."""
+    held = [f for f in ("held_out", "held_out_best") if any(r.get(f) for r in doc["runs"])]
+    eps = _held_out_episodes(doc)
+    names = {"held_out": f"held-out last ({eps} ep.)", "held_out_best": f"held-out best kept ({eps} ep.)"}
+    return held, [names[f] for f in held]
+
+
+def _held_out_note(doc: dict) -> str:
+    eps = _held_out_episodes(doc)
+    if eps is None:
+        return ""
+    return (f" Held-out: the last policy (and the best one trainer.keep_best kept, selected on the run's own "
+            f"evaluations) evaluated on {eps} episodes whose resets no run evaluation or tuning used.")
+
+
 def is_offline_only(doc: dict) -> bool:
     """No online budget and no run with an online curve: every score is an offline one."""
     return not doc["budgets"] and not any(r["curve"] for r in doc["runs"])
@@ -138,16 +181,18 @@ def offline_table(doc: dict) -> str:
     for r in doc["runs"]:
         methods.setdefault(r["method"], []).append(r)
     success = metric != "success" and any(r.get("offline_success") is not None for r in doc["runs"])
-    head = ["method", "n", metric_name(doc)] + ([metric_name(doc, "success")] if success else []) + ["wall s"]
+    held, held_head = _held_out_columns(doc)
+    head = ["method", "n", metric_name(doc)] + ([metric_name(doc, "success")] if success else []) + held_head + ["wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for m, s in st["methods"].items():
         name = f"{m} (peer)" if s["peer"] else m
         row = [name, str(s["n"]), cell(s["offline"], metric)]
         if success:
             row.append(cell(summarize([r.get("offline_success") for r in methods[m]]), "success"))
+        row += [cell(s[f], metric) for f in held]
         lines.append("| " + " | ".join(row + [cell(s["wall"])]) + " |")
     lines += ["", f"Offline only (no online phase): {metric_name(doc)} of the trained policy; cells: IQM over "
-              "seeds [95 % bootstrap CI]; wall s: the run's wall time as the benchmark records it."]
+              "seeds [95 % bootstrap CI]; wall s: the run's wall time as the benchmark records it." + _held_out_note(doc)]
     return "\n".join(lines)
 
 
@@ -162,8 +207,10 @@ def learning_table(doc: dict) -> str:
     st = learning_stats(doc)
     cols = shown_budgets(doc["budgets"])
     thr = doc.get("threshold")
+    held, held_head = _held_out_columns(doc)
     head = ["method", "n", "offline"] + [f"@{_steps(b)}" for b in cols] + \
-        [f"final{' @' + _steps(max(doc['budgets'])) if doc['budgets'] else ''}", "regret", "onset dip"] + \
+        [f"last{' @' + _steps(max(doc['budgets'])) if doc['budgets'] else ''}", f"ending (last {ENDING_EVALS})"] + \
+        held_head + ["regret", "onset dip"] + \
         ([f"time to {fmt(thr, metric)} s"] if thr is not None else []) + ["wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     stopped: dict[str, int] = {}  # method -> earliest last evaluation of its unfinished runs
@@ -173,16 +220,21 @@ def learning_table(doc: dict) -> str:
     for m, s in st["methods"].items():
         name = f"{m} (peer)" if s["peer"] else m
         final = cell(s["final"], metric) + (f" (to {_steps(stopped[m])})" if m in stopped else "")
+        few = s["ending_evals"]
+        ending = cell(s["ending"], metric) + (f" (last {few})" if 0 < few < ENDING_EVALS else "")
         row = [name, str(s["n"]), cell(s["offline"], metric)] + [cell(s["budgets"][b], metric) for b in cols] + \
-            [final, cell(s["regret"], metric), cell(s["dip"], metric)] + \
+            [final, ending] + [cell(s[f], metric) for f in held] + [cell(s["regret"], metric), cell(s["dip"], metric)] + \
             ([time_cell(s["time_to"])] if thr is not None else []) + [cell(s["wall"])]
         lines.append("| " + " | ".join(row) + " |")
     best = st["best"]
     ref = ("the metric's maximum" if METRIC_MAX.get(metric) is not None else "the best final IQM in the table")
     lines.append("")
     lines.append(f"Metric: {metric_name(doc)}; cells: IQM over seeds [95 % bootstrap CI]; budgets in online env "
-                 f"steps; regret = mean over online evaluations of ({fmt(best, metric)} − score), {fmt(best, metric)} "
+                 f"steps; last = the last evaluation; ending = the mean of each run's last {ENDING_EVALS} online "
+                 f"evaluations (\"(last k)\" where a run had only k), the level the run holds rather than one noisy "
+                 f"point; regret = mean over online evaluations of ({fmt(best, metric)} − score), {fmt(best, metric)} "
                  f"being {ref}; onset dip = lowest score within 10 % of the budget after gradient updates start (after a no-update warmup, if any) − offline score."
+                 + _held_out_note(doc)
                  + (f" Time to {fmt(thr, metric)}: online wall seconds (evaluations excluded) until the first "
                     "evaluation at or above it; \"never\" where no seed reached it, (k/n) where k of n seeds did."
                     if thr is not None else ""))

@@ -10,9 +10,9 @@ observations ``(B, To, Do)``, oldest first (``To > 1``; the deploy side keeps th
 :class:`robotrl.real_robot.export.DeployPolicy`), raw units, normalisers inside, that :func:`robotrl.real_robot.export.export_policy` traces. For a batch of one
 it equals :func:`~robotrl.agents.diffusion.sampling.sample_chain` with a generator
 seeded like the export (the tests check this); DPPO policies export their fine-tuned
-steps because the chain asks ``policy.net_for_step(i)``. A policy with cameras exports the same chain on its
-features: ``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, Ta, Da)`` (``To > 1``: ``(B, To, Ds)`` and
-``(B, To, H, W, C)``, oldest first), its encoder inside.
+steps because the chain asks ``policy.net_for_step(k)`` for each step's timestep ``k``. A policy with cameras
+exports the same chain on its features: ``(state (B, Ds), {camera: uint8 (B, H, W, C)}) -> (B, Ta, Da)``
+(``To > 1``: ``(B, To, Ds)`` and ``(B, To, H, W, C)``, oldest first), its encoder inside.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class DiffusionChunkExport(nn.Module):
         self.sampler = policy.sampler
         ks, ks_prev = chain_timesteps(policy.K, policy.sampler, policy.ddim_steps)
         self.ks, self.ks_prev = [int(k) for k in ks], [int(k) for k in ks_prev]
-        self.nets = nn.ModuleList([policy.net_for_step(i) for i in range(len(self.ks))])
+        self.nets = nn.ModuleList([policy.net_for_step(k) for k in self.ks])
         gen = torch.Generator().manual_seed(seed)
         shape = (1, policy.Ta, policy.action_dim)
         x_n = torch.randn(shape, generator=gen)

@@ -122,8 +122,8 @@ class DiffusionPolicy(ObservationFrontend):
         """``Te`` (export metadata)."""
         return self.Te
 
-    def net_for_step(self, i: int) -> nn.Module:
-        """The noise network of chain step ``i`` (the pretrained one; DPPO overrides)."""
+    def net_for_step(self, k: int) -> nn.Module:
+        """The noise network of a chain step at timestep ``k`` (the pretrained one; DPPO overrides)."""
         return self.denoiser
 
     def chain_length(self, sampler: str | None = None) -> int:
@@ -165,13 +165,16 @@ class DiffusionPolicy(ObservationFrontend):
 
     @torch.no_grad()
     def sample_normalized(self, cond: torch.Tensor, *, sampler: str | None = None,
-                          generator: torch.Generator | None = None) -> torch.Tensor:
-        """Inference chunk ``(B, Ta, Da)`` in ``[-1, 1]`` for a normalised condition ``(B, To, Do)``."""
+                          generator: torch.Generator | None = None, x_init: torch.Tensor | None = None) -> torch.Tensor:
+        """Inference chunk ``(B, Ta, Da)`` in ``[-1, 1]`` for a normalised condition ``(B, To, Do)``.
+
+        ``x_init`` ``(B, Ta, Da)``: the chain's starting latent (``None``: drawn from ``generator``).
+        """
         sampler = sampler or self.sampler
         x, _ = sample_chain(self.schedule, self.net_for_step, cond, (self.Ta, self.action_dim), sampler=sampler,
                             ddim_steps=self.ddim_steps, eta=self.ddim_eta,
                             min_std=self.eval_min_std if sampler == "ddpm" else 0.0, eps_clip=self.eps_clip,
-                            generator=generator)
+                            generator=generator, x_init=x_init)
         return x
 
     @torch.no_grad()

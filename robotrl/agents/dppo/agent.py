@@ -11,7 +11,13 @@ Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
 
 1. Rollout: each chunk is sampled with σ = max(σ_k, ``min_sampling_std``), noise clipped
    to ±``eps_clip``, noise at the last step too (DDIM: η = 1); the last ``K'+1`` latents
-   ``(N, K'+1, Ta, Da)`` are stored; the first ``Te`` actions are executed, rewards summed.
+   ``(N, K'+1, Ta, Da)`` are stored; the first ``Te`` actions are executed (clamped to the
+   action box), rewards summed. The stored final sample is the one DPPO stores: unclamped with
+   ``final_action_clip_value=None`` (DPPO's default, and what its Gym, Robomimic and Furniture
+   fine-tuning configs use: ``VPGDiffusion.forward`` appends ``x`` to the chain after a clamp that
+   only runs when the value is set), clamped to ``±final_action_clip_value`` otherwise, so the
+   log-probs score exactly what was stored. ReinFlow's reference always clamps its last step and
+   scores the clamped sample (:mod:`robotrl.agents.reinflow.agent`, ``score_clamped_final``).
 2. Rewards scaled by the running std of the discounted return; GAE over chunk steps
    bootstrapping unless terminated (:func:`robotrl.onpolicy.compute_gae`); ``V(s)`` on
    the observation history only.
@@ -35,6 +41,7 @@ from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo
 from robotrl.agents.ppo.update import gae_targets, load_state, minibatch_epochs, save_state
 
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.errors import CheckpointError
 from robotrl.warmstart import pretrained_policy
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
@@ -53,6 +60,8 @@ class DPPOAgent(OnPolicyAgentBase):
         use_ddim, ddim_steps: fine-tune a DDIM chain (η = 1 while fine-tuning, 0 in evaluation).
         min_sampling_std, min_logprob_std: exploration / log-prob std floors (0.1, 0.1).
         eps_clip: clip of the sampling noise (3).
+        final_action_clip_value: clamp of the final rollout sample before it is stored and scored (DPPO's
+            ``final_action_clip_value``; ``None``, the reference default: store and score the unclamped sample).
         logprob_min, logprob_max: element-wise log-prob clamp (−5, 2).
         gamma, gae_lambda, gamma_denoising: discounts (per chunk step) and GAE λ.
         clip, clip_base, clip_rate: clip schedule (ε of the final step, ε_base, growth rate 3).
@@ -69,7 +78,8 @@ class DPPOAgent(OnPolicyAgentBase):
                  denoising_steps: int = 20, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
                  obs_clip: float | None = 10.0, x0_clip: float | None = 1.0, ft_denoising_steps: int = 10,
                  use_ddim: bool = False, ddim_steps: int = 10, min_sampling_std: float = 0.1,
-                 min_logprob_std: float = 0.1, eps_clip: float = 3.0, logprob_min: float = -5.0,
+                 min_logprob_std: float = 0.1, eps_clip: float = 3.0, final_action_clip_value: float | None = None,
+                 logprob_min: float = -5.0,
                  logprob_max: float = 2.0, gamma: float = 0.99, gae_lambda: float = 0.95,
                  gamma_denoising: float = 0.99, clip: float = 0.01, clip_base: float = 0.001, clip_rate: float = 3.0,
                  actor_lr: float = 1e-4, critic_lr: float = 1e-3, critic_hidden=(256, 256, 256),
@@ -96,6 +106,7 @@ class DPPOAgent(OnPolicyAgentBase):
         self.clip_i = clip_schedule(self.Kp, clip, clip_base, clip_rate).to(self.device)
         self.discount_i = denoising_discount(self.Kp, gamma_denoising).to(self.device)
         self.min_sampling_std, self.min_logprob_std = float(min_sampling_std), float(min_logprob_std)
+        self.final_clip = None if final_action_clip_value is None else float(final_action_clip_value)
         self.logprob_clamp = (float(logprob_min), float(logprob_max))
         self.gamma, self.gae_lambda = float(gamma), float(gae_lambda)
         self.n_epochs, self.batch_size, self.target_kl = int(n_epochs), int(batch_size), target_kl
@@ -109,7 +120,8 @@ class DPPOAgent(OnPolicyAgentBase):
         normalisers) or resume from a DPPO checkpoint (whole agent).
 
         Raises:
-            CheckpointError: another policy class, or an architecture that does not match.
+            CheckpointError: another policy class, an architecture that does not match, or a checkpoint
+                that leaves weights of the policy unloaded (named) or holds weights it does not have.
         """
         kind, state = pretrained_policy(path, self.device, own="DPPOPolicy", base="DiffusionPolicy",
                                         spec=self.policy.spec(), arch_keys=_ARCH_KEYS,
@@ -118,7 +130,11 @@ class DPPOAgent(OnPolicyAgentBase):
             self.load_state_dict(state["agent"])
             return
         sd = {k: v for k, v in state.items() if not k.startswith("denoiser_ft.")}
-        self.policy.load_state_dict(sd, strict=False)
+        missing, unexpected = self.policy.load_state_dict(sd, strict=False)
+        missing = [k for k in missing if not k.startswith("denoiser_ft.")]  # the copy is made from the base below
+        if missing or unexpected:
+            raise CheckpointError(f"{path}: the diffusion weights do not fit the DPPO policy (missing {missing}, "
+                                  f"unexpected {list(unexpected)}); pretrain with the same agent.model settings")
         self.policy.sync_ft_from_base()
 
     # ------------------------------------------------------------------ acting
@@ -130,7 +146,7 @@ class DPPOAgent(OnPolicyAgentBase):
         cond = p.condition(torch.as_tensor(obs_hist, device=self.device))
         x, chain = sample_chain(p.schedule, p.net_for_step, cond, (p.Ta, p.action_dim), sampler=self.sampler,
                                 ddim_steps=p.ddim_steps, eta=1.0, min_std=self.min_sampling_std, final_noise=True,
-                                eps_clip=p.eps_clip, record_last=self.Kp, generator=self.gen)
+                                eps_clip=p.eps_clip, record_last=self.Kp, generator=self.gen, final_clip=self.final_clip)
         a = p.action_scaler.unnormalize(x[:, : p.Te]).cpu().numpy()
         return (a[:, 0] if p.Te == 1 else a), {"chains": chain}
 

@@ -3,7 +3,13 @@
 DPPO (Ren et al. 2024, irom-princeton/dppo ``model/diffusion/diffusion_vpg.py``): the
 first ``n − K'`` steps of the sampling chain use the frozen pretrained denoiser
 (``denoiser``), the last ``K'`` (``ft_denoising_steps``) the fine-tuned copy
-(``denoiser_ft``). Both, ``K'`` and the chain settings are in :meth:`spec` / the
+(``denoiser_ft``). The choice is made by the step's timestep ``k``, as DPPO's ``p_mean_var``
+does for DDPM (``t < K'``): the fine-tuned copy serves every timestep up to ``k_ft``, the
+timestep of the first fine-tuned step of the chain it was fine-tuned on (``K' − 1`` on a
+DDPM chain; on a DDIM chain the ``K'``-th last DDIM timestep, i.e. DPPO's
+``index >= ddim_steps − K'``). A caller that runs the policy on another chain (a shorter DDIM
+chain, a distillation teacher) therefore still reaches the fine-tuned weights at the noise
+levels where they were trained. Both, ``K'`` and the chain settings are in :meth:`spec` / the
 ``state_dict``, so rebuilding a checkpoint's policy (``robotrl eval``,
 :func:`robotrl.policy.load_policy`) runs the fine-tuned network — the pitfall of
 evaluating with the frozen network only cannot happen.
@@ -19,6 +25,7 @@ import copy
 from torch import nn
 
 from robotrl.agents.diffusion.policy import DiffusionPolicy
+from robotrl.agents.diffusion.sampling import chain_timesteps
 from robotrl.errors import ConfigError
 
 
@@ -40,13 +47,16 @@ class DPPOPolicy(DiffusionPolicy):
             raise ConfigError(f"agent.model.ft_denoising_steps K'={ft_denoising_steps} must be in [1, {n}] for the "
                               f"{self.sampler} chain of {n} steps: lower it or lengthen the chain")
         self.ft_steps = int(ft_denoising_steps)
+        ks, _ = chain_timesteps(self.K, self.sampler, self.ddim_steps)
+        self.ft_max_timestep = int(ks[n - self.ft_steps])  # k_ft: largest timestep the fine-tuned copy serves
         self._spec["ft_denoising_steps"] = self.ft_steps
         self.denoiser.requires_grad_(False)
         self.denoiser_ft = copy.deepcopy(self.denoiser).requires_grad_(True)
 
-    def net_for_step(self, i: int) -> nn.Module:
-        """Frozen denoiser for chain steps ``i < n − K'``, the fine-tuned one after."""
-        return self.denoiser_ft if i >= self.chain_length() - self.ft_steps else self.denoiser
+    def net_for_step(self, k: int) -> nn.Module:
+        """The fine-tuned denoiser at timesteps ``k <= k_ft`` (the last ``K'`` steps of the fine-tuned
+        chain), the frozen one above (module doc)."""
+        return self.denoiser_ft if k <= self.ft_max_timestep else self.denoiser
 
     def sync_ft_from_base(self) -> None:
         """Copy the pretrained weights into the fine-tuned denoiser (start of fine-tuning)."""

@@ -3,8 +3,9 @@
 The student is a :class:`~robotrl.agents.flow.policy.FlowPolicy` with ``K = 1``: its chunk is
 ``clip(x_0 + v_φ(x_0, 0, s), ±1)``. It is trained to reproduce the teacher's deterministic
 noise-to-chunk map from the same starting noise: ``‖x_0 + v_φ(x_0, 0, s) − T(x_0, s)‖²`` with
-``T`` the teacher's ``K``-step Euler flow (a flow or a ReinFlow-fine-tuned flow), or its DDIM
-chain with ``η = 0`` (a diffusion or DPPO policy). This is the distillation step of rectified
+``T`` the teacher's ``K``-step Euler flow (a flow or a ReinFlow-fine-tuned flow), its DDIM
+chain with ``η = 0`` (a diffusion policy), or the chain DPPO fine-tuned in DPPO's evaluation mode
+(a DPPO policy: frozen denoiser for the first ``n − K'`` steps, fine-tuned copy for the last ``K'``). This is the distillation step of rectified
 flow (Liu et al. 2023, "Flow Straight and Fast", §2.3: fit a one-step map on (noise, teacher
 sample) pairs); RL-100 distils its fine-tuned diffusion policy into a one-step consistency
 policy for the same purpose. Conditions ``s`` come from the dataset's observation windows.
@@ -28,6 +29,7 @@ from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.diffusion.sampling import chain_timesteps, step_mean_std
 from robotrl.agents.diffusion.training import ema_gradient_step, load_trainer_state, trainer_state
+from robotrl.agents.dppo.policy import DPPOPolicy
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.checkpoint import load_checkpoint
 from robotrl.data.batch import Batch
@@ -37,17 +39,30 @@ from robotrl.policy import build_policy
 
 
 @torch.no_grad()
-def teacher_chunk(teacher: nn.Module, cond: torch.Tensor, x0: torch.Tensor, steps: int | None = None) -> torch.Tensor:
-    """The teacher's deterministic chunk ``(B, Ta, Da)`` in ``[-1, 1]`` from the starting noise ``x0 (B, Ta, Da)``.
+def teacher_chunk(teacher: nn.Module, cond: torch.Tensor, x0: torch.Tensor, steps: int | None = None,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """The teacher's chunk ``(B, Ta, Da)`` in ``[-1, 1]`` from the starting noise ``x0 (B, Ta, Da)``.
 
-    Flow teachers integrate ``steps`` (default their ``K``) Euler steps; diffusion teachers run their
-    DDIM chain (``ddim_steps``, or ``steps``) with ``η = 0`` from ``x_T = x0``.
+    Flow teachers integrate ``steps`` (default their ``K``) Euler steps; plain diffusion teachers run
+    a DDIM chain (``ddim_steps``, or ``steps``) with ``η = 0`` from ``x_T = x0`` (deterministic, the
+    probability-flow map of the same model). A DPPO teacher runs the chain DPPO fine-tuned, in DPPO's
+    evaluation mode (:meth:`DiffusionPolicy.sample_normalized`: DDPM with the std floored at
+    ``eval_min_std`` and a noise-free last step, or its DDIM chain with its ``ddim_eta``), so its
+    fine-tuned copy serves the last ``K'`` steps as during fine-tuning; the small DDPM noise comes from
+    ``generator``.
 
     Raises:
         CheckpointError: a teacher of another kind.
+        ConfigError: ``steps`` for a DPPO teacher other than the length of its fine-tuned chain.
     """
     if isinstance(teacher, FlowPolicy):
         return teacher.sample_normalized(cond, steps=steps, x0=x0)
+    if isinstance(teacher, DPPOPolicy):
+        n = teacher.chain_length()
+        if steps is not None and int(steps) != n:
+            raise ConfigError(f"agent.model.teacher_steps={steps}: a DPPO teacher runs the {n}-step {teacher.sampler} "
+                              f"chain it was fine-tuned on; set teacher_steps=null")
+        return teacher.sample_normalized(cond, generator=generator, x_init=x0)
     if isinstance(teacher, DiffusionPolicy):
         ks, ks_prev = chain_timesteps(teacher.K, "ddim", int(steps or teacher.ddim_steps))
         x = x0
@@ -55,7 +70,7 @@ def teacher_chunk(teacher: nn.Module, cond: torch.Tensor, x0: torch.Tensor, step
         for i in range(len(ks)):
             k = torch.full((B,), int(ks[i]), device=x0.device, dtype=torch.long)
             kp = torch.full((B,), int(ks_prev[i]), device=x0.device, dtype=torch.long)
-            x, _ = step_mean_std(teacher.schedule, teacher.net_for_step(i), x, k, kp, cond, "ddim", 0.0)
+            x, _ = step_mean_std(teacher.schedule, teacher.net_for_step(int(ks[i])), x, k, kp, cond, "ddim", 0.0)
         return x.clamp(-1.0, 1.0)
     raise CheckpointError(f"a distillation teacher must be a flow or diffusion policy, not {type(teacher).__name__}")
 
@@ -149,7 +164,7 @@ class FlowDistillAgent(OffPolicyAgentBase):
         obs = batch.observations.to(self.device)
         cond = p.condition(obs if obs.ndim == 3 else obs[:, None])
         x0 = torch.randn((cond.shape[0], p.Ta, p.action_dim), device=self.device, generator=self.gen)
-        target = teacher_chunk(self.teacher, cond, x0, self.teacher_steps)
+        target = teacher_chunk(self.teacher, cond, x0, self.teacher_steps, generator=self.gen)
         pred = x0 + self.model(x0, torch.zeros(cond.shape[0], device=self.device), cond)
         return (pred - target).pow(2).mean()
 

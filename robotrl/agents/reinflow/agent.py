@@ -24,7 +24,10 @@ Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
    (:func:`~robotrl.agents.reinflow.loss.decayed_max_std`) when ``noise_decay_iters`` is set.
 
 As the reference, the chain is stored and scored with its final sample clamped to the action
-box, ``x_K ← clip(x_K, ±1)`` (``score_clamped_final``): the executed action's value, so a sample
+box, ``x_K ← clip(x_K, ±1)`` (``score_clamped_final``; ReinFlow's ``PPOFlow.get_actions`` clamps
+``x_K`` to ``[act_min, act_max]`` at the last step before recording it in ``x_chain``, always; DPPO
+instead stores the unclamped sample unless ``final_action_clip_value`` is set, and
+:class:`~robotrl.agents.dppo.DPPOAgent` follows DPPO there): the executed action's value, so a sample
 beyond the box pulls the last step's mean to the box edge, not past it where the clamped mean
 has no gradient (scoring the unclamped sample, the exact density, let the share of saturated
 action entries grow on FetchPush); and the learning rates follow its cosine schedule with warmup
