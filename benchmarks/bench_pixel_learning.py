@@ -8,7 +8,7 @@ Through the real ``robotrl`` commands a user types:
    (observations ``{"observation", ..., "pixels": {"topdown": uint8 (S, S, 3)}}``) and once without. The script
    checks that both hold the same actions and rewards (``setting.same_transitions``).
 2. per seed, states: ``experiment=calql`` (``--offline-steps`` updates) then ``experiment=wsrl`` from it;
-   pixels: ``experiment=calql-pixels`` then ``experiment=wsrl-pixels`` from it. Both WSRL runs: ``--warmup``
+   pixels: ``experiment=calql obs=pixels`` then ``experiment=wsrl obs=pixels`` from it. Both WSRL runs: ``--warmup``
    env steps without updates, then ``--online-steps`` in all at UTD ``--utd``, evaluated every ``--eval-every``
    env steps on ``--eval-episodes`` episodes. The pixel agents see the frame and the task's state (the DrQ encoder
    shared by actor and critic, the actor's gradient stopped at it, random shift pad 4).
@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import learning_result, run_cli, run_cli_all, write_json  # noqa: E402
 
-ARMS = {"state": ("calql", "wsrl"), "pixels": ("calql-pixels", "wsrl-pixels")}  # arm -> (pretraining, fine-tuning)
+ARMS = {"state": ("calql", "wsrl"), "pixels": ("calql", "wsrl")}  # arm -> (pretraining, fine-tuning); the arm is obs=<arm>
 LABELS = {"state": "WSRL from states", "pixels": "WSRL from the top-down camera (+ state)"}
 
 
@@ -81,7 +81,7 @@ def _commands(args, root: Path, ids: dict[str, str], seed: int, arm: str) -> tup
     pre_exp, ft_exp = ARMS[arm]
     pre, ft = root / "runs" / f"{arm}_calql_s{seed}", root / "runs" / f"{arm}_wsrl_s{seed}"
     data = [f"dataset={args.recipe}", f"dataset.id={ids[arm]}", "dataset.generate=false"]
-    common = [*data, f"seed={seed}", "trainer.progress=false", "torch_threads=1", f"trainer.eval_episodes={args.eval_episodes}",
+    common = [*data, f"obs={arm}", f"seed={seed}", "trainer.progress=false", "torch_threads=1", f"trainer.eval_episodes={args.eval_episodes}",
               *_networks(args, arm)]
     pretrain = (["train", f"experiment={pre_exp}", *common, f"trainer.offline_steps={args.offline_steps}",
                  f"trainer.eval_every={args.offline_steps}", f"trainer.checkpoint_every={args.offline_steps}",
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--offline-steps", type=int, default=3_000)
     ap.add_argument("--online-steps", type=int, default=10_000)
     ap.add_argument("--warmup", type=int, default=1_000)
-    ap.add_argument("--utd", type=int, default=2, help="wsrl-pixels' UTD (2), given to both arms")
+    ap.add_argument("--utd", type=int, default=2, help="the camera WSRL's UTD (2, configs/tuning/obs), given to both arms")
     ap.add_argument("--eval-every", type=int, default=2_000)
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--cpu-sized", action=argparse.BooleanOptionalAction, default=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from robotrl.agent import OffPolicyAgent
 from robotrl.data import ReplayBuffer, check_spaces, load_dataset
 from robotrl.data.dataset import resolve_dataset_path
 from robotrl.data.dataset import OfflineData
@@ -167,7 +168,7 @@ def wants_cameras(cfg: DictConfig) -> bool:
     dataset's cameras; or a list of names)."""
     obs = cfg.get("obs") or {}
     cams = obs.get("cameras", [])
-    return bool(cfg.agent.get("pixels")) or cams is None or len(cams) > 0
+    return cams is None or len(cams) > 0
 
 
 def _data_cameras(data: OfflineData) -> tuple[list[str], list[int]]:
@@ -228,10 +229,14 @@ def camera_args(cfg: DictConfig, data: OfflineData | None) -> dict[str, Any]:
 
 
 def frame_stack_of(cfg: DictConfig) -> int:
-    """``k`` frames per camera: ``obs.frame_stack`` (1 by default)."""
-    model = cfg.agent.get("model") or {}
-    if model.get("frame_stack") is not None:  # an agent config that still names it
-        return int(model.get("frame_stack"))
+    """``k`` frames per camera: ``obs.frame_stack`` (1 by default), part of the observation spec.
+
+    Raises:
+        ConfigError: the agent config sets ``agent.model.frame_stack`` (its former place).
+    """
+    if (cfg.agent.get("model") or {}).get("frame_stack") is not None:
+        raise ConfigError("agent.model.frame_stack is now obs.frame_stack (frames per camera are part of the "
+                          f"observation spec): pass obs.frame_stack={cfg.agent.model.frame_stack}")
     return int((cfg.get("obs") or {}).get("frame_stack") or 1)
 
 
@@ -392,10 +397,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     """
     from robotrl.envs import make_env, make_env_from_args
 
-    if cfg.agent.get("pixels"):  # camera agents not yet folded into their state class
-        from robotrl.experiment_pixels import build_pixel_trainer
-
-        return build_pixel_trainer(cfg, run_dir)
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
     set_seed(int(cfg.seed))
@@ -474,7 +475,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     # reward scale/bias: applied once, here to the offline data and by the trainer to online rewards,
     # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units
     r_scale, r_bias, fill = reward_transform(cfg.agent)
-    buffer = offline_buffer(cfg.agent, data, tcfg, device, int(cfg.seed))
+    buffer = offline_buffer(cfg.agent, data, tcfg, device, int(cfg.seed), frame_stack=spec.frame_stack)
+    if tcfg.online_steps > 0 and not isinstance(agent, OffPolicyAgent):
+        raise ConfigError(f"agent={cfg.agent.name} learns offline only (it has no exploration): set "
+                          "trainer.online_steps=0, or learn online with an off-policy agent (experiment=rlpd)")
 
     def make_train_envs():
         return make_env_from_args(train_env, num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync")
@@ -543,7 +547,8 @@ def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data
         resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
     print(f"dataset {name!r} records no env: training offline on {train.num_episodes} episodes, measuring on "
           f"{held_out.num_episodes} held-out episodes (trainer.validation_fraction={tcfg.validation_fraction})")
-    return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed)),
+    return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed),
+                                                                       frame_stack=spec.frame_stack),
                    make_eval_env=None, validator=validator, seed=int(cfg.seed), run_config=resolved,
                    title=f"{cfg.agent.name} on {name} (no env: held-out validation)", reward_scale=r_scale,
                    reward_bias=r_bias, mc_sparse_fill=fill, gamma=gamma, obs_layout=spec.layout())

@@ -85,9 +85,9 @@ def replay_buffer(agent_cfg: DictConfig, spec: ObservationSpec, data: OfflineDat
 
 
 def offline_buffer(agent_cfg: DictConfig, data: OfflineData | None, tcfg: TrainerConfig, device: torch.device,
-                   seed: int) -> ReplayBuffer | None:
+                   seed: int, frame_stack: int = 1) -> ReplayBuffer | None:
     """The offline :class:`~robotrl.data.ReplayBuffer` (cameras included: frames stored once as uint8, transitions
-    sampled with stacks of ``agent.model.frame_stack`` frames) with the
+    sampled with stacks of ``frame_stack`` frames, the observation spec's) with the
     reward transform applied once (:func:`reward_transform`), or ``None`` when no phase reads offline rows
     (no dataset, ``offline_steps == 0`` and ``offline_ratio == 0``)."""
     if data is None or not (tcfg.offline_steps > 0 or tcfg.offline_ratio > 0):
@@ -95,7 +95,7 @@ def offline_buffer(agent_cfg: DictConfig, data: OfflineData | None, tcfg: Traine
     _, _, fill = reward_transform(agent_cfg)
     return ReplayBuffer.from_offline(transformed_rewards(agent_cfg, data), gamma=float(agent_cfg.get("gamma", 0.99)),
                                      device=device, seed=seed, mc_sparse_fill=fill,
-                                     frame_stack=int((agent_cfg.get("model") or {}).get("frame_stack") or 1))
+                                     frame_stack=frame_stack if data.images else 1)
 
 
 def build_agent(model: DictConfig, spec: ObservationSpec, *, obs_normalizer, action_scaler, device: torch.device | str,
@@ -148,6 +148,10 @@ def check_warm_start_spec(source: str | Path, spec: ObservationSpec) -> None:
               "state size Do": derived.get("obs_dim"), "action size Da": derived.get("action_dim")}
     mine = {"cameras {key: [H, W, C]}": {k: list(v) for k, v in spec.image_shapes.items()},
             "state size Do": spec.obs_dim, "action size Da": spec.action_dim}
+    if spec.has_cameras:  # frames per camera stack into the encoder's input channels
+        theirs["obs.frame_stack"] = int((derived.get("observation") or {}).get("frame_stack")
+                                        or ((recorded.get("agent") or {}).get("model") or {}).get("frame_stack") or 1)
+        mine["obs.frame_stack"] = spec.frame_stack
     diff = {k: (theirs[k], mine[k]) for k in theirs if theirs[k] != mine[k]}
     if diff:
         raise ConfigError(f"trainer.init_from={source} was pretrained on other observations than this run; differences "

@@ -1,4 +1,4 @@
-"""Pixel policies in online RL on a robot (issue 17): ``robotrl learner agent=rlpd-pixels`` and ``robotrl actor`` on
+"""Pixel policies in online RL on a robot (issue 17): ``robotrl learner agent=rlpd obs=pixels`` and ``robotrl actor`` on
 the MuJoCo twin with a camera.
 
 Real processes, real ZeroMQ sockets, real MuJoCo renders (24 px ``topdown``) and a Minari camera dataset the test
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(not osmesa_available(), reason="headless MuJoCo 
 PX = 24
 CAM = [f"+robot.env_kwargs.maze_map={OPEN_MAZE}", "robot.realtime=false", "robot.cameras=[topdown]"]
 #: a tiny pixel RLPD (2 critics, 8-channel DrQ encoder, 16 features) for a shared 2-core CPU
-SMALL_PIXELS = ["agent=rlpd-pixels", "agent.model.num_critics=2", "agent.model.hidden=[32,32]",
+SMALL_PIXELS = ["agent=rlpd", "obs=pixels", "agent.model.init_alpha=0.1", "agent.model.num_critics=2", "agent.model.hidden=[32,32]",
                 "agent.model.critic_hidden=[32,32]", "agent.model.channels=8", "agent.model.feature_dim=16",
                 "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.25"]
 
@@ -323,7 +323,7 @@ def test_state_agent_on_the_camera_robot_ignores_the_frames(tmp_path):
 
 @pytest.mark.slow
 def test_pixel_residual_on_a_frozen_pixel_base_through_the_online_path(tmp_path):
-    """``agent=residual-offpolicy-pixels`` on a frozen pixel BC base (its own encoder of the 24 px frames): every
+    """``agent=residual-offpolicy obs=pixels`` on a frozen pixel BC base (its own encoder of the 24 px frames): every
     pushed version carries the base unchanged, the residual and its encoder move, and the actor's actions are the
     pushed versions' outputs on the recorded state and frame."""
     from robotrl.agents.bc.policy import BCPolicy
@@ -336,7 +336,7 @@ def test_pixel_residual_on_a_frozen_pixel_base_through_the_online_path(tmp_path)
     base = policy_state(BCPolicy(8, 2, image_shapes={"pixels/topdown": [PX, PX, 3]}, hidden=(16,), channels=8,
                                  feature_dim=8).eval())
     save_checkpoint(tmp_path / "pixbc.pt", {"policy": base})
-    agent = ["agent=residual-offpolicy-pixels", f"agent.model.base={tmp_path / 'pixbc.pt'}", "agent.model.hidden=[32,32]",
+    agent = ["agent=residual-offpolicy", "obs=pixels", f"agent.model.base={tmp_path / 'pixbc.pt'}", "agent.model.hidden=[32,32]",
              "agent.model.critic_hidden=[32,32]", "agent.model.num_critics=2", "agent.model.channels=8",
              "agent.model.feature_dim=16", "agent.model.actor_delay=1", "agent.model.critic_warmup_updates=0",
              "agent.model.base_noise_steps=0", "agent.model.actor_lr=1e-3", "trainer.batch_size=16",

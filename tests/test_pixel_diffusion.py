@@ -1,4 +1,4 @@
-"""Diffusion policy on cameras: `robotrl train experiment=diffusion-pixels` and `robotrl eval`, the saved policy acting
+"""Diffusion policy on cameras: `robotrl train experiment=diffusion obs=pixels` and `robotrl eval`, the saved policy acting
 on raw Dict observations and reloading identically, learning a generated camera task, and serving as a residual base.
 
 Real processes, real MuJoCo renders (OSMesa) and a real Minari camera dataset generated through the dataset config
@@ -36,7 +36,7 @@ DATA = ["dataset.id=robotrl/pointmaze/umaze-slow-pixdiff-v1", "dataset.recipe_ar
 SMALL = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=16", "trainer.log_every=10",
          "trainer.progress=false", "torch_threads=1", "device=cpu", "agent.model.channels=8",
          "agent.model.denoiser_kwargs.hidden=[32,32]", "agent.model.denoising_steps=5"]
-DP = ["experiment=diffusion-pixels", *DATA, *SMALL]
+DP = ["experiment=diffusion", "obs=pixels", *DATA, *SMALL]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""ResFiT on cameras (`robotrl train experiment=residual-offpolicy-pixels`): a residual on a frozen pixel BC or state BC
+"""ResFiT on cameras (`robotrl train experiment=residual-offpolicy obs=pixels`): a residual on a frozen pixel BC or state BC
 base, starting exactly at the base, the base frozen, the shared encoder's actor gradient stopped, the saved policy
 acting on raw Dict observations (and `robotrl eval` / `robotrl export` with image inputs), bases that do not fit the
 camera run refused.
@@ -38,7 +38,7 @@ DATA = ["dataset.id=robotrl/pointmaze/umaze-slow-pixres-v1", "dataset.recipe_arg
 RUN = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=16", "trainer.log_every=10",
        "trainer.progress=false", "torch_threads=1", "device=cpu"]
 NETS = ["agent.model.channels=8", "agent.model.hidden=[32,32]"]
-RES = ["experiment=residual-offpolicy-pixels", *DATA, *RUN, *NETS, "agent.model.critic_hidden=[32,32]",
+RES = ["experiment=residual-offpolicy", "obs=pixels", *DATA, *RUN, *NETS, "agent.model.critic_hidden=[32,32]",
        "agent.model.num_critics=2"]
 # online from the first step, one actor update per critic update: the residual moves within a few steps
 SHORT = ["trainer.online_warmup_steps=4", "agent.model.base_noise_steps=4", "agent.model.critic_warmup_updates=0",
@@ -49,7 +49,7 @@ SHORT = ["trainer.online_warmup_steps=4", "agent.model.base_noise_steps=4", "age
 def pixel_base(minari_module_root, tmp_path_factory):
     """A bc-pixels run through `robotrl train` (its camera dataset generated on first use)."""
     run_dir = tmp_path_factory.mktemp("pixres") / "bc-pixels"
-    res = run_robotrl(["train", "experiment=bc-pixels", *DATA, *RUN, *NETS, "trainer.offline_steps=20",
+    res = run_robotrl(["train", "experiment=bc", "obs=pixels", *DATA, *RUN, *NETS, "trainer.offline_steps=20",
                        "trainer.eval_every=20", "trainer.checkpoint_every=20", f"run_dir={run_dir}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     return run_dir
@@ -202,13 +202,13 @@ def test_bases_that_do_not_fit_the_camera_run_are_refused(pixel_base, tmp_path):
     state = load_checkpoint(pixel_base)
     state["policy"]["kwargs"]["image_shapes"] = {"pixels/front": [32, 32, 3]}
     other_cam = save_checkpoint(tmp_path / "front.pt", state)
-    with pytest.raises(ConfigError, match=r"cameras \{'pixels/front': \[32, 32, 3\]\}.*'pixels/topdown'.*experiment=bc-pixels"):
+    with pytest.raises(ConfigError, match=r"cameras \{'pixels/front': \[32, 32, 3\]\}.*'pixels/topdown'.*experiment=bc obs=pixels"):
         build_trainer(compose_train([*run, f"agent.model.base={other_cam}"]), tmp_path / "a")
     state["policy"]["kwargs"]["image_shapes"] = {"pixels/topdown": [16, 16, 3]}  # spatial softmax: the weights fit
     small = save_checkpoint(tmp_path / "small.pt", state)
     with pytest.raises(ConfigError, match=r"\[16, 16, 3\].*\[32, 32, 3\]"):
         build_trainer(compose_train([*run, f"agent.model.base={small}"]), tmp_path / "b")
-    with pytest.raises(ConfigError, match="agent.model.base=.*missing.*cannot be loaded.*experiment=bc-pixels"):
+    with pytest.raises(ConfigError, match="agent.model.base=.*missing.*cannot be loaded.*experiment=bc obs=pixels"):
         build_trainer(compose_train([*run, f"agent.model.base={tmp_path / 'missing'}"]), tmp_path / "c")
     assert not (tmp_path / "a" / "checkpoints").exists()
 

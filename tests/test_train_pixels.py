@@ -31,8 +31,8 @@ DATA = [f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=1500", "datas
         "+dataset.recipe_args.ref_episodes=3"]
 SMALL = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=16", "trainer.log_every=10",
          "trainer.progress=false", "torch_threads=1", "agent.model.channels=8", "agent.model.hidden=[64,64]"]
-BC = ["experiment=bc-pixels", *DATA, *SMALL]
-RLPD = ["experiment=rlpd-pixels", *DATA, *SMALL, "agent.model.critic_hidden=[64,64]"]
+BC = ["experiment=bc", "obs=pixels", *DATA, *SMALL]
+RLPD = ["experiment=rlpd", "obs=pixels", *DATA, *SMALL, "agent.model.critic_hidden=[64,64]"]
 
 
 def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(minari_module_root, tmp_path):
@@ -141,7 +141,7 @@ def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_
 
 
 def test_pixel_bc_with_online_steps_is_refused(minari_module_root, tmp_path):
-    with pytest.raises(ConfigError, match="learns offline only.*experiment=rlpd-pixels"):
+    with pytest.raises(ConfigError, match="learns offline only.*experiment=rlpd"):
         build_trainer(compose_train([*BC, "trainer.online_steps=10", "device=cpu"]), tmp_path / "o")
 
 
@@ -152,13 +152,14 @@ def test_a_dataset_without_cameras_is_refused_for_pixel_agents(minari_module_roo
 
     from robotrl.data import load_dataset
     from robotrl.experiment import ensure_dataset
-    from robotrl.experiment_pixels import camera_args
+    from robotrl.experiment import camera_args
 
     cfg = compose_train(BC)
     data = load_dataset(ensure_dataset(cfg.dataset))
-    env_cfg = OmegaConf.create({"cameras": None, "image_size": None})
-    assert camera_args(env_cfg, data) == {"pixels": ["topdown"], "size": [32, 32]}
+    run_cfg = OmegaConf.create({"obs": {"cameras": None, "image_size": None}})
+    assert camera_args(run_cfg, data) == {"pixels": ["topdown"], "size": [32, 32]}
     with pytest.raises(ConfigError, match="records no camera frames.*cameras=\\[topdown\\]"):
-        camera_args(env_cfg, dataclasses.replace(data, images=None, image_index=None))
+        camera_args(run_cfg, dataclasses.replace(data, images=None, image_index=None))
     with pytest.raises(ConfigError, match="without a dataset needs the cameras"):
-        camera_args(env_cfg, None)
+        camera_args(run_cfg, None)
+    assert camera_args(OmegaConf.create({"obs": {"cameras": []}}), data) == {}  # obs=state: the frames are not read

@@ -15,7 +15,7 @@ recorded episodes are kept).
 sends its frames in every observation: ``robot-server`` raises ``max_message_bytes`` (and
 the array size limit) to :func:`~robotrl.real_robot.protocol.camera_limits` of the robot's
 cameras, and ``deploy`` raises its client's limits the same way after ``hello``. ``deploy`` with a
-pixel policy (an export bundle of ``experiment=bc-pixels`` / ``rlpd-pixels``, or their checkpoint)
+pixel policy (an export bundle of ``experiment=bc obs=pixels`` / ``rlpd-pixels``, or their checkpoint)
 hands each observation's frames to the policy; a robot without the policy's cameras, or with other
 frame sizes, is refused after ``hello`` (exit 2, :func:`~robotrl.real_robot.export.check_cameras`),
 before the robot is reset or moved.

@@ -17,9 +17,9 @@ side needs neither the training code nor the statistics. Every export writes
 source class) next to ``policy.torchscript.pt`` and ``policy.onnx``.
 
 Pixel policies (a :class:`robotrl.vision.frontend.ObservationFrontend` with cameras: ``PixelBCPolicy`` of
-``experiment=bc-pixels``, ``QLPolicy`` of ``experiment=rlpd-pixels``) export through
+``experiment=bc obs=pixels``, ``QLPolicy`` of ``experiment=rlpd obs=pixels``) export through
 :mod:`robotrl.vision.export` (TorchScript ``forward(state (B, Ds), {key: uint8 (B, H, W, C)})``,
-ONNX inputs ``state`` and ``image_0 .. image_{N-1}``; the pixel diffusion policy, ``experiment=diffusion-pixels``,
+ONNX inputs ``state`` and ``image_0 .. image_{N-1}``; the pixel diffusion policy, ``experiment=diffusion obs=pixels``,
 through its ``export_module()``: the chunk ``(B, Ta, Da)`` with fixed noise, served ``Te`` actions per chunk as a
 state diffusion bundle is). Their ``policy_meta.json`` adds
 ``"kind": "pixels"``, ``cameras`` (``[{"name", "key", "shape": [H, W, C]}]`` in the ONNX input

@@ -23,8 +23,8 @@ every ``push_period_s``; TensorBoard in ``run_dir/tb``; one atomic checkpoint fi
 ``checkpoint_every_s`` and when an actor asks (``sync``); a restarted learner resumes
 from it and the actors resend whatever it does not hold.
 
-**Cameras** (:mod:`~robotrl.real_robot.online_pixels`): a pixel agent (``agent=rlpd-pixels``,
-``agent=residual-offpolicy-pixels``) learns from the robot's frames + state; the actor sends each transition's
+**Cameras** (:mod:`~robotrl.real_robot.online_pixels`): a pixel agent (``agent=rlpd obs=pixels``,
+``agent=residual-offpolicy obs=pixels``) learns from the robot's frames + state; the actor sends each transition's
 frames to it, both buffers store each frame once, and the actor acts with the pushed pixel policy (encoder
 included) on the robot's frames. Robot, demonstrations, learner and actor must agree on every camera and frame
 size (refused at start otherwise); a state agent on a camera robot ignores the frames.

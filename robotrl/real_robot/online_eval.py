@@ -107,7 +107,7 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
 
     With ``cameras`` (the twin's, rendered at ``image_size`` px) the dataset has ``Dict`` observations
     ``{"state": (T+1, Do), "<camera>": uint8 (T+1, H, W, C)}`` as the actor records them: demonstrations for a
-    pixel learner (``agent=rlpd-pixels``) on the twin with the same cameras.
+    pixel learner (``agent=rlpd obs=pixels``) on the twin with the same cameras.
 
     Raises:
         DatasetExistsError: ``path`` already holds a dataset.

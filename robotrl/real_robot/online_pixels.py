@@ -2,7 +2,7 @@
 
 A robot with cameras (:attr:`RobotSpec.cameras`, e.g. the twin's ``robot.cameras=[topdown] robot.image_size=N``)
 sends each observation's frames ``{camera: uint8 (H, W, C)}`` beside its state ``(Ds,)``. A pixel agent
-(``agent=rlpd-pixels``: :class:`~robotrl.agents.qlearning.QLAgent` with cameras; ``agent=residual-offpolicy-pixels``:
+(``agent=rlpd obs=pixels``: :class:`~robotrl.agents.qlearning.QLAgent` with cameras; ``agent=residual-offpolicy obs=pixels``:
 :class:`~robotrl.agents.residual.ResidualOffPolicyAgent` with cameras) learns from both; its cameras are named as
 ``robotrl train`` names them (``"pixels/<camera>"``, :class:`robotrl.envs.pixels.PixelObservation`), so a ``bc-pixels``
 run is a residual base here and the pushed policies take ``(state (B, Ds), {"pixels/<camera>": uint8 (B, H, W, C)})``
@@ -29,7 +29,7 @@ import numpy as np
 from robotrl.data.dataset import OfflineData
 from robotrl.errors import ConfigError
 
-__all__ = ["PREFIX", "camera_shapes", "check_demo_cameras", "demo_cameras", "drop_frames", "is_pixel_agent", "mismatch",
+__all__ = ["PREFIX", "camera_shapes", "check_demo_cameras", "demo_cameras", "drop_frames", "mismatch",
            "policy_images", "with_policy_cameras"]
 
 #: key prefix of a camera in a pixel agent's ``image_shapes`` (robotrl's camera envs and datasets)
@@ -55,11 +55,6 @@ def mismatch(have: Mapping[str, Any], want: Mapping[str, Any]) -> tuple[dict, di
     a = {str(k): [int(d) for d in v] for k, v in have.items()}
     b = {str(k): [int(d) for d in v] for k, v in want.items()}
     return None if a == b else (a, b)
-
-
-def is_pixel_agent(agent_cfg) -> bool:
-    """Whether ``cfg.agent`` is a camera agent (its config says ``pixels: true``)."""
-    return bool(agent_cfg.get("pixels", False))
 
 
 def demo_cameras(data: OfflineData) -> dict[str, list[int]]:

@@ -257,7 +257,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
             return load_base(source, self.base_overrides, self.device)
         except CheckpointError as exc:
             raise ConfigError(f"agent.model.base={source} cannot be loaded ({exc}); train a base first, e.g. "
-                              "robotrl train experiment=bc-pixels (same dataset), and point agent.model.base at its "
+                              "robotrl train experiment=bc obs=pixels (same dataset), and point agent.model.base at its "
                               "run directory") from exc
 
     def set_base(self, base) -> None:

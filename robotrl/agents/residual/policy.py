@@ -95,12 +95,12 @@ def check_base_fits(base: nn.Module, image_shapes: Mapping[str, Sequence[int]], 
         raise ConfigError(f"the residual's base {type(base).__name__} executes chunks (Te={getattr(base, 'Te', 1)}, "
                           f"To={getattr(base, 'To', 1)}); the off-policy residual recomputes base actions from single "
                           f"observations: {_CHUNK_FIX}")
-    retrain = ("train the base on this run's camera dataset (robotrl train experiment=bc-pixels dataset.id=<this "
+    retrain = ("train the base on this run's camera dataset (robotrl train experiment=bc obs=pixels dataset.id=<this "
                "run's dataset>), or run the residual on the base's dataset (dataset.id=<the base run's>)")
     if reads_cameras(base):
         if base.frame_stack != frame_stack:
             raise ConfigError(f"the residual's pixel base stacks frame_stack={base.frame_stack} frames per camera, this "
-                              f"run {frame_stack}: set agent.model.frame_stack={base.frame_stack} (the base gets the "
+                              f"run {frame_stack}: set obs.frame_stack={base.frame_stack} (the base gets the "
                               "residual's stacks), or train the base with this run's frame_stack")
         theirs, mine = _shapes(base.spec()["image_shapes"]), _shapes(image_shapes)
         if theirs != mine:
@@ -115,7 +115,7 @@ def check_base_fits(base: nn.Module, image_shapes: Mapping[str, Sequence[int]], 
         have = int(getattr(base, "obs_dim", state_dim))
         if state_dim == 0:
             raise ConfigError("this camera run has no state beside the frames, and the residual's base is a state "
-                              "policy: use a pixel base (experiment=bc-pixels) or a dataset with a state")
+                              "policy: use a pixel base (experiment=bc obs=pixels) or a dataset with a state")
     if have != state_dim:
         raise ConfigError(f"the residual's base takes states of size {have}, this run's env has Ds={state_dim} beside "
                           f"the cameras: a state base must be trained on the same task's flat observations "
