@@ -95,7 +95,7 @@ def minari_to_lerobot(
 
     Args:
         fps: frame rate; default the one recorded when the data came from a LeRobotDataset.
-        codec: ``"lossless"`` (libx264rgb qp 0: bit-exact frames), ``"h264"`` (libx264
+        codec: ``"lossless"`` (libx265 gbrp lossless: bit-exact frames), ``"h264"`` (libx264
             yuv420p, ``crf``) or ``"av1"`` (libsvtav1 yuv420p, ``crf``): see the module docstring.
         task: task string of every frame when the dataset records none (default: its id).
 
