@@ -44,7 +44,7 @@ def write_datasets(out: Path) -> list[Path]:
     rng = np.random.default_rng(0)
     n = sum(LENGTHS)
     yy, xx = np.mgrid[0:H, 0:W]
-    frames = np.stack([np.stack([(xx * 8 + 7 * t) % 256, (yy * 8 + 3 * t) % 256, np.full_like(xx, 15 * t % 256)], -1)
+    frames = np.stack([np.stack([xx * 6 + 2 * t, yy * 6 + t, np.full_like(xx, 14 * t)], -1)  # smooth, below 256
                        for t in range(n)]).astype(np.uint8)
     a = {"state": rng.normal(size=(n, 3)).astype(np.float32), "gripper": rng.uniform(0, 1, (n, 1)).astype(np.float32),
          "action": rng.uniform(-1, 1, (n, 1)).astype(np.float32), "reward": rng.normal(size=n).astype(np.float32),

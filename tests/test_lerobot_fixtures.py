@@ -11,6 +11,7 @@ them through LeRobot's library, images included; without it, that answers with o
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,9 @@ def test_lerobot_id_reads_through_lerobots_library(root, tmp_path, monkeypatch):
     ends = np.cumsum(exp["lengths"])
     np.testing.assert_array_equal(data.episode_ends, ends)
     assert data.num_transitions == int(ends[-1])
-    assert data.metadata["robotrl_provenance"]["lerobot"]["fps"] == 10.0
+    prov = data.metadata["robotrl_provenance"]
+    prov = json.loads(prov) if isinstance(prov, str) else prov
+    assert prov["lerobot"]["fps"] == 10.0 and prov["lerobot"]["tasks"] == ["task 0", "task 1"]
     frames = data.images["front"][data.image_index]
     if root in IMAGES:
         np.testing.assert_array_equal(frames, exp["frames"])  # PNG: exact
