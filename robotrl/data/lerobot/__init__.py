@@ -2,7 +2,10 @@
 
 ``robotrl convert --from lerobot SRC --to minari DST`` and the reverse call
 :func:`lerobot_to_minari` and :func:`minari_to_lerobot`. Needs PyAV (``av``) for the videos
-and pyarrow for the parquet files: ``pip install robotrl[video]``.
+and pyarrow for the parquet files: ``pip install robotrl[video]``. ``dataset.id=lerobot:<repo_id or folder>``
+reads a LeRobot dataset through LeRobot's own library instead (the ``[lerobot]`` extra;
+:mod:`robotrl.data.lerobot.library`); ``benchmarks/check_lerobot_interop.py`` checks this package's output
+with LeRobot's reader, editing tools, QUANTILES normaliser and dataloader.
 
 LeRobotDataset v3.0 layout (as written by lerobot >= 0.4)::
 
