@@ -103,7 +103,7 @@ def test_one_actor_killed_and_two_taken_over_leave_every_other_episode_whole(tmp
 
     def settled() -> None:  # the learner holds every row sent so far
         wait(lambda: all(status(run_dir).get("have", {}).get(a, -1) == n[a] - 1 for a in ACTORS if n[a]),
-             "the learner to take every row sent", [(learner, log)], timeout=60)
+             "the learner to take every row sent", [(learner, log)], timeout=180)  # the first includes its start
 
     try:
         for a in ACTORS:
