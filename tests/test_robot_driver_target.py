@@ -44,7 +44,8 @@ def test_out_of_tree_driver_is_served_by_robot_server_through_its_target(tmp_pat
     (conf / "toy.yaml").write_text(TOY_CONFIG)
     key = write_key_file(tmp_path / "robot.key")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DRIVERS), *sys.path])}
-    with ServerProcess(key, [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "robot=toy"], env=env) as srv:
+    with ServerProcess(key, [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "robot=toy"], env=env,
+                       start_timeout_s=180) as srv:  # its start under CI load
         with RobotClient(srv.endpoint, load_key(key)) as c:
             spec = c.hello()
             assert spec.name == "toy-slider" and spec.action.names == ("vel_cmd",) and spec.control_rate_hz == 20.0
