@@ -214,7 +214,7 @@ def _convert() -> None:
     p.add_argument("--data-format", default="hdf5", choices=["hdf5", "arrow"], help="Minari storage backend")
     p.add_argument("--fps", type=float, default=None, help="frame rate for Minari -> LeRobot (default: the recorded one)")
     p.add_argument("--codec", default="lossless", choices=["lossless", "h264", "av1"],
-                   help="lossless: libx264rgb qp 0 (bit-exact); h264: libx264 yuv420p; av1: libsvtav1 yuv420p (lerobot's own)")
+                   help="lossless: hevc (libx265) gbrp, lossless mode (bit-exact); h264: libx264 yuv420p; av1: libsvtav1 yuv420p (lerobot's own)")
     p.add_argument("--crf", type=int, default=18, help="quality of --codec h264/av1 (lower is better; lerobot uses 30 for av1)")
     p.add_argument("--task", default=None, help="task string of every frame when the Minari data records none")
     p.add_argument("--robot-type", default=None)

@@ -207,10 +207,45 @@ def test_round_trip_lerobot_minari_lerobot_exact(tmp_path, episodes, monkeypatch
     _assert_same(episodes, eps_back)
     meta = json.loads((back / "meta/info.json").read_text())
     assert meta["codebase_version"] == "v3.0" and meta["total_frames"] == sum(LENGTHS)
-    assert meta["features"][CAM]["info"]["video.pix_fmt"] == "rgb24"
+    # the lossless pair LeRobot 0.6's encoder checks accept (its editing tools re-encode with it)
+    assert (meta["features"][CAM]["info"]["video.codec"], meta["features"][CAM]["info"]["video.pix_fmt"]) == ("hevc", "gbrp")
     stats = json.loads((back / "meta/stats.json").read_text())
-    assert np.asarray(stats[CAM]["mean"]).shape == (3, 1, 1)
-    np.testing.assert_allclose(stats["action"]["max"], np.concatenate([e["action"] for e in episodes]).max(0), rtol=1e-6)
+    assert np.asarray(stats[CAM]["mean"]).shape == np.asarray(stats[CAM]["q50"]).shape == (3, 1, 1)
+    actions = np.concatenate([e["action"] for e in episodes])
+    np.testing.assert_allclose(stats["action"]["max"], actions.max(0), rtol=1e-6)
+    for q in ("q01", "q10", "q50", "q90", "q99"):  # LeRobot >= 0.4's quantiles (its QUANTILES normaliser needs them)
+        np.testing.assert_allclose(stats["action"][q], np.quantile(actions, int(q[1:]) / 100, axis=0), rtol=1e-6)
+    # per-episode stats in meta/episodes, as LeRobot keeps them
+    import pyarrow.parquet as pq
+
+    ep_meta = pq.read_table(back / "meta/episodes/chunk-000/file-000.parquet").to_pydict()
+    for i, e in enumerate(episodes):
+        np.testing.assert_allclose(ep_meta["stats/action/mean"][i], e["action"].mean(0), rtol=1e-5)
+        assert ep_meta["stats/action/count"][i] == [len(e["action"])]
+        assert np.asarray(ep_meta[f"stats/{CAM}/q99"][i]).shape == (3, 1, 1)
+
+
+def test_one_dimensional_features_are_scalar_columns(tmp_path):
+    """A 1-DoF action and a scalar state are written as scalar columns (LeRobot cannot cast a one-element list
+    column to its float feature) and read back unchanged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from robotrl.data.lerobot import LeRobotEpisode, LeRobotInfo, write_lerobot
+
+    rng = np.random.default_rng(0)
+    eps = [LeRobotEpisode({"observation.state": rng.normal(size=(n, 1)).astype(np.float32)},
+                          rng.uniform(-1, 1, (n, 1)).astype(np.float32), rng.normal(size=n).astype(np.float32),
+                          np.arange(n) == n - 1, np.zeros(n, np.int64)) for n in (5, 7)]
+    out = write_lerobot(tmp_path / "one_d", eps, LeRobotInfo(fps=10.0, features={}, tasks=["t"]))
+    schema = pq.read_schema(out / "data/chunk-000/file-000.parquet")
+    assert schema.field("action").type == pa.float32() and schema.field("observation.state").type == pa.float32()
+    feats = json.loads((out / "meta/info.json").read_text())["features"]
+    assert feats["action"]["shape"] == feats["observation.state"]["shape"] == [1]
+    _, back = read_lerobot(out)
+    for a, b in zip(eps, back):
+        np.testing.assert_array_equal(a.action, b.action)
+        np.testing.assert_array_equal(a.observations["observation.state"], b.observations["observation.state"])
 
 
 def test_lossy_h264_within_psnr(tmp_path, episodes):

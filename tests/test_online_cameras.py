@@ -141,7 +141,8 @@ def test_mismatched_cameras_are_refused_at_start_by_learner_and_actor(tmp_path):
     # the actor: the robot's cameras against the pixel policy it is given, before the first episode
     ps = policy_state(QLPolicy(8, 2, hidden=(16,), image_shapes={"pixels/topdown": [PX, PX, 3]}, channels=8, feature_dim=8))
     w = Weights(3, ps["target"], ps["kwargs"], ps["state_dict"], 0.0, 0.0)
-    robot_cfg = {"driver": "sim", "task": "pointmaze-umaze", "realtime": False, "cameras": ["topdown"], "image_size": 16}
+    robot_cfg = {"_target_": "robotrl.real_robot.sim.MuJoCoTwin", "task": "pointmaze-umaze", "realtime": False,
+                 "cameras": ["topdown"], "image_size": 16}
     dev = make_robot(robot_cfg)
     robot = LocalRobot(dev, make_supervisor(None, dev.spec()))
     try:

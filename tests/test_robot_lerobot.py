@@ -89,7 +89,8 @@ def test_supervisor_from_the_lerobot_config_limits_steps_and_holds_in_place():
 
 def test_lerobot_driver_without_lerobot_installed_says_how_to_install():
     with pytest.raises(ImportError, match=r"robotrl\[lerobot\]"):
-        make_robot({"driver": "lerobot", "robot_type": "so100_follower"})
+        make_robot({"_target_": "robotrl.real_robot.lerobot_adapter.LeRobotAdapter.from_robot_type",
+                    "robot_type": "so100_follower", "name": "lerobot", "safety": {}})
 
 
 class FakeSO100Cameras(FakeSO100):

@@ -111,11 +111,16 @@ def resolve_dataset_path(dataset: str | os.PathLike) -> Path:
     """The ``data/`` directory of a dataset given by id or path.
 
     Accepted: a Minari id (looked up under the local Minari directory), the dataset's
-    directory, or its ``data/`` directory.
+    directory, or its ``data/`` directory; ``lerobot:<repo_id or folder>``: a LeRobot dataset read through
+    LeRobot's own library and kept as a Minari dataset (:mod:`robotrl.data.lerobot.library`).
 
     Raises:
         DatasetNotFoundError: nothing there; the message says how to generate it.
     """
+    if str(dataset).startswith("lerobot:"):  # a LeRobot dataset, read by LeRobot's own library (the [lerobot] extra)
+        from robotrl.data.lerobot.library import lerobot_dataset_path
+
+        return lerobot_dataset_path(str(dataset)[len("lerobot:"):])
     candidates = []
     p = Path(dataset).expanduser()
     candidates += [p / "data", p]

@@ -227,14 +227,38 @@ class ReplayBuffer:
             self._open_episode[env_ids[row]] = -1
             self._open_last[env_ids[row]] = _NO_LINK
 
-    def end_open_episodes(self) -> None:
-        """Forget the episodes still open in each env (e.g. after a resume: the envs restart).
+    def end_open_episodes(self, env_ids=None) -> np.ndarray:
+        """End the episodes still open in the envs ``env_ids`` (default: every env), e.g. after a resume (the
+        envs restart), or for one actor of several when it was killed mid-episode or a takeover segment ended.
 
-        Their stored steps stay valid transitions; the next :meth:`add` starts new episodes
-        instead of linking to the old ones.
+        Only those envs' episodes end: every other env's open episode goes on linking its next steps. Each
+        ended episode's stored steps stay valid transitions (their next observations are real, so they still
+        bootstrap) and get their Monte Carlo return-to-go computed over the steps stored (the cut is where the
+        episode ended for the buffer: Cal-QL gets its lower bound there too, as for an episode that ended by
+        truncation). The next :meth:`add` for such an env starts a new episode instead of linking to the old
+        one. An env with no open episode, or whose open episode's newest step was overwritten, is left as is.
+
+        Args:
+            env_ids: ``(N,)`` env indices, or ``None`` for all ``num_envs``.
+
+        Returns:
+            int64 ``(K,)``: the episode ids that were ended here (those with a stored step).
+
+        Raises:
+            ValueError: an env index outside ``0 .. num_envs - 1``.
         """
-        self._open_episode[:] = -1
-        self._open_last[:] = _NO_LINK
+        envs = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)
+        if envs.size and (envs.min() < 0 or envs.max() >= self.num_envs):
+            raise ValueError(f"env_ids {envs.tolist()} outside 0..{self.num_envs - 1} (this buffer's num_envs)")
+        ended = []
+        for e in envs:
+            ep, last = int(self._open_episode[e]), int(self._open_last[e])
+            if ep >= 0 and last >= 0 and self.episode_id[last] == ep:
+                self._close_episode(last)
+                ended.append(ep)
+            self._open_episode[e] = -1
+            self._open_last[e] = _NO_LINK
+        return np.asarray(ended, np.int64)
 
     def _close_episode(self, last: int) -> None:
         chain = [last]

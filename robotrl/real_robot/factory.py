@@ -10,29 +10,54 @@ from robotrl.errors import ConfigError
 from robotrl.real_robot.interface import Robot, RobotSpec
 from robotrl.real_robot.safety import SafetyConfig, SafetySupervisor, WorkspaceBox
 
-DRIVERS = ("sim", "lerobot")
+#: the sections of a robot config that belong to the bridge, not to the driver: they are never passed to ``_target_``
+BRIDGE_KEYS = ("name", "endpoint", "episode", "reset", "safety")
 
 
 def make_robot(cfg: Mapping) -> Robot:
-    """A (not yet connected) robot for config ``cfg`` (``driver: sim | lerobot``).
+    """A (not yet connected) robot for the robot config ``cfg`` (``configs/robot/*.yaml``).
+
+    The config's ``_target_`` names the driver: a class (or a function returning one) that
+    ``hydra.utils.instantiate`` calls with every other key of the config as a keyword argument, except the
+    bridge's own sections :data:`BRIDGE_KEYS` (``name``, ``endpoint``, ``episode``, ``reset``, ``safety``). A
+    driver outside robotrl is selected the same way, by its import path (``docs/robot_driver_guide.md``).
 
     Raises:
-        ConfigError: unknown driver (lists the known ones) or bad driver options.
-        ImportError: ``driver: lerobot`` without ``pip install robotrl[lerobot]``.
+        ConfigError: no ``_target_`` (an old ``driver:`` name says which ``_target_`` replaces it), a
+            ``_target_`` that cannot be imported, arguments the driver does not take, or bad driver options.
+        ImportError: a driver whose outside library is missing, e.g. the LeRobot adapter without
+            ``pip install robotrl[lerobot]``.
     """
-    driver = cfg.get("driver")
-    if driver == "sim":
-        from robotrl.real_robot.sim import MuJoCoTwin
+    from hydra.errors import InstantiationException
+    from hydra.utils import get_object, instantiate
 
-        faults = dict(cfg.get("faults") or {})
-        return MuJoCoTwin(cfg.get("task", "pointmaze-umaze"), realtime=bool(cfg.get("realtime", True)), faults=faults,
-                          max_episode_steps=cfg.get("max_episode_steps"), env_kwargs=dict(cfg.get("env_kwargs") or {}),
-                          cameras=list(cfg.get("cameras") or ()), image_size=int(cfg.get("image_size") or 64))
-    if driver == "lerobot":
-        from robotrl.real_robot.lerobot_adapter import LeRobotAdapter
+    target = cfg.get("_target_")
+    if not target:
+        old = cfg.get("driver")
+        hint = (f"; `driver: {old}` is now `_target_: {_OLD_DRIVERS[old]}`" if old in _OLD_DRIVERS else
+                f"; `driver: {old}` names no class: set `_target_` to your driver's import path" if old else "")
+        raise ConfigError("the robot config has no _target_ (the driver class, e.g. robotrl.real_robot.sim.MuJoCoTwin)"
+                          f"{hint} (see docs/robot_driver_guide.md)")
+    kwargs = {k: v for k, v in cfg.items() if k not in BRIDGE_KEYS and k != "_target_"}
+    try:
+        get_object(str(target))
+    except Exception as exc:  # hydra wraps what the import raised
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"robot driver _target_={target} cannot be imported ({type(cause).__name__}: {cause}); give the "
+                          "import path of the driver class (package.module.Class) of an installed package") from None
+    try:
+        return instantiate({"_target_": target, **kwargs}, _convert_="all", _recursive_=False)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, (ImportError, ConfigError)):
+            raise cause from None  # the driver's own message says what to do
+        raise ConfigError(f"robot driver _target_={target} could not be built from the robot config keys "
+                          f"{sorted(kwargs)}: {(cause or exc)!s} (every key but {', '.join(BRIDGE_KEYS)} is passed "
+                          "to the driver; see docs/robot_driver_guide.md)") from None
 
-        return LeRobotAdapter.from_config(cfg)
-    raise ConfigError(f"unknown robot driver {driver!r}; choose one of {DRIVERS} (see docs/robot_driver_guide.md to add one)")
+
+_OLD_DRIVERS = {"sim": "robotrl.real_robot.sim.MuJoCoTwin",
+                "lerobot": "robotrl.real_robot.lerobot_adapter.LeRobotAdapter.from_robot_type"}
 
 
 def make_supervisor(safety: Mapping | None, spec: RobotSpec, rate_hz: float | None = None) -> SafetySupervisor:

@@ -78,16 +78,24 @@ class LeRobotAdapter:
         self._last_state: np.ndarray | None = None
 
     @classmethod
-    def from_config(cls, cfg: Mapping) -> LeRobotAdapter:
-        """Build the LeRobot robot named by ``robot_type`` with ``robot_kwargs`` (needs lerobot installed)."""
+    def from_robot_type(cls, robot_type: str, *, robot_kwargs: Mapping | None = None, control_rate_hz: float = 30.0,
+                        joint_units: str = "rad", bounds: Mapping | None = None, name: str | None = None,
+                        cameras: list[str] | tuple[str, ...] | None = None) -> LeRobotAdapter:
+        """Build the LeRobot robot named by ``robot_type`` (its ``RobotConfig`` choice name, e.g.
+        ``so100_follower``) with ``robot_kwargs``; the driver ``_target_`` of ``configs/robot/lerobot.yaml``.
+        The other arguments are the constructor's.
+
+        Raises:
+            ImportError: LeRobot is not installed (the message says ``pip install 'robotrl[lerobot]'``).
+            ConfigError: as the constructor.
+        """
         try:
             from lerobot.robots import RobotConfig, make_robot_from_config
         except ImportError as exc:
-            raise ImportError("driver: lerobot needs LeRobot: pip install 'robotrl[lerobot]'") from exc
-        config = RobotConfig.get_choice_class(cfg["robot_type"])(**dict(cfg.get("robot_kwargs") or {}))
-        cams = cfg.get("cameras")
-        return cls(make_robot_from_config(config), float(cfg.get("control_rate_hz", 30.0)), cfg.get("joint_units", "rad"),
-                   cfg.get("bounds"), cfg.get("name"), None if cams is None else list(cams))
+            raise ImportError("the LeRobot driver needs LeRobot: pip install 'robotrl[lerobot]'") from exc
+        config = RobotConfig.get_choice_class(robot_type)(**dict(robot_kwargs or {}))
+        return cls(make_robot_from_config(config), float(control_rate_hz), joint_units, bounds, name,
+                   None if cameras is None else list(cameras))
 
     # ---- units ------------------------------------------------------------------------
     def _scale(self, names) -> np.ndarray:

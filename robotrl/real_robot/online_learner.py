@@ -385,9 +385,9 @@ class OnlineLearner:
             if last is not None and int(b["episode"][i]) != last[0] and self._open_ep.get(actor) is not None:
                 # the actor's previous episode never ended here (the actor was killed mid-episode):
                 # do not link the new episode to it
-                self.online.end_open_episodes()
+                self.online.end_open_episodes([slot])  # this actor's episode only: the others go on
                 if self.demos is not None:
-                    self.demos.end_open_episodes()
+                    self.demos.end_open_episodes([slot])
                 acc = self._ep_acc.pop(actor, {})
                 self.episode_log.append({"actor": actor, "episode": last[0], **acc, "ingested": self.ingested, "cut": True})
             pos = self.online.ptr
@@ -403,7 +403,7 @@ class OnlineLearner:
             elif interv:
                 self.interventions += 1
             if self._in_takeover.get(actor) and (not interv) and self.demos is not None:
-                self.demos.end_open_episodes()  # a takeover segment ended: do not link it to the next one
+                self.demos.end_open_episodes([slot])  # this actor's takeover segment ended: do not link it to the next one
             self._in_takeover[actor] = interv and not (b["terminated"][i] or b["truncated"][i])
             acc = self._ep_acc.setdefault(actor, {"return": 0.0, "success": False, "interventions": 0, "steps": 0})
             acc["return"] += float(b["reward"][i])

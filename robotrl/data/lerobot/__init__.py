@@ -2,14 +2,18 @@
 
 ``robotrl convert --from lerobot SRC --to minari DST`` and the reverse call
 :func:`lerobot_to_minari` and :func:`minari_to_lerobot`. Needs PyAV (``av``) for the videos
-and pyarrow for the parquet files: ``pip install robotrl[video]``.
+and pyarrow for the parquet files: ``pip install robotrl[video]``. ``dataset.id=lerobot:<repo_id or folder>``
+reads a LeRobot dataset through LeRobot's own library instead (the ``[lerobot]`` extra;
+:mod:`robotrl.data.lerobot.library`); ``benchmarks/check_lerobot_interop.py`` checks this package's output
+with LeRobot's reader, editing tools, QUANTILES normaliser and dataloader.
 
 LeRobotDataset v3.0 layout (as written by lerobot >= 0.4)::
 
     meta/info.json                                  codebase_version "v3.0", fps, features, path templates
-    meta/stats.json                                 per-feature min/max/mean/std/count
+    meta/stats.json                                 per-feature min/max/mean/std/count and quantiles q01..q99
     meta/tasks.parquet                              task string -> task_index
-    meta/episodes/chunk-000/file-000.parquet        one row per episode: length, tasks, data and video locations
+    meta/episodes/chunk-000/file-000.parquet        one row per episode: length, tasks, data and video locations,
+                                                    and its own stats (columns stats/<feature>/<stat>)
     data/chunk-000/file-000.parquet                 one row per frame (many episodes per file)
     videos/<camera key>/chunk-000/file-000.mp4      frames of many episodes back to back
 
@@ -39,15 +43,24 @@ observation has no place in a LeRobotDataset and is dropped), ``next.done`` =
 terminations. Cameras are the ``uint8 (H, W, 3)`` entries of a ``Dict`` observation; a
 ``Box`` observation becomes ``observation.state``. Video codecs (``codec=``):
 
-- ``"lossless"`` (default): H.264 in RGB (``libx264rgb``, ``qp=0``, pixel format ``rgb24``):
-  frames decode bit-exactly; files are larger; any ffmpeg-based reader (PyAV, torchcodec)
-  decodes them.
+- ``"lossless"`` (default): HEVC in planar RGB (``libx265``, ``lossless=1``, pixel format ``gbrp``;
+  declared ``video.codec: hevc``, ``video.pix_fmt: gbrp``): frames decode bit-exactly; files are larger;
+  any ffmpeg-based reader (PyAV, torchcodec) decodes them, and LeRobot 0.6's editing tools
+  (``delete_episodes``, ``split_dataset``), which re-encode with the declared codec and pixel format,
+  accept it (they refuse the ``h264``/``rgb24`` pair robotrl wrote before).
 - ``"h264"``: H.264 ``libx264``/``yuv420p`` with ``crf`` (default 18): small, lossy
   (chroma subsampled), the most widely playable; H and W must be even.
 - ``"av1"``: AV1 ``libsvtav1``/``yuv420p``, keyframe every 2 frames, with ``crf``: what
   lerobot itself writes (it uses crf 30); lossy; H and W must be even.
 
 Reading decodes whatever the file holds (AV1, H.264, HEVC, ... through PyAV's FFmpeg).
+
+A feature of one value per frame (a 1-DoF action, a scalar state) is a scalar column (feature shape
+``[1]``), as LeRobot writes it; LeRobot cannot open a one-element list column there. Stats are
+LeRobot's: ``min``/``max``/``mean``/``std``/``count`` and the quantiles ``q01``, ``q10``, ``q50``,
+``q90``, ``q99`` (exact ``numpy.quantile`` where LeRobot approximates them from histograms), images per
+channel in ``[0, 1]`` shaped ``(3, 1, 1)``; for the whole dataset in ``meta/stats.json`` and per episode
+in ``meta/episodes``.
 
 Everything is written atomically: into a hidden sibling folder, moved into place with one
 ``os.replace`` when complete.

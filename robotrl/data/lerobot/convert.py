@@ -37,9 +37,24 @@ def lerobot_to_minari(
     Observations become ``Dict`` ``{"state": float32 (Ds,), "<cam>": uint8 (H, W, 3), ...}``
     (see the module docstring for the full mapping). Returns the Minari dataset folder.
     """
+    info, eps = read_lerobot(src, tolerance_s=tolerance_s)
+    return episodes_to_minari(info, eps, dataset_id, source=str(src), root=root, data_format=data_format,
+                              overwrite=overwrite)
+
+
+def episodes_to_minari(info: LeRobotInfo, eps: list[LeRobotEpisode], dataset_id: str, *, source: str,
+                       root: str | os.PathLike | None = None, data_format: str = "hdf5", overwrite: bool = False) -> Path:
+    """Write LeRobot episodes (read by :func:`read_lerobot` or through LeRobot's own library,
+    :func:`robotrl.data.lerobot.library.read_with_lerobot`) as Minari dataset ``dataset_id``; ``source`` is
+    recorded in its provenance with the fps, tasks and feature names. Returns the Minari dataset folder.
+
+    Raises:
+        DatasetFormatError: no frames.
+        ConvertError: observation features whose Minari keys collide, or an image feature that is not uint8 RGB.
+    """
     from robotrl.data.writer import Episode, write_dataset
 
-    info, eps = read_lerobot(src, tolerance_s=tolerance_s)
+    src = source
     if not eps:
         raise DatasetFormatError(f"{src} holds no frames")
     keymap = {f: _minari_key(f) for f in eps[0].observations}
@@ -48,7 +63,7 @@ def lerobot_to_minari(
     obs_spaces = {}
     for f, k in keymap.items():
         v = eps[0].observations[f]
-        if info.features[f].get("dtype") == "video":
+        if info.features[f].get("dtype") in ("video", "image"):
             obs_spaces[k] = gym.spaces.Box(0, 255, v.shape[1:], np.uint8)
         else:
             obs_spaces[k] = gym.spaces.Box(-np.inf, np.inf, v.shape[1:], v.dtype if v.dtype.kind == "f" else np.float32)
@@ -95,7 +110,7 @@ def minari_to_lerobot(
 
     Args:
         fps: frame rate; default the one recorded when the data came from a LeRobotDataset.
-        codec: ``"lossless"`` (libx264rgb qp 0: bit-exact frames), ``"h264"`` (libx264
+        codec: ``"lossless"`` (libx265 gbrp lossless: bit-exact frames), ``"h264"`` (libx264
             yuv420p, ``crf``) or ``"av1"`` (libsvtav1 yuv420p, ``crf``): see the module docstring.
         task: task string of every frame when the dataset records none (default: its id).
 

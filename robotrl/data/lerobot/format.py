@@ -17,11 +17,15 @@ VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.m
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 #: codec name -> (PyAV encoder, pixel format, encoder options); ``crf`` is filled in for the lossy ones.
 CODECS: dict[str, tuple[str, str, dict[str, str]]] = {
-    "lossless": ("libx264rgb", "rgb24", {"qp": "0", "preset": "veryfast"}),
+    # HEVC in planar RGB, x265's lossless mode: bit-exact, and a (codec, pix_fmt) pair LeRobot 0.6's encoder checks
+    # accept (its editing tools re-encode with what info.json declares; libx264rgb/rgb24 is refused there)
+    "lossless": ("libx265", "gbrp", {"x265-params": "lossless=1:log-level=error", "preset": "veryfast"}),
     "h264": ("libx264", "yuv420p", {"preset": "veryfast"}),
     "av1": ("libsvtav1", "yuv420p", {"g": "2", "preset": "8"}),  # LeRobot's own default (keyframe every 2 frames)
 }
-_CODEC_NAME = {"libx264rgb": "h264", "libx264": "h264", "libsvtav1": "av1"}
+_CODEC_NAME = {"libx265": "hevc", "libx264": "h264", "libsvtav1": "av1"}
+#: the quantiles LeRobot >= 0.4 writes into its stats (``q01`` ... ``q99``; its QUANTILES normaliser reads them)
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _PROV_KEY = "lerobot"
 
 

@@ -103,7 +103,10 @@ def read_lerobot(root: str | os.PathLike, *, tolerance_s: float = 1e-4) -> tuple
     if images:
         raise ConvertError(
             f"{root}: features {images} are stored as images in parquet (dtype 'image'); only video features are "
-            "supported. Re-encode them as videos with lerobot (convert_dataset_to_videos) first"
+            "supported by robotrl's own reader. Read it through LeRobot (pip install 'robotrl[lerobot]', "
+            "dataset.id=lerobot:<folder or repo_id>), or re-encode the images as videos with LeRobot first: "
+            "lerobot-edit-dataset --repo_id <repo_id> --root <folder> --operation.type convert_image_to_video "
+            "--operation.output_dir <new folder> (lerobot.datasets.dataset_tools.convert_image_to_video_dataset)"
         )
     video_keys = [k for k, f in features.items() if f.get("dtype") == "video"]
     obs_keys = [k for k, f in features.items() if k.startswith("observation.") and f.get("dtype") not in ("video", "image")]

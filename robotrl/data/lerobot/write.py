@@ -13,7 +13,8 @@ import numpy as np
 
 from robotrl.data.writer import commit_dir
 from robotrl.errors import DatasetExistsError
-from robotrl.data.lerobot.format import CODEBASE_VERSION, DATA_PATH, VIDEO_PATH, EPISODES_PATH, CODECS, _CODEC_NAME, ConvertError, _need_av, LeRobotEpisode, LeRobotInfo
+from robotrl.data.lerobot.format import (CODEBASE_VERSION, CODECS, DATA_PATH, EPISODES_PATH, QUANTILES, VIDEO_PATH,
+                                        _CODEC_NAME, ConvertError, LeRobotEpisode, LeRobotInfo, _need_av)
 
 
 def _encode_video(path: Path, frames: np.ndarray, fps: float, codec: str, crf: int) -> dict[str, Any]:
@@ -43,21 +44,29 @@ def _encode_video(path: Path, frames: np.ndarray, fps: float, codec: str, crf: i
             "video.is_depth_map": False, "video.fps": fps, "video.channels": C, "has_audio": False}
 
 
-def _fixed_list(values: np.ndarray):
+def _column(values: np.ndarray):
+    """A frame column: a scalar column for one value per frame (LeRobot's layout of shape ``[1]`` features), else
+    a fixed-size list of the flattened values."""
     import pyarrow as pa
 
-    flat = pa.array(np.ascontiguousarray(values).reshape(-1))
-    return pa.FixedSizeListArray.from_arrays(flat, int(np.prod(values.shape[1:])))
+    v = np.ascontiguousarray(values)
+    width = int(np.prod(v.shape[1:]))
+    if width == 1:
+        return pa.array(v.reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), width)
 
 
-def _stats(x: np.ndarray, image: bool) -> dict[str, list | int]:
+def _stats(x: np.ndarray, image: bool) -> dict[str, list]:
+    """LeRobot's stats of one feature's frames ``x (N, ...)``: ``min``/``max``/``mean``/``std``, the quantiles
+    ``q01``..``q99`` (:data:`QUANTILES`) and ``count``; images per channel in ``[0, 1]``, each ``(C, 1, 1)``."""
     if image:  # LeRobot: per channel, in [0, 1], shape (C, 1, 1)
         x = x.reshape(-1, x.shape[-1]).astype(np.float64) / 255.0
-        agg = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0)}
-        return {**{k: v.reshape(-1, 1, 1).tolist() for k, v in agg.items()}, "count": [int(x.shape[0])]}
-    x = x.reshape(x.shape[0], -1).astype(np.float64)
-    return {"min": x.min(0).tolist(), "max": x.max(0).tolist(), "mean": x.mean(0).tolist(), "std": x.std(0).tolist(),
-            "count": [int(x.shape[0])]}
+    else:
+        x = x.reshape(x.shape[0], -1).astype(np.float64)
+    agg = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0)}
+    agg.update({f"q{round(q * 100):02d}": np.quantile(x, q, axis=0) for q in QUANTILES})
+    shape = (-1, 1, 1) if image else (-1,)
+    return {**{k: v.reshape(shape).tolist() for k, v in agg.items()}, "count": [int(x.shape[0])]}
 
 
 def _tasks_table(tasks: list[str]):
@@ -96,7 +105,7 @@ def write_lerobot(
 
     Camera features are the ``uint8 (N, H, W, 3)`` entries of ``episode.observations``
     whose ``info.features`` dtype is ``"video"`` (or, if absent there, any 4-D uint8 entry).
-    ``codec``: ``"lossless"`` (libx264rgb, qp 0, bit-exact), ``"h264"`` (libx264 yuv420p, ``crf``)
+    ``codec``: ``"lossless"`` (libx265 gbrp, x265 lossless mode, bit-exact; declared ``hevc``/``gbrp``), ``"h264"`` (libx264 yuv420p, ``crf``)
     or ``"av1"`` (libsvtav1 yuv420p, ``crf``).
     """
     import pyarrow as pa
@@ -135,10 +144,10 @@ def write_lerobot(
             v = cat[k].astype(np.float32) if cat[k].dtype.kind == "f" else cat[k]
             names = info.features.get(k, {}).get("names")
             features[k] = {"dtype": str(v.dtype), "shape": list(v.shape[1:]) or [1], "names": names}
-            columns[k] = _fixed_list(v) if v.ndim > 1 else pa.array(v)
+            columns[k] = _column(v)
         features["action"] = {"dtype": "float32", "shape": list(action.shape[1:]),
                               "names": info.features.get("action", {}).get("names")}
-        columns["action"] = _fixed_list(action)
+        columns["action"] = _column(action)
         features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
         features["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
         columns["next.reward"] = pa.array(reward)
@@ -171,15 +180,21 @@ def write_lerobot(
             ep_cols[f"videos/{k}/file_index"] = pa.array(np.zeros(len(episodes), np.int64))
             ep_cols[f"videos/{k}/from_timestamp"] = pa.array(starts / fps)
             ep_cols[f"videos/{k}/to_timestamp"] = pa.array((starts + lengths) / fps)
+        per_frame = {**{k: cat[k] for k in first.observations}, "action": action, "next.reward": reward[:, None],
+                     "next.done": done[:, None], "timestamp": (frame_index / fps)[:, None], "frame_index": frame_index[:, None],
+                     "episode_index": episode_index[:, None], "index": np.arange(total)[:, None],
+                     "task_index": task_index[:, None]}
+        for k, x in per_frame.items():  # each episode's own stats, as LeRobot keeps them (stats/<feature>/<stat>)
+            ep_stats = [_stats(x[s0:s0 + n], k in cams) for s0, n in zip(starts, lengths)]
+            for stat in ep_stats[0]:
+                ep_cols[f"stats/{k}/{stat}"] = pa.array([e[stat] for e in ep_stats])
         ep_cols["meta/episodes/chunk_index"] = pa.array(np.zeros(len(episodes), np.int64))
         ep_cols["meta/episodes/file_index"] = pa.array(np.zeros(len(episodes), np.int64))
         (tmp / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
         pq.write_table(pa.table(ep_cols), tmp / EPISODES_PATH.format(chunk_index=0, file_index=0))
         pq.write_table(_tasks_table(tasks), tmp / "meta" / "tasks.parquet")
 
-        stats = {k: _stats(cat[k], k in cams) for k in first.observations}
-        stats.update({"action": _stats(action, False), "next.reward": _stats(reward[:, None], False),
-                      "next.done": _stats(done[:, None], False)})
+        stats = {k: _stats(x, k in cams) for k, x in per_frame.items()}
         (tmp / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
         meta = {
             "codebase_version": CODEBASE_VERSION, "robot_type": info.robot_type,
