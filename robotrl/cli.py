@@ -296,6 +296,8 @@ _COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main,
 #: Hydra commands whose overrides are checked before Hydra runs, with their config names.
 _PREFLIGHT = {"train": "train", "eval": "eval", "collect": "collect"}
 _DEVICES = ("auto", "cpu", "cuda", "mps")
+#: Namespaces of the official Minari datasets (Farama's remote storage), which need a download.
+OFFICIAL_NAMESPACES = ("mujoco/", "D4RL/", "minigrid/", "atari/")
 
 
 def _config_groups() -> set[str]:
@@ -380,7 +382,7 @@ def _official_dataset_hint(cfg) -> ConfigError | None:
     if not isinstance(ds, DictConfig) or ds.get("recipe") or not ds.get("id"):
         return None
     ds_id = str(ds.id)
-    if "/" not in ds_id or ds_id.startswith(("/", ".", "~")):
+    if not ds_id.startswith(OFFICIAL_NAMESPACES):  # someone's own id: the run's own message lists the closest names
         return None
     from robotrl.data.dataset import resolve_dataset_path
     from robotrl.errors import DatasetNotFoundError

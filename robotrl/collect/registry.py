@@ -252,17 +252,14 @@ def check_recipe_provenance(dataset_id: str, name: str, args: dict, root: str | 
             had = recorded_args[k]
         elif k in prov:
             had = prov[k]
-        elif isinstance(recorded_args, dict):
-            had = _RECIPE_DEFAULT  # recorded, and not given then: the recipe's default
+        elif isinstance(recorded_args, dict):  # recorded, and not given then: the recipe's default
+            had = _recipe_default(name, k)
+            if had is _UNKNOWN:
+                continue
         else:
             continue
-        if had is _RECIPE_DEFAULT or json.dumps(had, sort_keys=True, default=str) != json.dumps(v, sort_keys=True, default=str):
-            diffs.append(f"{k}={'(recipe default)' if had is _RECIPE_DEFAULT else json.dumps(had, default=str)} "
-                         f"recorded, {k}={json.dumps(v, default=str)} asked")
-    if isinstance(recorded_args, dict):
-        for k, had in sorted(recorded_args.items()):
-            if k not in args and k not in NOT_DATA_ARGS:
-                diffs.append(f"{k}={json.dumps(had, default=str)} recorded, the recipe's default asked")
+        if json.dumps(had, sort_keys=True, default=str) != json.dumps(v, sort_keys=True, default=str):
+            diffs.append(f"{k}={json.dumps(had, default=str)} recorded, {k}={json.dumps(v, default=str)} asked")
     if diffs:
         stem, _, version = dataset_id.rpartition("-")
         variant = f"{stem}-<variant>-{version}" if version.startswith("v") and stem else f"{dataset_id}-<variant>"
@@ -272,4 +269,21 @@ def check_recipe_provenance(dataset_id: str, name: str, args: dict, root: str | 
             f"or delete {path} to regenerate it")
 
 
-_RECIPE_DEFAULT = object()
+_UNKNOWN = object()
+
+
+def _recipe_default(name: str, key: str):
+    """The value recipe ``name`` uses for ``key`` when not given (its fixed arguments, then its
+    function's default); ``_UNKNOWN`` when neither says."""
+    import importlib
+    import inspect
+
+    recipe = _recipe(name)
+    if key in recipe.kwargs:
+        return recipe.kwargs[key]
+    module = {"collect_pointmaze": "robotrl.collect.pointmaze", "collect_fetch": "robotrl.collect.fetch",
+              "collect_locomotion": "robotrl.collect.locomotion"}.get(recipe.fn.__name__)
+    if module is None:
+        return _UNKNOWN
+    param = inspect.signature(getattr(importlib.import_module(module), recipe.fn.__name__)).parameters.get(key)
+    return _UNKNOWN if param is None or param.default is inspect.Parameter.empty else param.default
