@@ -203,3 +203,25 @@ def test_cli_log_keeps_the_console_with_timestamps_and_no_bar_states(tmp_path):
         if shown.strip() and not shown.startswith(still_printed):
             assert shown in log, shown
     assert "report.json" in log and "cli.log" in log
+
+
+def test_config_and_hparams_go_into_the_runs_one_event_file(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from robotrl.utils import log_run_config
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    writer.add_scalar("train/loss", 1.0, 1)
+    log_run_config(writer, {"seed": 0, "trainer": {"offline_steps": 200, "init_from": None}, "agent": {"hidden": [64, 64]}},
+                   {"summary/final_return": 12.5}, step=200)
+    writer.close()
+    files = [p for p in (tmp_path / "tb").rglob("events.out.tfevents.*")]
+    assert len(files) == 1 and files[0].parent == tmp_path / "tb"
+    acc = EventAccumulator(str(files[0]), size_guidance={"tensors": 0})
+    acc.Reload()
+    assert "config/text_summary" in acc.Tags()["tensors"] and "summary/final_return" in acc.Tags()["scalars"]
+    hp = acc.PluginTagToContent("hparams")
+    assert {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"} <= set(hp)
+    start = hp["_hparams_/session_start_info"]
+    assert b"trainer.offline_steps" in start and b"agent.hidden" in start
