@@ -225,3 +225,32 @@ def test_config_and_hparams_go_into_the_runs_one_event_file(tmp_path):
     assert {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"} <= set(hp)
     start = hp["_hparams_/session_start_info"]
     assert b"trainer.offline_steps" in start and b"agent.hidden" in start
+
+
+# ----------------------------------------------------------------------------- deployable policies without Hydra
+def test_save_pretrained_round_trips_a_policy_without_hydra(tmp_path):
+    import numpy as np
+    import torch
+
+    from robotrl.agents.bc import BCAgent
+    from robotrl.data import ActionScaler, ObservationNormalizer
+    from robotrl.errors import CheckpointError
+    from robotrl.policy import act, from_pretrained, save_pretrained
+
+    norm = ObservationNormalizer(torch.tensor([0.5, -1.0, 2.0]), torch.tensor([2.0, 0.5, 1.0]))
+    agent = BCAgent(3, 2, obs_normalizer=norm, action_scaler=ActionScaler(torch.tensor([-2.0, -1.0]), torch.tensor([2.0, 1.0])),
+                    device="cpu", seed=0)
+    policy = agent.policy.eval()
+    out = save_pretrained(policy, tmp_path / "policy")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert json.loads((out / "config.json").read_text())["target"].startswith("robotrl.agents.bc.")
+    loaded = from_pretrained(out)
+    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    assert np.array_equal(act(loaded, obs), act(policy, obs))  # normalisers travel with the weights
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**cfg, "target": "os.system"}))
+    with pytest.raises(CheckpointError, match="only classes under robotrl.agents."):
+        from_pretrained(out)
+    (out / "config.json").write_text(json.dumps({**cfg, "kwargs": {**cfg["kwargs"], "obs_dim": 4}}))
+    with pytest.raises(CheckpointError, match="do not fit"):
+        from_pretrained(out)
