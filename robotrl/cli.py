@@ -181,13 +181,22 @@ def eval_main(cfg: DictConfig) -> dict | None:
     return res
 
 
+def _require_robot() -> None:
+    from robotrl.errors import require
+
+    require("zmq", "robot", "the robot bridge")
+    require("msgpack", "robot", "the robot bridge")
+
+
 def _robot_server() -> None:
+    _require_robot()
     from robotrl.real_robot.cli import robot_server_main  # lazy: zmq/onnx stay out of `robotrl train`
 
     robot_server_main()
 
 
 def _deploy() -> None:
+    _require_robot()
     from robotrl.real_robot.cli import deploy_main
 
     deploy_main()
@@ -195,6 +204,7 @@ def _deploy() -> None:
 
 def _online(name: str):
     def run() -> None:
+        _require_robot()
         from robotrl.real_robot.online_cli import COMMANDS  # lazy: zmq/torch only for these commands
 
         COMMANDS[name]()
@@ -270,6 +280,11 @@ def _export() -> None:
     p.add_argument("--opset", type=int, default=17, help="ONNX opset")
     p.add_argument("--overwrite", action="store_true", help="replace a bundle already in OUT_DIR")
     a = p.parse_args(sys.argv[1:])
+    if "onnx" in a.formats:
+        from robotrl.errors import require
+
+        require("onnx", "export", "ONNX export (--formats onnx; --formats torchscript needs nothing more)")
+        require("onnxruntime", "export", "ONNX export's check in ONNX Runtime")
     from robotrl.policy import load_policy
     from robotrl.real_robot.export import META, export_policy
 

@@ -254,3 +254,17 @@ def test_save_pretrained_round_trips_a_policy_without_hydra(tmp_path):
     (out / "config.json").write_text(json.dumps({**cfg, "kwargs": {**cfg["kwargs"], "obs_dim": 4}}))
     with pytest.raises(CheckpointError, match="do not fit"):
         from_pretrained(out)
+
+
+# ----------------------------------------------------------------------------- the core without the optional libraries
+@pytest.mark.parametrize("blocked, args, extra", [
+    ("zmq", ["robot-server", "robot=sim", "key_file=k.key", "key_create=true"], "robot"),
+    ("msgpack", ["deploy", "checkpoint=x", "robot=sim", "key_file=k.key"], "robot"),
+    ("onnx", ["export", "run", "bundle"], "export"),
+])
+def test_a_feature_without_its_extra_names_the_extra(tmp_path, blocked, args, extra):
+    # sys.modules[name] = None is Python's own way to make a module unimportable in this process
+    code = f"import sys; sys.modules[{blocked!r}] = None; from robotrl.cli import main; main({args!r})"
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    line = _one_error_line(res)
+    assert f'robotrl[{extra}]' in line and blocked in line
