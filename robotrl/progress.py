@@ -45,11 +45,22 @@ class ConsoleHandler(logging.StreamHandler):
             self.handleError(record)
 
 
+def _shows_on_console(h: logging.Handler) -> bool:
+    if isinstance(h, ConsoleHandler):
+        return True
+    return (type(h) is logging.StreamHandler and getattr(h, "stream", None) in (sys.stdout, sys.stderr)
+            and h.level <= logging.INFO)
+
+
 def _console_configured() -> bool:
-    """Whether a :class:`ConsoleHandler` will show ``robotrl.console`` records."""
+    """Whether logging will show ``robotrl.console``'s INFO records on the console: a
+    :class:`ConsoleHandler`, or a plain stdout/stderr ``StreamHandler`` (Hydra's ``stdout``
+    job logging), on the logger's chain."""
+    if not log.isEnabledFor(logging.INFO):
+        return False
     logger: logging.Logger | None = log
     while logger is not None:
-        if any(isinstance(h, ConsoleHandler) for h in logger.handlers):
+        if any(_shows_on_console(h) for h in logger.handlers):
             return True
         if not logger.propagate:
             return False
