@@ -268,3 +268,21 @@ def test_a_feature_without_its_extra_names_the_extra(tmp_path, blocked, args, ex
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     line = _one_error_line(res)
     assert f'robotrl[{extra}]' in line and blocked in line
+
+
+@pytest.mark.slow
+def test_headless_camera_frames_from_python_after_mujoco_was_imported(tmp_path):
+    """The library path of defect (b): mujoco imported (GLFW chosen) before any camera env, no display, nothing set."""
+    from robotrl.envs.video import osmesa_available
+
+    if not osmesa_available():
+        pytest.skip("libOSMesa (apt-get install libosmesa6) is not installed")
+    code = ("import mujoco, gymnasium as gym, gymnasium_robotics, numpy as np\n"
+            "from robotrl.envs import make_env\n"
+            "env = make_env('PointMaze_UMaze-v3', pixels=('topdown',), size=16)\n"
+            "obs, _ = env.reset(seed=0)\n"
+            "px = obs['pixels']['topdown']\n"
+            "print(px.shape, px.dtype, int(px.max()) > 0)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().splitlines()[-1] == "(16, 16, 3) uint8 True"

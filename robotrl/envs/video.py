@@ -2,8 +2,8 @@
 
 Rendering MuJoCo without a display needs the Debian package ``libosmesa6`` and the
 environment variables ``MUJOCO_GL=osmesa`` and ``PYOPENGL_PLATFORM=osmesa``.
-:func:`configure_headless_rendering` sets them when unset; it must run before mujoco is
-imported (mujoco reads ``MUJOCO_GL`` once, at import), and says so in one line when it runs too late.
+:func:`configure_headless_rendering` sets them when unset; mujoco reads ``MUJOCO_GL`` once, at
+import, so run after that it gives mujoco the OSMesa context class it would have picked.
 The ``robotrl`` command line calls :func:`prefer_headless_rendering` first thing, so recording
 works on a headless machine with nothing set by hand. gymnasium's own
 ``RecordVideo`` needs ``moviepy``, which robotrl does not depend on, so frames are
@@ -59,21 +59,38 @@ def configure_headless_rendering() -> str:
     """
     backend = os.environ.get("MUJOCO_GL", "").strip().lower()
     if not backend:
-        chosen = _backend_mujoco_chose()
-        if chosen is not None and not _has_display():
-            # mujoco reads MUJOCO_GL once, at import: setting it now would change nothing, and its
-            # GLFW backend fails at the first frame with "an OpenGL platform library has not been loaded"
-            raise RenderingError(
-                f"mujoco was imported with the {chosen or 'glfw'} GL backend and there is no display: set "
-                "MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa before starting Python, or call "
-                "robotrl.envs.configure_headless_rendering() before the first MuJoCo env is made "
-                "(the robotrl command line does this itself)")
+        late = _backend_mujoco_chose() == "" and not _has_display()  # mujoco already chose GLFW, at import
         os.environ["MUJOCO_GL"] = backend = "osmesa"
+    else:
+        late = False
     if backend == "osmesa":
         os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
         if not osmesa_available():
             raise RenderingError(f"libOSMesa was not found: {_APT_HINT}")
+        if late:
+            _switch_mujoco_to_osmesa()
     return backend
+
+
+def _switch_mujoco_to_osmesa() -> None:
+    """mujoco picks ``mujoco.gl_context.GLContext`` once, at import, from ``MUJOCO_GL``; imported
+    without it on a machine with no display, it picked GLFW, which fails at the first
+    ``mujoco.Renderer`` frame ("an OpenGL platform library has not been loaded"). Give it the
+    class it would have picked with ``MUJOCO_GL=osmesa`` (gymnasium's own renderer reads the
+    variable per viewer and needs nothing).
+
+    Raises:
+        RenderingError: PyOpenGL is already loaded for another platform: too late in this process.
+    """
+    import mujoco.gl_context as gl
+
+    if "OpenGL.GL" in sys.modules and os.environ.get("PYOPENGL_PLATFORM", "").lower() != "osmesa":
+        raise RenderingError("PyOpenGL was loaded for another platform before headless rendering was configured: "
+                             "set MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa before starting Python (the robotrl "
+                             "command line does this itself)")
+    from mujoco.osmesa import GLContext
+
+    gl.GLContext = GLContext
 
 
 def _has_display() -> bool:
