@@ -154,7 +154,7 @@ def train_policy(
 
     import torch
 
-    require("stable_baselines3", "locomotion", f"the {env} dataset recipes (their PPO demonstrators)")
+    require("stable_baselines3", "locomotion", f"training the {env} recipes' PPO demonstrator")
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
