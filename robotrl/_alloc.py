@@ -10,8 +10,10 @@ page fault per 4 KiB page (~360k faults per update, measured by
 those blocks come from the heap; with ``M_TRIM_THRESHOLD`` = 1 GiB the heap top freed after
 an update stays for the next one (256 MiB still trimmed ~30k pages per update).
 
-:func:`tune_malloc` runs once when ``robotrl`` is imported (so ``robotrl train``/``bench``,
-benchmarks and library users all get it). It does nothing
+:func:`tune_malloc` runs first thing in the ``robotrl`` command line (:func:`robotrl.cli.main`),
+so every ``robotrl`` command gets it; ``import robotrl`` does not change the process's allocator
+(a library must not): scripts and library users that want it call ``robotrl._alloc.tune_malloc()``
+themselves, before the first large allocation. It does nothing
 
 * when the C library is not glibc (macOS, Windows, musl),
 * when ``ROBOTRL_MALLOC_TUNE=0`` (opt out),

@@ -18,6 +18,7 @@ line ``robotrl: error: ...`` and exit with status 2; nothing is overwritten.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -48,9 +49,22 @@ Each subcommand but bench, convert and export accepts Hydra overrides and Hydra 
 robotrl bench --help lists its options."""
 
 
+log = logging.getLogger("robotrl.cli")
+
+
 def _fail(exc: RobotRLError) -> None:
-    print(f"robotrl: error: {exc}", file=sys.stderr)
+    line = f"robotrl: error: {exc}"
+    log.debug(line)  # kept in cli.log when logging is configured; the console line is stderr's
+    print(line, file=sys.stderr)
     sys.exit(2)
+
+
+def _show(text: str) -> None:
+    """A console line of a command's result, also kept in the run's cli.log (robotrl.progress.emit)."""
+    from robotrl.progress import emit
+
+    for line in text.splitlines():
+        emit(line)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
@@ -66,18 +80,19 @@ def train_main(cfg: DictConfig) -> dict | None:
             from robotrl.real_robot.reward_classifier import run_train
 
             result = run_train(cfg, run_dir)
-            print(json.dumps(result, indent=2))
+            _show(json.dumps(result, indent=2))
             return result
         trainer = build_trainer(cfg, run_dir)
         summary = trainer.fit()
     except RobotRLError as exc:
         _fail(exc)
         return None
-    print(json.dumps({k: v for k, v in summary.items() if k != "report_paths"}, indent=2, default=str))
-    print(f"run directory: {run_dir}")
+    _show(json.dumps({k: v for k, v in summary.items() if k != "report_paths"}, indent=2, default=str))
+    _show(f"run directory: {run_dir}")
     for k, v in summary["report_paths"].items():
-        print(f"  {k}: {v}")
-    print(f"  tensorboard: tensorboard --logdir {run_dir / 'tb'}")
+        _show(f"  {k}: {v}")
+    _show(f"  log: {run_dir / 'cli.log'}")
+    _show(f"  tensorboard: tensorboard --logdir {run_dir / 'tb'}")
     return summary
 
 
@@ -96,7 +111,7 @@ def collect_main(cfg: DictConfig) -> None:
         path = collect(cfg.recipe, **args)
     except RobotRLError as exc:
         _fail(exc)
-    print(f"dataset written: {path}")
+    _show(f"dataset written: {path}")
 
 
 def _set_flow_steps(policy, steps: int) -> None:
@@ -161,18 +176,27 @@ def eval_main(cfg: DictConfig) -> dict | None:
     ckpt = Path(cfg.checkpoint)
     out = Path(cfg.output) if cfg.output else (ckpt if ckpt.is_dir() else ckpt.parent.parent) / "eval.json"
     out.write_text(json.dumps(res, indent=2))
-    print(json.dumps(res, indent=2))
-    print(f"written: {out}")
+    _show(json.dumps(res, indent=2))
+    _show(f"written: {out}")
     return res
 
 
+def _require_robot() -> None:
+    from robotrl.errors import require
+
+    require("zmq", "robot", "the robot bridge")
+    require("msgpack", "robot", "the robot bridge")
+
+
 def _robot_server() -> None:
+    _require_robot()
     from robotrl.real_robot.cli import robot_server_main  # lazy: zmq/onnx stay out of `robotrl train`
 
     robot_server_main()
 
 
 def _deploy() -> None:
+    _require_robot()
     from robotrl.real_robot.cli import deploy_main
 
     deploy_main()
@@ -180,6 +204,7 @@ def _deploy() -> None:
 
 def _online(name: str):
     def run() -> None:
+        _require_robot()
         from robotrl.real_robot.online_cli import COMMANDS  # lazy: zmq/torch only for these commands
 
         COMMANDS[name]()
@@ -255,6 +280,11 @@ def _export() -> None:
     p.add_argument("--opset", type=int, default=17, help="ONNX opset")
     p.add_argument("--overwrite", action="store_true", help="replace a bundle already in OUT_DIR")
     a = p.parse_args(sys.argv[1:])
+    if "onnx" in a.formats:
+        from robotrl.errors import require
+
+        require("onnx", "export", "ONNX export (--formats onnx; --formats torchscript needs nothing more)")
+        require("onnxruntime", "export", "ONNX export's check in ONNX Runtime")
     from robotrl.policy import load_policy
     from robotrl.real_robot.export import META, export_policy
 
@@ -277,21 +307,218 @@ _COMMANDS = {"train": train_main, "collect": collect_main, "eval": eval_main,
              "actor": _online("actor"), "learner": _online("learner"), "online-demo": _online("online-demo")}
 
 
+# ----------------------------------------------------------------------------- pre-flight checks
+#: Hydra commands whose overrides are checked before Hydra runs, with their config names.
+_PREFLIGHT = {"train": "train", "eval": "eval", "collect": "collect"}
+_DEVICES = ("auto", "cpu", "cuda", "mps")
+#: Namespaces of the official Minari datasets (Farama's remote storage), which need a download.
+OFFICIAL_NAMESPACES = ("mujoco/", "D4RL/", "minigrid/", "atari/")
+
+
+def _config_groups() -> set[str]:
+    from importlib.resources import files
+
+    return {p.name for p in files("robotrl.configs").iterdir() if p.is_dir() and not p.name.startswith("_")}
+
+
+def _group_options(group: str) -> list[str]:
+    from importlib.resources import files
+
+    d = files("robotrl.configs").joinpath(*group.split("/"))
+    return sorted(p.name[:-5] for p in d.iterdir() if p.name.endswith(".yaml")) if d.is_dir() else []
+
+
+def _leaf_keys(cfg, prefix: str = "") -> list[str]:
+    """Every dotted key of a composed config (containers and leaves)."""
+    out = []
+    for k in cfg.keys() if isinstance(cfg, DictConfig) else []:
+        key = f"{prefix}{k!s}"
+        out.append(key)
+        node = cfg._get_node(k)
+        if isinstance(node, DictConfig):
+            out += _leaf_keys(node, key + ".")
+    return out
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _compose(config_name: str, overrides: list[str]):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)
+
+
+def _override_error(config_name: str, ov, good: list[str], exc: Exception) -> ConfigError:
+    """One line for an override Hydra refused: an unknown key or group option, with did-you-mean."""
+    key, value = ov.key_or_group, ov.value() if not ov.is_delete() else None
+    if "/" in key or key in _config_groups():
+        options = _group_options(key)
+        return ConfigError(f"no {key} config {value!r}{_did_you_mean(str(value), options)} "
+                           f"(options: {', '.join(options)})")
+    if ov.is_add() or "not in struct" in str(exc) or "Could not override" in str(exc) or "Key '" in str(exc):
+        base = _compose(config_name, good)
+        keys = _leaf_keys(base)
+        hint = _did_you_mean(key, keys)
+        return ConfigError(f"no config key {key!r}{hint or ''} (`robotrl {config_name} --cfg job` prints every key; "
+                           f"+{key}=... adds a new one on purpose)")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ConfigError(f"cannot apply {ov.input_line!r}: {first}")
+
+
+def _pretrain_hint(cfg, overrides: list[str]) -> ConfigError | None:
+    """A warm start from ``runs/pretrain/<agent>/...`` that was never written: name the command to run first."""
+    init = cfg.get("trainer", {}).get("init_from") if isinstance(cfg.get("trainer"), DictConfig) else None
+    if not init:
+        return None
+    path = Path(str(init))
+    if path.exists() or (cfg.get("run_dir") and (Path(str(cfg.run_dir)) / "checkpoints" / "latest.pt").exists()):
+        return None
+    parts = path.parts
+    if len(parts) >= 3 and parts[0] == "runs" and parts[1] == "pretrain":
+        agent = parts[2]
+        exp = agent if agent in _group_options("experiment") else None
+        same = [o for o in overrides if o.split("=", 1)[0] in ("env", "dataset", "dataset.id", "seed")
+                or o.startswith("dataset.recipe_args.")]
+        first = f"robotrl train experiment={exp} {' '.join(same)}".strip() if exp else f"a pretraining run of agent={agent}"
+        return ConfigError(f"this run warm-starts from {path}, which does not exist: run `{first}` first (the same "
+                           "env, dataset and seed), or point trainer.init_from=<checkpoint or run dir> at another run")
+    return None
+
+
+def _official_dataset_hint(cfg) -> ConfigError | None:
+    """An official Minari dataset (no recipe) that is not downloaded: the download command."""
+    ds = cfg.get("dataset")
+    if not isinstance(ds, DictConfig) or ds.get("recipe") or not ds.get("id"):
+        return None
+    ds_id = str(ds.id)
+    if not ds_id.startswith(OFFICIAL_NAMESPACES):  # someone's own id: the run's own message lists the closest names
+        return None
+    from robotrl.data.dataset import resolve_dataset_path
+    from robotrl.errors import DatasetNotFoundError
+
+    try:
+        resolve_dataset_path(ds_id)
+        return None
+    except DatasetNotFoundError:
+        pass
+    except Exception:  # noqa: BLE001  (the run reports anything else itself)
+        return None
+    return ConfigError(f"dataset {ds_id!r} is an official Minari dataset that is not downloaded: run "
+                       f"`minari download {ds_id}` (needs network access), or train on a generated one "
+                       "(`robotrl collect list=true` lists the recipes; e.g. env=hopper dataset=hopper-medium)")
+
+
+def _check_values(cmd: str, cfg, base, key_overrides) -> None:
+    """Checks of the composed config that would otherwise fail deep inside a run, as one line."""
+    from omegaconf import OmegaConf
+
+    for ov in key_overrides:
+        key = ov.key_or_group
+        old = OmegaConf.select(base, key, default=None, throw_on_missing=False)
+        new = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and isinstance(new, str):
+            raise ConfigError(f"{key}={new} is not a number (default {old}): give a number, e.g. {key}={old}")
+    if "device" in cfg and cfg.get("device") is not None:
+        dev = str(cfg.device)
+        if dev.split(":")[0] not in _DEVICES:
+            raise ConfigError(f"device={dev} is not a device: use device=auto (a GPU when present), cpu or cuda"
+                              + ("; did you mean device=cuda?" if dev.lower() in ("gpu", "nvidia", "cuda0") else ""))
+        if dev.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError(f"device={dev} but no CUDA GPU is visible (torch {torch.__version__}): use device=auto "
+                                  "or device=cpu")
+    if cmd == "eval" and OmegaConf.is_missing(cfg, "checkpoint"):
+        raise ConfigError("robotrl eval needs a checkpoint: robotrl eval checkpoint=<run dir or .pt file>, "
+                          "e.g. robotrl eval checkpoint=runs/bc-ppo_pointmaze-umaze/<time>")
+
+
+def preflight(cmd: str, args: list[str]) -> None:
+    """Compose ``robotrl <cmd>``'s config from ``args`` before Hydra runs, and turn what would be a
+    Hydra error or a traceback deep inside the run into one :class:`ConfigError` line with the way out:
+    unknown keys and group options (did-you-mean from the composed config), non-numbers for numbers,
+    ``device=`` values, ``robotrl eval`` without a checkpoint, an online experiment before its
+    pretraining, an official Minari dataset not downloaded.
+
+    Runs only for plain overrides (no Hydra flags such as ``-m`` or ``--cfg``); sweeps are left to Hydra.
+
+    Raises:
+        ConfigError: the first problem found.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if cmd not in _PREFLIGHT or any(a.startswith("-") for a in args):
+        return
+    config_name = _PREFLIGHT[cmd]
+    user = [a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
+    try:
+        parsed = OverridesParser.create().parse_overrides(user)
+    except OverrideParseException as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"cannot parse the overrides: {first} (write key=value, e.g. trainer.offline_steps=1000)") from None
+    if any(o.is_sweep_override() for o in parsed):
+        return
+    try:
+        cfg = _compose(config_name, user)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        good: list[str] = []
+        for ov, line in zip(parsed, user):
+            try:
+                _compose(config_name, [*good, line])
+                good.append(line)
+            except (HydraException, OmegaConfBaseException, ValueError) as one:
+                raise _override_error(config_name, ov, good, one) from None
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"the config does not compose: {first}") from None
+    groups = _config_groups()
+    key_ovs = [o for o in parsed if "/" not in o.key_or_group and o.key_or_group not in groups and not o.is_delete()]
+    base = _compose(config_name, [ln for o, ln in zip(parsed, user) if o not in key_ovs]) if key_ovs else cfg
+    _check_values(cmd, cfg, base, key_ovs)
+    if cmd == "train":
+        for check in (_pretrain_hint(cfg, user), _official_dataset_hint(cfg)):
+            if check is not None:
+                raise check
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``robotrl`` script."""
+    """Entry point of the ``robotrl`` script.
+
+    Process-wide settings belong here, not to ``import robotrl``: the glibc allocator tuning
+    (:func:`robotrl._alloc.tune_malloc`; ``ROBOTRL_MALLOC_TUNE=0`` opts out) and headless
+    MuJoCo rendering on a machine without a display (:func:`robotrl.envs.video.prefer_headless_rendering`).
+    Bad input ends with one line ``robotrl: error: ...`` and exit status 2.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        if not argv:  # `robotrl` alone: show usage, but `robotrl train` alone runs the default
-            print(USAGE)
-            return
         print(USAGE)
         return
     cmd, rest = argv[0], argv[1:]
     if cmd not in _COMMANDS:
-        print(f"robotrl: error: unknown command {cmd!r}\n{USAGE}", file=sys.stderr)
+        print(f"robotrl: error: unknown command {cmd!r}{_did_you_mean(cmd, list(_COMMANDS))}\n{USAGE}", file=sys.stderr)
         sys.exit(2)
+    from robotrl._alloc import tune_malloc
+    from robotrl.envs.video import prefer_headless_rendering
+
+    tune_malloc()
+    prefer_headless_rendering()
+    try:
+        preflight(cmd, rest)
+    except RobotRLError as exc:
+        _fail(exc)
     sys.argv = [f"robotrl-{cmd}", *rest]
-    _COMMANDS[cmd]()
+    try:
+        _COMMANDS[cmd]()
+    except RobotRLError as exc:  # anything a command did not catch itself: still one line
+        _fail(exc)
 
 
 if __name__ == "__main__":

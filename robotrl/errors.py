@@ -39,3 +39,22 @@ class CheckpointError(RobotRLError, ValueError):
 
 class ConfigError(RobotRLError, ValueError):
     """A configuration value that cannot work (unknown env, agent, recipe, ...)."""
+
+
+class MissingExtraError(RobotRLError, ImportError):
+    """A feature whose optional libraries are not installed; the message names the extra to install."""
+
+
+def require(module: str, extra: str, feature: str) -> None:
+    """Raise :class:`MissingExtraError` unless ``module`` can be imported.
+
+    Args:
+        module: the import name (``"zmq"``).
+        extra: robotrl's extra that installs it (``"robot"``).
+        feature: what needs it, for the message (``"the robot bridge"``).
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtraError(f"{feature} needs {module}, which is not installed: "
+                                f"python3 -m pip install \"robotrl[{extra}]\" (from a checkout: pip install -e \".[{extra}]\")")

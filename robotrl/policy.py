@@ -8,12 +8,16 @@ A policy is saved as ``{"target": "robotrl.agents.<...>.Class", "kwargs": {...},
 "state_dict": {...}}``. :func:`build_policy` rebuilds it; only classes under
 ``robotrl.agents.`` may be named, so a checkpoint cannot make robotrl import arbitrary
 code.
+
+:func:`save_pretrained` / :func:`from_pretrained` keep a policy as a directory of safetensors
+weights and a JSON config, loadable without Hydra, the run directory or torch's pickle format.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -140,3 +144,82 @@ def load_policy(checkpoint: str, device: str | torch.device = "cpu") -> nn.Modul
     if "policy" not in state:
         raise CheckpointError(f"{checkpoint} holds no policy; is it a robotrl training checkpoint?")
     return build_policy(state["policy"], device)
+
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+def save_pretrained(policy: nn.Module, path) -> Path:
+    """Save a deployable policy as a directory that loads without Hydra, torch pickles or the run.
+
+    Writes ``path/model.safetensors`` (every weight and buffer, normalisers included, as
+    safetensors: no code runs when it is read) and ``path/config.json``
+    (``{"target": "robotrl.agents.<...>.Class", "kwargs": policy.spec(), "robotrl_version": ...}``),
+    each atomically (temporary sibling, then ``os.replace``), the weights first.
+
+    Args:
+        policy: a robotrl policy (``Policy``: a class under ``robotrl.agents.`` with ``spec()``).
+        path: the directory (created).
+
+    Returns:
+        The directory.
+
+    Raises:
+        CheckpointError: ``policy`` is not a robotrl policy class.
+    """
+    import json
+    import os
+
+    from safetensors.torch import save_model
+
+    import robotrl
+
+    state = policy_state(policy)
+    policy_class(state["target"])  # only robotrl.agents classes: what from_pretrained will accept
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{WEIGHTS_FILE}.tmp{os.getpid()}"
+    save_model(policy, str(tmp))
+    os.replace(tmp, out / WEIGHTS_FILE)
+    cfg = {"target": state["target"], "kwargs": state["kwargs"], "robotrl_version": robotrl.__version__, "format": 1}
+    tmp = out / f".{CONFIG_FILE}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    os.replace(tmp, out / CONFIG_FILE)
+    return out
+
+
+def from_pretrained(path, device: str | torch.device = "cpu") -> nn.Module:
+    """Load a policy saved by :func:`save_pretrained` (a directory), or the policy of a robotrl
+    training checkpoint (a run directory or ``.pt`` file, as :func:`load_policy`).
+
+    Returns:
+        The policy in eval mode on ``device``: raw observations ``(B, Do)`` in, raw actions
+        ``(B, Da)`` out (use :func:`act` for NumPy).
+
+    Raises:
+        CheckpointError: a missing or unreadable directory, a class outside ``robotrl.agents.``,
+            or weights that do not fit the class.
+    """
+    import json
+
+    from safetensors.torch import load_model
+
+    p = Path(path)
+    if not (p / CONFIG_FILE).is_file():
+        if (p / WEIGHTS_FILE).exists():
+            raise CheckpointError(f"{p} holds {WEIGHTS_FILE} but no {CONFIG_FILE}; save it again with save_pretrained")
+        return load_policy(str(p), device)
+    try:
+        cfg = json.loads((p / CONFIG_FILE).read_text())
+        target, kwargs = cfg["target"], cfg["kwargs"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{p / CONFIG_FILE} is not a robotrl policy config ({exc}); save it again with "
+                              "save_pretrained") from None
+    policy = policy_class(target)(**kwargs)
+    try:
+        load_model(policy, str(p / WEIGHTS_FILE), strict=True)
+    except (OSError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"the weights in {p / WEIGHTS_FILE} do not fit {target}: {first}") from None
+    return policy.to(device).eval()

@@ -1,18 +1,87 @@
-"""Progress display of a run: a tqdm bar on a terminal, summary lines in a log file.
+"""Progress display of a run, and the console lines of robotrl, through stdlib ``logging``.
 
 :class:`Progress` counts a loop's clock (gradient updates / env steps off-policy,
-iterations on-policy) towards its budget and shows the latest training metrics. When
-stderr (the bar's stream) is not a terminal — output piped or redirected to a log file —
-a bar would write a line per refresh; instead one summary line per ``every`` clock units
-(default: 5 % of the budget) goes to stdout::
+iterations on-policy) towards its budget and shows the latest training metrics: a tqdm bar
+on a terminal, and one summary line per ``every`` clock units (default: 5 % of the budget)
+with the elapsed time and an ETA::
 
-    [hopper bc] 1000/20000 (5%) step 1000 · 812.4/s · loss 0.0213 · lr 0.0003
+    [hopper bc] 1000/20000 (5%) step 1000 · 812.4/s · 0:00:01 elapsed · ETA 0:00:23 · loss 0.0213 · lr 0.0003
+
+Every line goes to the logger ``robotrl.console`` (:func:`emit`). ``robotrl train`` configures
+logging (``robotrl/configs/hydra/job_logging/robotrl.yaml``): a :class:`ConsoleHandler` shows
+the lines as they are, above a live bar, and ``<run_dir>/cli.log`` keeps them with timestamps;
+on a terminal the summary lines go to the file only (the bar shows them on screen), so the
+log never holds the bar's ``\\r``-joined states. Without such a handler (robotrl used as a
+library) the lines are printed to stdout, as before, and the log records go wherever the
+application's logging sends them.
 """
 
 from __future__ import annotations
 
+import datetime
+import logging
 import sys
 import time
+
+log = logging.getLogger("robotrl.console")
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """A stdout handler that writes above a live tqdm bar and skips file-only records
+    (``extra={"file_only": True}``: progress summary lines while the bar shows them)."""
+
+    def __init__(self, stream=None):
+        super().__init__(stream if stream is not None else sys.stdout)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "file_only", False):
+            return
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except Exception:  # noqa: BLE001  (logging's own convention: never raise from a handler)
+            self.handleError(record)
+
+
+def _shows_on_console(h: logging.Handler) -> bool:
+    if isinstance(h, ConsoleHandler):
+        return True
+    return (type(h) is logging.StreamHandler and getattr(h, "stream", None) in (sys.stdout, sys.stderr)
+            and h.level <= logging.INFO)
+
+
+def _console_configured() -> bool:
+    """Whether logging will show ``robotrl.console``'s INFO records on the console: a
+    :class:`ConsoleHandler`, or a plain stdout/stderr ``StreamHandler`` (Hydra's ``stdout``
+    job logging), on the logger's chain."""
+    if not log.isEnabledFor(logging.INFO):
+        return False
+    logger: logging.Logger | None = log
+    while logger is not None:
+        if any(_shows_on_console(h) for h in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent  # type: ignore[assignment]
+    return False
+
+
+def emit(line: str, *, file_only: bool = False) -> None:
+    """Show ``line`` on the console and log it (``robotrl.console``, level INFO).
+
+    ``file_only``: a line the console shows otherwise (a progress bar's state): logged for
+    the log files only, never shown twice.
+    """
+    configured = _console_configured()
+    log.info(line, extra={"file_only": file_only})
+    if not configured and not file_only:
+        print(line, flush=True)
+
+
+def _hms(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=int(max(seconds, 0))))
 
 
 class Progress:
@@ -23,8 +92,9 @@ class Progress:
         initial: clock units already done (a resumed run).
         desc: the run's name.
         enabled: ``False``: show nothing.
-        tty: show a bar (``True``) or summary lines (``False``); ``None``: a bar when stderr
-            is a terminal.
+        tty: show a bar (``True``) or summary lines only (``False``); ``None``: a bar when
+            stderr is a terminal. Summary lines are logged either way (to the log file only
+            while a bar shows the progress).
         every: clock units between summary lines (``None``: 5 % of ``total``, at least 1).
     """
 
@@ -49,10 +119,9 @@ class Progress:
     def update(self, n: int, step: int) -> None:
         """The clock is at ``n`` units (``step``: the run's step, shown in summary lines)."""
         before, self.n = self.n, int(n)
-        if self._bar is not None:
-            if n > before:
-                self._bar.update(n - before)
-        elif self.enabled and n // self.every > before // self.every:
+        if self._bar is not None and n > before:
+            self._bar.update(n - before)
+        if self.enabled and n // self.every > before // self.every:
             self._summary_line(step)
 
     def metrics(self, metrics: dict) -> None:
@@ -62,20 +131,27 @@ class Progress:
             self._bar.set_postfix(shown)
         self._last = shown
 
-    def _summary_line(self, step: int) -> None:
-        """One line: clock / budget, step, rate since the start (clock units per second), metrics."""
+    def summary(self, step: int) -> str:
+        """The summary line: clock / budget, step, rate since the start (clock units per
+        second), elapsed time, ETA at that rate, metrics."""
         pct = f" ({100 * self.n // self.total}%)" if self.total else ""
-        rate = (self.n - self._n0) / max(time.time() - self._t, 1e-9)
+        elapsed = max(time.time() - self._t, 1e-9)
+        rate = (self.n - self._n0) / elapsed
+        eta = _hms((self.total - self.n) / rate) if rate > 0 else "?"
         parts = [f"[{self.desc}] {self.n}/{self.total}{pct} step {step}", f"{rate:.1f}/s",
-                 *(f"{k} {v}" for k, v in self._last.items())]
-        print(" · ".join(parts), flush=True)
+                 f"{_hms(elapsed)} elapsed", f"ETA {eta}", *(f"{k} {v}" for k, v in self._last.items())]
+        return " · ".join(parts)
+
+    def _summary_line(self, step: int) -> None:
+        emit(self.summary(step), file_only=self._bar is not None)
 
     def write(self, line: str) -> None:
-        """Print ``line`` without breaking the display."""
-        if self._bar is not None:
+        """Show and log ``line`` without breaking the display."""
+        if self._bar is not None and not _console_configured():
             self._bar.write(line)
+            log.info(line)
         else:
-            print(line, file=sys.stdout, flush=True)
+            emit(line)
 
     def close(self) -> None:
         """End the display."""

@@ -126,17 +126,21 @@ def plotted_metrics(history: list[dict]) -> list[str]:
 
 
 def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Path | None:
-    """PNG of evaluation return (and success / normalised score when known) against step."""
-    import matplotlib
+    """PNG of evaluation return (and success / normalised score when known) against step.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on its own Agg canvas (``matplotlib.figure.Figure``), never through pyplot: the
+    process's matplotlib backend and pyplot's figures are left as the caller has them.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     if not history:
         return None
     steps = [h["step"] for h in history]
     metrics = plotted_metrics(history)
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
+    fig = Figure(figsize=(4.2 * len(metrics), 3.4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(metrics), squeeze=False)
     offline_end = online_start_step(history)
     for ax, m in zip(axes[0], metrics):
         ax.plot(steps, [h.get(m, float("nan")) for h in history], marker="o")
@@ -157,7 +161,6 @@ def plot_learning_curve(history: list[dict], path: Path, title: str = "") -> Pat
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -168,3 +168,44 @@ def config_dataclass(cls: type[_T], given: Mapping[str, Any] | None, section: st
     if unknown:
         raise ConfigError(f"unknown {section} settings {sorted(unknown)}; known: {sorted(known)}")
     return cls(**given)
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def log_run_config(writer, config: dict, metrics: dict, step: int = 0) -> None:
+    """Write a run's composed config and hyper-parameters into ``writer``'s OWN event file.
+
+    TensorBoard gets the config as text (tag ``config``, YAML in a code block) and, in its
+    HPARAMS tab, every config leaf (dotted keys; lists and ``None`` as text) against the run's
+    ``metrics`` (e.g. ``{"summary/final_return": 12.3}``), which are also logged as scalars at
+    ``step``. Unlike ``SummaryWriter.add_hparams``, which opens a second event file in a
+    sub-directory, everything goes into the writer's one file.
+
+    Args:
+        writer: a ``torch.utils.tensorboard.SummaryWriter``.
+        config: the resolved config as plain containers (``OmegaConf.to_container(cfg, resolve=True)``).
+        metrics: name -> finite float.
+        step: the step of the metric scalars.
+    """
+    import yaml
+    from torch.utils.tensorboard.summary import hparams
+
+    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    writer.add_text("config", "    " + text.replace("\n", "\n    "), step)  # indented: a code block in TensorBoard
+    hp = {k: (v if isinstance(v, (bool, int, float, str)) else str(v)) for k, v in _flat(config).items()}
+    exp, ssi, sei = hparams(hp, dict(metrics))
+    fw = writer._get_file_writer()
+    for s in (exp, ssi, sei):
+        fw.add_summary(s)
+    for k, v in metrics.items():
+        writer.add_scalar(k, float(v), step)
+    writer.flush()

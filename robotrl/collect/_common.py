@@ -5,6 +5,8 @@ Not public API; the recipes in :mod:`robotrl.collect` are.
 
 from __future__ import annotations
 
+import contextvars
+
 import os
 import platform
 import time
@@ -170,8 +172,17 @@ def progress_bar(total: int, desc: str, enabled: bool, unit: str = "step"):
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, dynamic_ncols=True)
 
 
+#: The arguments of the recipe call in progress (set by :meth:`robotrl.collect.registry.Recipe.__call__`),
+#: recorded by :func:`base_provenance` as ``recipe_args`` so that a later request can be checked against them.
+RECIPE_ARGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("robotrl_recipe_args", default=None)
+
+#: Recipe arguments that do not change the data (where and how it is written, the display).
+NOT_DATA_ARGS = frozenset({"dataset_id", "root", "overwrite", "progress", "data_format"})
+
+
 def base_provenance(recipe: str, **facts) -> dict[str, Any]:
-    """Provenance facts common to every recipe (versions, host, recipe name)."""
+    """Provenance facts common to every recipe (versions, host, recipe name, and the recipe's
+    arguments as called: ``recipe_args``)."""
     import gymnasium_robotics
     import mujoco
 
@@ -183,6 +194,7 @@ def base_provenance(recipe: str, **facts) -> dict[str, Any]:
         "numpy": np.__version__,
         "host": platform.node(),
         "created_unix": time.time(),
+        **({"recipe_args": RECIPE_ARGS.get()} if RECIPE_ARGS.get() is not None else {}),
         **facts,
     }
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from robotrl.collect._common import base_provenance, collect_steps, progress_bar
 from robotrl.data.writer import datasets_root, write_dataset
-from robotrl.errors import ConfigError
+from robotrl.errors import ConfigError, require
 from robotrl.files import atomic_write
 
 __all__ = ["collect_locomotion", "train_policy", "SB3Policy", "LOCO_ENVS", "D4RL_REF_SCORES"]
@@ -154,6 +154,8 @@ def train_policy(
         return index
 
     import torch
+
+    require("stable_baselines3", "locomotion", f"training the {env} recipes' PPO demonstrator")
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env

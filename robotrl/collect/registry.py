@@ -19,7 +19,7 @@ from robotrl.collect._common import dataset_exists
 from robotrl.data.writer import dataset_dir
 from robotrl.errors import ConfigError, DatasetExistsError
 
-__all__ = ["Recipe", "RECIPES", "collect", "ensure_dataset", "recipe_dataset_id", "recipe_writes"]
+__all__ = ["Recipe", "RECIPES", "check_recipe_provenance", "collect", "ensure_dataset", "recipe_dataset_id", "recipe_writes"]
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,16 @@ class Recipe:
     description: str = ""
 
     def __call__(self, **overrides) -> Path:
-        """Run the recipe; ``overrides`` replace or add keyword arguments."""
+        """Run the recipe; ``overrides`` replace or add keyword arguments (the ones that shape the
+        data are recorded in the dataset's provenance as ``recipe_args``)."""
+        from robotrl.collect._common import NOT_DATA_ARGS, RECIPE_ARGS
+
         kwargs = {**self.kwargs, "dataset_id": self.dataset_id, **overrides}
-        return self.fn(**kwargs)
+        token = RECIPE_ARGS.set({k: v for k, v in sorted(overrides.items()) if k not in NOT_DATA_ARGS})
+        try:
+            return self.fn(**kwargs)
+        finally:
+            RECIPE_ARGS.reset(token)
 
 
 def _lazy(module: str, name: str) -> Callable[..., Path]:
@@ -177,19 +184,22 @@ def ensure_dataset(name: str, **overrides) -> str:
 
     Presence means ``<root>/<dataset_id>/data/metadata.json`` exists (``root`` from the
     overrides, else ``$MINARI_DATASETS_PATH`` / ``~/.minari/datasets``); an existing dataset
-    is reused as is, whatever the other overrides say. Unless ``progress`` is overridden
-    the recipe shows its tqdm bars.
+    is reused only when its recorded provenance agrees with the other overrides
+    (:func:`check_recipe_provenance`). Unless ``progress`` is overridden the recipe shows its
+    tqdm bars.
 
     Returns:
         The Minari dataset id (for ``minari.load_dataset``).
 
     Raises:
-        ConfigError: unknown recipe name.
+        ConfigError: unknown recipe name; an existing dataset of that id made by another recipe
+            or with other recipe arguments (the message names the way out).
     """
     recipe = _recipe(name)
     dataset_id = overrides.get("dataset_id") or recipe.dataset_id
     root: str | os.PathLike | None = overrides.get("root")
     if dataset_exists(dataset_id, root):
+        check_recipe_provenance(dataset_id, name, overrides, root)
         return dataset_id
     # One generator per dataset at a time: processes started together (a multirun with a parallel
     # launcher, benchmark tasks side by side) wait here, then find the dataset the first one wrote.
@@ -204,3 +214,76 @@ def ensure_dataset(name: str, **overrides) -> str:
                 if not dataset_exists(dataset_id, root):  # not a concurrent writer that finished first
                     raise
     return dataset_id
+
+
+def check_recipe_provenance(dataset_id: str, name: str, args: dict, root: str | os.PathLike | None = None) -> None:
+    """Refuse to reuse dataset ``dataset_id`` for recipe ``name`` with ``args`` when its recorded
+    provenance says it was made otherwise.
+
+    Compared: each argument in ``args`` that shapes the data (not
+    ``dataset_id``, ``root``, ``overwrite``, ``progress``, ``data_format``) against the value the
+    dataset recorded, in its ``recipe_args`` or, for datasets written before those were recorded,
+    under the same top-level provenance key (``num_steps``, ``seed``, ...). Arguments the dataset
+    does not record cannot be compared and pass, as does a dataset with no robotrl provenance.
+
+    Raises:
+        ConfigError: a mismatch; the message names the recorded and requested values and the ways
+            out (another ``dataset.id`` for this variant, or deleting the dataset to regenerate it).
+    """
+    import json
+
+    from robotrl.collect._common import NOT_DATA_ARGS, dataset_path
+
+    path = dataset_path(dataset_id, root)
+    try:
+        meta = json.loads((path / "data" / "metadata.json").read_text())
+        prov = json.loads(meta.get("robotrl_provenance") or "{}")
+    except (OSError, ValueError):
+        return
+    if not prov:
+        return
+    recorded_recipe = str(prov.get("recipe", ""))
+    recorded_args = prov.get("recipe_args")
+    diffs = []
+    for k, v in sorted(args.items()):
+        if k in NOT_DATA_ARGS or v is None:
+            continue
+        if isinstance(recorded_args, dict) and k in recorded_args:
+            had = recorded_args[k]
+        elif k in prov:
+            had = prov[k]
+        elif isinstance(recorded_args, dict):  # recorded, and not given then: the recipe's default
+            had = _recipe_default(name, k)
+            if had is _UNKNOWN:
+                continue
+        else:
+            continue
+        if json.dumps(had, sort_keys=True, default=str) != json.dumps(v, sort_keys=True, default=str):
+            diffs.append(f"{k}={json.dumps(had, default=str)} recorded, {k}={json.dumps(v, default=str)} asked")
+    if diffs:
+        stem, _, version = dataset_id.rpartition("-")
+        variant = f"{stem}-<variant>-{version}" if version.startswith("v") and stem else f"{dataset_id}-<variant>"
+        raise ConfigError(
+            f"dataset {dataset_id} (recipe {recorded_recipe or name}) was generated with other recipe arguments "
+            f"({'; '.join(diffs)}): give this variant its own id, dataset.id={variant} (generated on first use), "
+            f"or delete {path} to regenerate it")
+
+
+_UNKNOWN = object()
+
+
+def _recipe_default(name: str, key: str):
+    """The value recipe ``name`` uses for ``key`` when not given (its fixed arguments, then its
+    function's default); ``_UNKNOWN`` when neither says."""
+    import importlib
+    import inspect
+
+    recipe = _recipe(name)
+    if key in recipe.kwargs:
+        return recipe.kwargs[key]
+    module = {"collect_pointmaze": "robotrl.collect.pointmaze", "collect_fetch": "robotrl.collect.fetch",
+              "collect_locomotion": "robotrl.collect.locomotion"}.get(recipe.fn.__name__)
+    if module is None:
+        return _UNKNOWN
+    param = inspect.signature(getattr(importlib.import_module(module), recipe.fn.__name__)).parameters.get(key)
+    return _UNKNOWN if param is None or param.default is inspect.Parameter.empty else param.default

@@ -2,8 +2,10 @@
 
 Rendering MuJoCo without a display needs the Debian package ``libosmesa6`` and the
 environment variables ``MUJOCO_GL=osmesa`` and ``PYOPENGL_PLATFORM=osmesa``.
-:func:`configure_headless_rendering` sets them when unset; call it (``make_env`` does,
-when asked to record) before the first frame is rendered. gymnasium's own
+:func:`configure_headless_rendering` sets them when unset; mujoco reads ``MUJOCO_GL`` once, at
+import, so run after that it gives mujoco the OSMesa context class it would have picked.
+The ``robotrl`` command line calls :func:`prefer_headless_rendering` first thing, so recording
+works on a headless machine with nothing set by hand. gymnasium's own
 ``RecordVideo`` needs ``moviepy``, which robotrl does not depend on, so frames are
 written with ``imageio`` instead (GIF through Pillow; MP4 needs ``imageio-ffmpeg``).
 Software rendering costs about 150 ms per 240x240 frame: keep frames small
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ctypes.util
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,12 +60,69 @@ def configure_headless_rendering() -> str:
     """
     backend = os.environ.get("MUJOCO_GL", "").strip().lower()
     if not backend:
+        late = _backend_mujoco_chose() == "" and not _has_display()  # mujoco already chose GLFW, at import
         os.environ["MUJOCO_GL"] = backend = "osmesa"
+    else:
+        late = False
     if backend == "osmesa":
         os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
         if not osmesa_available():
             raise RenderingError(f"libOSMesa was not found: {_APT_HINT}")
+        if late:
+            _switch_mujoco_to_osmesa()
     return backend
+
+
+def _switch_mujoco_to_osmesa() -> None:
+    """mujoco picks ``mujoco.gl_context.GLContext`` once, at import, from ``MUJOCO_GL``; imported
+    without it on a machine with no display, it picked GLFW, which fails at the first
+    ``mujoco.Renderer`` frame ("an OpenGL platform library has not been loaded"). Give it the
+    class it would have picked with ``MUJOCO_GL=osmesa`` (gymnasium's own renderer reads the
+    variable per viewer and needs nothing).
+
+    Raises:
+        RenderingError: PyOpenGL is already loaded for another platform: too late in this process.
+    """
+    import mujoco.gl_context as gl
+
+    if "OpenGL.GL" in sys.modules and os.environ.get("PYOPENGL_PLATFORM", "").lower() != "osmesa":
+        raise RenderingError("PyOpenGL was loaded for another platform before headless rendering was configured: "
+                             "set MUJOCO_GL=osmesa PYOPENGL_PLATFORM=osmesa before starting Python (the robotrl "
+                             "command line does this itself)")
+    from mujoco.osmesa import GLContext
+
+    gl.GLContext = GLContext
+
+
+def _has_display() -> bool:
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _backend_mujoco_chose() -> str | None:
+    """The ``MUJOCO_GL`` value mujoco read when it chose its GL backend; ``None`` before that."""
+    gl = sys.modules.get("mujoco.gl_context")
+    return None if gl is None else str(getattr(gl, "_MUJOCO_GL", ""))
+
+
+def prefer_headless_rendering() -> str | None:
+    """Choose OSMesa for MuJoCo before its GL backend is chosen, on a machine without a display.
+
+    The ``robotrl`` command line calls this first thing, so camera recording (``cameras=[...]``,
+    ``video_dir=...``) works headless with no environment variable set by hand. It sets
+    ``MUJOCO_GL=osmesa`` and ``PYOPENGL_PLATFORM=osmesa`` only when ``MUJOCO_GL`` is unset, no
+    display (``DISPLAY``/``WAYLAND_DISPLAY``) is present, mujoco is not imported yet and libOSMesa
+    is installed; otherwise it changes nothing (a display's GLFW, or the user's choice, stays).
+
+    Returns:
+        the backend set (``"osmesa"``), or ``None`` when nothing was changed.
+    """
+    if os.environ.get("MUJOCO_GL", "").strip() or _has_display() or "mujoco" in sys.modules:
+        return None
+    if not osmesa_available():
+        return None
+    os.environ["MUJOCO_GL"] = "osmesa"
+    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    return "osmesa"
 
 
 VIDEO_FORMATS = ("gif", "mp4")
