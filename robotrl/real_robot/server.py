@@ -361,6 +361,8 @@ class RobotServer:
             self._auth_ids[ident] = None
             while len(self._auth_ids) > 4096:
                 self._auth_ids.popitem(last=False)
+        if not self.latch.persisted:  # a latch write owed from before (its directory was gone): retry first
+            self.latch.sync("estop", "retry", self.robot_id, self.epoch)
         try:
             body = self.handle(msg)
         except RobotConnectionError as exc:
