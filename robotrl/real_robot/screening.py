@@ -108,6 +108,15 @@ class Screen:
         self.quarantined = 0
         self._bad: collections.OrderedDict[bytes, int] = collections.OrderedDict()
 
+    def strike(self, ident: bytes, reason: str) -> None:
+        """Count a bad message of connection ``ident`` found before the :class:`Authenticator` (its reason is
+        counted by the caller)."""
+        if reason in _QUARANTINE_REASONS:
+            self._bad[ident] = self._bad.get(ident, 0) + 1
+            self._bad.move_to_end(ident)
+            while len(self._bad) > self.remember:
+                self._bad.popitem(last=False)
+
     def is_quarantined(self, ident: bytes) -> bool:
         """Whether connection ``ident`` sent :attr:`quarantine_after` bad messages (it is then ignored)."""
         return self._bad.get(ident, 0) >= self.quarantine_after
