@@ -100,14 +100,15 @@ def frame_rows(cameras, limits: Limits) -> int:
     return max(1, (limits.max_request_bytes // 2) // per_row) if per_row else 65536
 
 
-#: Camera transitions a batch request holds at least (:func:`camera_link_limits` raises the request limit for them).
-MIN_FRAME_ROWS = 4
+#: Camera transitions a batch request is sized for: the actor's default ``batch_size`` (:func:`camera_link_limits`
+#: raises the request limit for their frames, up to ``max_bytes``).
+FRAME_BATCH_ROWS = 64
 
 
 def camera_link_limits(cameras, base: Limits) -> Limits:
     """The link's limits raised deliberately for a camera robot's frames (as
-    :func:`~robotrl.real_robot.protocol.camera_limits` raises the bridge's): ``max_request_bytes`` to hold at least
-    :data:`MIN_FRAME_ROWS` transitions' frames (never above ``max_bytes``), ``max_elems`` to hold the frames of
+    :func:`~robotrl.real_robot.protocol.camera_limits` raises the bridge's): ``max_request_bytes`` to hold the frames
+    of :data:`FRAME_BATCH_ROWS` transitions (never above ``max_bytes``), ``max_elems`` to hold the frames of
     :func:`frame_rows` transitions of the largest camera in one array ``(n, H, W, C)``. ``max_bytes`` stays the
     configured bound (``max_message_bytes``); the actor cuts its batches to :func:`frame_rows` rows, so a batch of
     frames always fits. Actor and learner compute the same limits from the same cameras and ``max_message_bytes``.
@@ -119,7 +120,7 @@ def camera_link_limits(cameras, base: Limits) -> Limits:
     if not shapes:
         return base
     per_row = 2 * sum(math.prod(s) for s in shapes)
-    req = min(base.max_bytes, max(base.max_request_bytes, 2 * MIN_FRAME_ROWS * per_row + 65536))
+    req = min(base.max_bytes, max(base.max_request_bytes, 2 * FRAME_BATCH_ROWS * per_row + 65536))
     base = dataclasses.replace(base, max_request_bytes=req)
     need = frame_rows(shapes, base) * max(math.prod(s) for s in shapes)
     return dataclasses.replace(base, max_elems=max(base.max_elems, need))
