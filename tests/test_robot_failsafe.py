@@ -38,6 +38,9 @@ from robotrl.real_robot.protocol import load_key, write_key_file
 from robotrl.real_robot.server import RobotServer
 from robotrl.real_robot.sim import MuJoCoTwin
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_bridge import SLOWLORIS  # noqa: E402  (the attack scripts live with the benchmark that measures them)
+
 SLOW = ["robot.safety.rate_hz=20"]
 SIM_SAFETY = yaml.safe_load((Path(robotrl.configs.__file__).parent / "robot" / "sim.yaml").read_text())["safety"]
 
@@ -141,36 +144,6 @@ def test_two_robots_sharing_the_environment_key_keep_their_own_latches(tmp_path)
 
 
 # ---- 3: an operator is never locked out ------------------------------------------------------------------------
-SLOWLORIS = r"""
-import socket, struct, sys, time
-port, secs, keep = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-greet = b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0") + b"\0" * 32   # ZMTP 3.0, NULL
-ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
-start = greet + bytes([0x04, len(ready)]) + ready + b"\x02" + struct.pack(">Q", 16384) + b"x" * 100  # a 16 kB frame, begun
-live, opened, cut, end = [], 0, 0, time.monotonic() + secs
-while time.monotonic() < end:
-    if len(live) >= keep:
-        still = []
-        for s in live:
-            try:
-                if s.recv(4096, socket.MSG_DONTWAIT) == b"":
-                    s.close(); cut += 1; continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                s.close(); cut += 1; continue
-            still.append(s)
-        live = still
-        if len(live) >= keep:
-            time.sleep(0.005); continue
-    try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=1.0)
-        s.sendall(start)
-        live.append(s); opened += 1
-    except OSError:
-        time.sleep(0.005)
-print(opened, cut, len(live), flush=True)
-"""
 
 
 def open_fds(pid: int) -> int:

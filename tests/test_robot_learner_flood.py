@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -25,46 +26,10 @@ from robotrl.errors import ConfigError
 from robotrl.real_robot.learner_link import HELLO_BYTES, ActorLink, LearnerEndpoint, link_limits
 from robotrl.real_robot.protocol import Authenticator, write_key_file
 
-LEARNER = r"""
-import json, sys, time
-from robotrl.real_robot.learner_link import LearnerEndpoint, link_limits
-from robotrl.real_robot.protocol import load_key
-ep = LearnerEndpoint("tcp://127.0.0.1:0", load_key(sys.argv[1]), limits=link_limits())
-print(ep.endpoint, flush=True)
-end = time.monotonic() + float(sys.argv[2])
-while time.monotonic() < end:
-    for _, msg in ep.recv(20):
-        ep.reply(msg["body"]["actor_id"], "welcome", {"have": -1, "version": 0})
-print(json.dumps({"rejected": dict(ep.auth.rejected), "quarantined": ep.screen.quarantined,
-                  "guard": ep.guard.status()}), flush=True)
-"""
-
-FLOOD = r"""
-import sys, time, zmq
-ctx = zmq.Context()
-plan = [(32 << 20, 4), (1 << 20, 4), (32 << 10, 2)]  # (junk frame bytes, connections)
-socks = []
-for size, n in plan:
-    for _ in range(n):
-        s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.SNDHWM, 4)
-        s.setsockopt(zmq.RECONNECT_IVL, 10); s.connect(sys.argv[1]); socks.append((s, [b"\0" * size, b"m" * 32]))
-end, sent = time.monotonic() + float(sys.argv[2]), 0
-while time.monotonic() < end:
-    for s, junk in socks:
-        try:
-            s.send_multipart(junk, zmq.NOBLOCK, copy=False); sent += 1
-        except zmq.Again:
-            pass
-    time.sleep(0.001)
-print(sent, flush=True)
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_bridge import LEARNER, LEARNER_FLOOD, hello_rtt, rss_mb  # noqa: E402  (shared with the benchmark)
 
 
-def rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_a_flooded_learner_keeps_its_memory_bounded_and_answers_a_signed_hello_in_time(tmp_path):
@@ -79,23 +44,13 @@ def test_a_flooded_learner_keeps_its_memory_bounded_and_answers_a_signed_hello_i
         d.setsockopt(zmq.LINGER, 0)
         d.connect(endpoint)
 
-        def hello_rtt() -> float:
-            frames, _ = auth.seal("hello", {"actor_id": "actor0", "spec": {}, "version": -1}, dst="learner")
-            t = time.perf_counter()
-            d.send_multipart(frames)
-            while d.poll(2000):
-                msg = auth.open(d.recv_multipart())
-                if msg["type"] == "welcome":
-                    return time.perf_counter() - t
-            return float("inf")
-
-        idle = sorted(hello_rtt() for _ in range(20))
+        idle = sorted(hello_rtt(d, auth) for _ in range(20))
         base = rss_mb(learner.pid)
-        flood = subprocess.Popen([sys.executable, "-c", FLOOD, endpoint, "5"], stdout=subprocess.PIPE, text=True)
+        flood = subprocess.Popen([sys.executable, "-c", LEARNER_FLOOD, endpoint, "5"], stdout=subprocess.PIPE, text=True)
         time.sleep(1.0)
         rtts, peak = [], base
         while flood.poll() is None:
-            rtts.append(hello_rtt())
+            rtts.append(hello_rtt(d, auth))
             peak = max(peak, rss_mb(learner.pid))
             time.sleep(0.05)
         sent = int(flood.communicate(timeout=30)[0])

@@ -24,8 +24,9 @@ class ServerProcess:
     """A robot server in a child process.
 
     Args:
-        key_file: the bridge key file (mode 0600); the e-stop latch persists beside it
-            (``<key_file>.estop``) unless the overrides set ``+latch_file=...``.
+        key_file: the bridge key file (mode 0600); the e-stop latch persists beside it, one file per robot
+            (``<key_file>.<robot slug>.estop``, :func:`~robotrl.real_robot.latch.default_latch_path`) unless the
+            overrides set ``latch_file=...``; ``"null"``: the key from ``$ROBOTRL_ROBOT_KEY`` (in ``env``).
         endpoint: where to bind (default: a free loopback port; give a fixed one to
             restart a server on the same endpoint).
         overrides: extra Hydra overrides, e.g. ``["robot.task=hopper"]``.

@@ -12,6 +12,10 @@ every request and reply) is specified in ``docs/protocol.md``; in short:
   (``max_request_bytes``), and only then the MAC. Rejected messages are counted and
   never answered. ZeroMQ queues each connection separately and serves them in turn,
   so junk on one connection does not queue up ahead of another's commands;
+* connections that have not delivered an authenticated message are bounded per peer
+  address and in total and cut after ``unauth_timeout_s``
+  (:class:`~robotrl.real_robot.screening.ConnectionGuard`), so a slowloris cannot
+  exhaust the descriptor limit: a new connection's e-stop is always answered;
 * every request names the robot (``dst`` = :attr:`RobotServer.robot_id`) and the server
   instance (``epoch``, random per start); a request for another epoch is answered
   ``kind: "epoch"`` (the client says ``hello`` again);
@@ -25,10 +29,12 @@ every request and reply) is specified in ``docs/protocol.md``; in short:
   each request does is in :mod:`~robotrl.real_robot.handlers`;
 * the watchdog follows the lease holder: when no fresh ``step`` of the holder arrives
   within ``watchdog_s`` the robot holds until the next valid command;
-* ``estop`` latches the e-stop; while latched ``step`` answers with the hold action and
-  ``reset`` is refused. The latch is persisted (atomically) in ``latch_file`` and
-  survives a restart (:mod:`~robotrl.real_robot.latch`); only ``rearm`` with an
-  ``operator`` name clears it (logged);
+* ``estop`` (or :meth:`RobotServer.request_estop`, which ``robotrl robot-server`` calls on
+  ``SIGUSR1``: an e-stop without the socket) latches the e-stop; while latched ``step``
+  answers with the hold action and ``reset`` is refused. The latch is persisted
+  (atomically) in the robot's own ``latch_file`` and survives a crash and a restart; the
+  server does not start when it cannot write it (:mod:`~robotrl.real_robot.latch`); only
+  ``rearm`` with an ``operator`` name clears it (logged, and only once written);
 * any exception while handling a request becomes an error reply (``kind: "internal"``)
   and a hold; the server keeps serving. Only a driver crash
   (:class:`RobotConnectionError` from the robot) ends :meth:`RobotServer.serve`.
