@@ -61,6 +61,7 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
 from robotrl.real_robot.client import DeadlineExceeded, RobotClient, RobotCommandError
+from robotrl.real_robot.interface import RobotConnectionError
 from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
 from robotrl.real_robot.launch import ServerProcess
 from robotrl.real_robot.protocol import load_key, write_key_file
@@ -173,7 +174,7 @@ print(json.dumps({"rejected": dict(ep.auth.rejected), "quarantined": ep.screen.q
 """
 
 LEARNER_FLOOD = r"""
-import sys, time, zmq
+import os, sys, time, zmq
 ctx = zmq.Context()
 plan = [(32 << 20, 4), (1 << 20, 4), (32 << 10, 2)]  # (junk frame bytes, connections)
 socks = []
@@ -190,6 +191,7 @@ while time.monotonic() < end:
             pass
     time.sleep(0.001)
 print(sent, flush=True)
+os._exit(0)  # at once: a normal exit tears ZeroMQ down under its zero-copy junk frames
 """
 
 
@@ -217,6 +219,50 @@ def _ratios(stats: dict, idle: dict) -> dict:
     return {f"ratio_{q}": stats[q] / idle[q] for q in ("p50_ms", "p99_ms") if idle.get(q)}
 
 
+def _slowloris_row(n: int, key: Path, extra: list[str]) -> dict:
+    """One slowloris row of :func:`issue45` (server overrides ``extra``)."""
+    with ServerProcess(key, ["robot.realtime=false", "robot.safety.watchdog_s=1.0", *extra], fd_limit=1024) as srv:
+        port = srv.endpoint.rsplit(":", 1)[1]
+
+        def new_conn(request: str) -> float:
+            t = time.perf_counter()
+            try:
+                with RobotClient(srv.endpoint, load_key(key), link_timeout_s=3.0) as c2:
+                    c2.estop(reason="bench") if request == "estop" else c2.hello()
+            except (RobotConnectionError, DeadlineExceeded):
+                return float("inf")
+            return time.perf_counter() - t
+
+        with RobotClient(srv.endpoint, load_key(key), link_timeout_s=5.0) as c:
+            c.hello()
+            idle, _ = bridge(c, n)
+            idle_new = latency_stats(new_conn("hello") for _ in range(20))
+            attack = subprocess.Popen([sys.executable, "-c", SLOWLORIS, port, "600", "1300"], stdout=subprocess.PIPE, text=True)
+            try:
+                time.sleep(2.0)
+                try:
+                    under: dict = bridge(c, n)[0]
+                except (RobotConnectionError, DeadlineExceeded) as exc:
+                    under = {"failed": str(exc)[:200]}
+                new = [new_conn("hello") for _ in range(5)]
+                estop_s = new_conn("estop")
+                fds = len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
+                cpu = sum(int(x) for x in open(f"/proc/{srv.proc.pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+                time.sleep(1.0)
+                cpu_pct = (sum(int(x) for x in open(f"/proc/{srv.proc.pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+                           - cpu) / os.sysconf("SC_CLK_TCK") * 100
+            finally:
+                attack.kill()
+                attack.wait()
+    answered = [x for x in new if x != float("inf")]
+    return {"idle_step": idle, "step": under, **(_ratios(under, idle) if "p50_ms" in under else {}),
+            "idle_new_connection_hello": idle_new, "new_connection_hello_answered": f"{len(answered)}/{len(new)}",
+            "new_connection_hello_ms": [x * 1000 for x in new],
+            **({"new_connection_ratio_p50": statistics.median(answered) * 1000 / idle_new["p50_ms"]} if answered else {}),
+            "new_connection_estop_ms": estop_s * 1000, "server_fds": fds, "fd_limit": 1024,
+            "server_cpu_pct_during_attack": cpu_pct}
+
+
 def issue45(n: int, key: Path) -> dict:
     """Issue 45 rows, as ratios to idle: the step round trip of a connected client and the ``hello`` round trip of a
     NEW connection while a slowloris holds unfinished 16 kB frames on as many connections as it can (asks for 1300;
@@ -226,37 +272,10 @@ def issue45(n: int, key: Path) -> dict:
     from robotrl.real_robot.learner_link import link_limits
 
     res: dict = {}
-    with ServerProcess(key, ["robot.realtime=false", "robot.safety.watchdog_s=1.0"], fd_limit=1024) as srv:
-        port = srv.endpoint.rsplit(":", 1)[1]
-
-        def new_conn_hello() -> float:
-            t = time.perf_counter()
-            with RobotClient(srv.endpoint, load_key(key), link_timeout_s=5.0) as c2:
-                c2.hello()
-            return time.perf_counter() - t
-
-        with RobotClient(srv.endpoint, load_key(key), link_timeout_s=5.0) as c:
-            c.hello()
-            idle, _ = bridge(c, n)
-            idle_new = latency_stats(new_conn_hello() for _ in range(20))
-            attack = subprocess.Popen([sys.executable, "-c", SLOWLORIS, port, "600", "1300"], stdout=subprocess.PIPE, text=True)
-            try:
-                time.sleep(2.0)
-                under, _ = bridge(c, n)
-                new = latency_stats(new_conn_hello() for _ in range(20))
-                t = time.perf_counter()
-                with RobotClient(srv.endpoint, load_key(key), link_timeout_s=5.0) as c3:
-                    c3.estop(reason="bench")
-                estop_s = time.perf_counter() - t
-                fds = len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
-                conns = c.status()["connections"]
-            finally:
-                attack.kill()
-                attack.wait()
-            res["slowloris"] = {"idle_step": idle, "step": under, **_ratios(under, idle), "idle_new_connection_hello": idle_new,
-                                "new_connection_hello": new, "new_connection_ratios": _ratios(new, idle_new),
-                                "new_connection_estop_ms": estop_s * 1000, "server_fds": fds, "fd_limit": 1024,
-                                "connections": conns}
+    # the control row: the same attack with the connection bounds lifted (the server as before issue 45)
+    unbounded = ["max_unauth=1000000", "max_unauth_per_peer=1000000", "unauth_timeout_s=1000000"]
+    for row, extra in (("slowloris", []), ("slowloris_unbounded_control", unbounded)):
+        res[row] = _slowloris_row(n, write_key_file(Path(tempfile.mkdtemp()) / "robot.key"), extra)  # own latch each
     learner = subprocess.Popen([sys.executable, "-c", LEARNER, str(key), "30"], stdout=subprocess.PIPE, text=True)
     flood = None
     try:
