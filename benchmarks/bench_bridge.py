@@ -26,6 +26,12 @@
    screening/MAC/decode + supervisor + reply encode). ``bridge_only_p50_ms`` is the step
    round trip minus the robot's cost, ``ratio_bridge_only_p50`` that over bare pyzmq.
 
+6. Issue 45 (``--issue45``, only these, short): the step round trip of a connected client and
+   the ``hello`` round trip of a new connection while a slowloris holds unfinished 16 kB frames
+   on up to 1300 connections against a server with a 1024 descriptor limit, and a new
+   connection's e-stop; a learner's signed ``hello`` round trip and memory growth while it is
+   flooded with 32 MiB / 1 MiB / 32 KiB junk. Each as ratios to its idle figure.
+
 Run: ``python benchmarks/bench_bridge.py [--n 3000] [--seconds 5] [--out bench.json]``.
 Before/after on a shared machine: ``--baseline DIR --rounds 3`` runs the whole bench
 ``rounds`` times alternating an older robotrl (``DIR`` on ``PYTHONPATH``, a tree holding
@@ -55,6 +61,7 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
 from robotrl.real_robot.client import DeadlineExceeded, RobotClient, RobotCommandError
+from robotrl.real_robot.interface import RobotConnectionError
 from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
 from robotrl.real_robot.launch import ServerProcess
 from robotrl.real_robot.protocol import load_key, write_key_file
@@ -119,6 +126,183 @@ while True:
     if mode == "1k_churn" and n % 20 == 0:
         s.close(0); s = sock()
 """
+
+
+SLOWLORIS = r"""
+import socket, struct, sys, time
+port, secs, keep = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+greet = b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0") + b"\0" * 32   # ZMTP 3.0, NULL
+ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+start = greet + bytes([0x04, len(ready)]) + ready + b"\x02" + struct.pack(">Q", 16384) + b"x" * 100  # a 16 kB frame, begun
+live, opened, cut, end = [], 0, 0, time.monotonic() + secs
+while time.monotonic() < end:
+    if len(live) >= keep:
+        still = []
+        for s in live:
+            try:
+                if s.recv(4096, socket.MSG_DONTWAIT) == b"":
+                    s.close(); cut += 1; continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                s.close(); cut += 1; continue
+            still.append(s)
+        live = still
+        if len(live) >= keep:
+            time.sleep(0.005); continue
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=1.0)
+        s.sendall(start)
+        live.append(s); opened += 1
+    except OSError:
+        time.sleep(0.005)
+print(opened, cut, len(live), flush=True)
+"""
+
+LEARNER = r"""
+import json, sys, time
+from robotrl.real_robot.learner_link import LearnerEndpoint, link_limits
+from robotrl.real_robot.protocol import load_key
+ep = LearnerEndpoint("tcp://127.0.0.1:0", load_key(sys.argv[1]), limits=link_limits())
+print(ep.endpoint, flush=True)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    for _, msg in ep.recv(20):
+        ep.reply(msg["body"]["actor_id"], "welcome", {"have": -1, "version": 0})
+print(json.dumps({"rejected": dict(ep.auth.rejected), "quarantined": ep.screen.quarantined,
+                  "guard": ep.guard.status()}), flush=True)
+"""
+
+LEARNER_FLOOD = r"""
+import os, sys, time, zmq
+ctx = zmq.Context()
+plan = [(32 << 20, 4), (1 << 20, 4), (32 << 10, 2)]  # (junk frame bytes, connections)
+socks = []
+for size, n in plan:
+    for _ in range(n):
+        s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.SNDHWM, 4)
+        s.setsockopt(zmq.RECONNECT_IVL, 10); s.connect(sys.argv[1]); socks.append((s, [b"\0" * size, b"m" * 32]))
+end, sent = time.monotonic() + float(sys.argv[2]), 0
+while time.monotonic() < end:
+    for s, junk in socks:
+        try:
+            s.send_multipart(junk, zmq.NOBLOCK, copy=False); sent += 1
+        except zmq.Again:
+            pass
+    time.sleep(0.001)
+print(sent, flush=True)
+os._exit(0)  # at once: a normal exit tears ZeroMQ down under its zero-copy junk frames
+"""
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` (MiB, Linux ``/proc``)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def hello_rtt(sock: zmq.Socket, auth) -> float:
+    """Round trip (s) of one signed ``hello`` to a learner (``inf``: no ``welcome`` within 2 s)."""
+    frames, _ = auth.seal("hello", {"actor_id": "actor0", "spec": {}, "version": -1}, dst="learner")
+    t = time.perf_counter()
+    sock.send_multipart(frames)
+    while sock.poll(2000):
+        msg = auth.open(sock.recv_multipart())
+        if msg["type"] == "welcome":
+            return time.perf_counter() - t
+    return float("inf")
+
+
+def _ratios(stats: dict, idle: dict) -> dict:
+    return {f"ratio_{q}": stats[q] / idle[q] for q in ("p50_ms", "p99_ms") if idle.get(q)}
+
+
+def _slowloris_row(n: int, key: Path, extra: list[str]) -> dict:
+    """One slowloris row of :func:`issue45` (server overrides ``extra``)."""
+    with ServerProcess(key, ["robot.realtime=false", "robot.safety.watchdog_s=1.0", *extra], fd_limit=1024) as srv:
+        port = srv.endpoint.rsplit(":", 1)[1]
+
+        def new_conn(request: str) -> float:
+            t = time.perf_counter()
+            try:
+                with RobotClient(srv.endpoint, load_key(key), link_timeout_s=3.0) as c2:
+                    c2.estop(reason="bench") if request == "estop" else c2.hello()
+            except (RobotConnectionError, DeadlineExceeded):
+                return float("inf")
+            return time.perf_counter() - t
+
+        with RobotClient(srv.endpoint, load_key(key), link_timeout_s=5.0) as c:
+            c.hello()
+            idle, _ = bridge(c, n)
+            idle_new = latency_stats(new_conn("hello") for _ in range(20))
+            attack = subprocess.Popen([sys.executable, "-c", SLOWLORIS, port, "600", "1300"], stdout=subprocess.PIPE, text=True)
+            try:
+                time.sleep(2.0)
+                try:
+                    under: dict = bridge(c, n)[0]
+                except (RobotConnectionError, DeadlineExceeded) as exc:
+                    under = {"failed": str(exc)[:200]}
+                new = [new_conn("hello") for _ in range(5)]
+                estop_s = new_conn("estop")
+                fds = len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
+                cpu = sum(int(x) for x in open(f"/proc/{srv.proc.pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+                time.sleep(1.0)
+                cpu_pct = (sum(int(x) for x in open(f"/proc/{srv.proc.pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+                           - cpu) / os.sysconf("SC_CLK_TCK") * 100
+            finally:
+                attack.kill()
+                attack.wait()
+    answered = [x for x in new if x != float("inf")]
+    return {"idle_step": idle, "step": under, **(_ratios(under, idle) if "p50_ms" in under else {}),
+            "idle_new_connection_hello": idle_new, "new_connection_hello_answered": f"{len(answered)}/{len(new)}",
+            "new_connection_hello_ms": [x * 1000 for x in new],
+            **({"new_connection_ratio_p50": statistics.median(answered) * 1000 / idle_new["p50_ms"]} if answered else {}),
+            "new_connection_estop_ms": estop_s * 1000, "server_fds": fds, "fd_limit": 1024,
+            "server_cpu_pct_during_attack": cpu_pct}
+
+
+def issue45(n: int, key: Path) -> dict:
+    """Issue 45 rows, as ratios to idle: the step round trip of a connected client and the ``hello`` round trip of a
+    NEW connection while a slowloris holds unfinished 16 kB frames on as many connections as it can (asks for 1300;
+    the server's descriptor limit 1024), then a new connection's ``estop``; a learner's signed-``hello`` round trip
+    and memory while flooded with 32 MiB / 1 MiB / 32 KiB junk."""
+    from robotrl.real_robot.protocol import Authenticator
+    from robotrl.real_robot.learner_link import link_limits
+
+    res: dict = {}
+    # the control row: the same attack with the connection bounds lifted (the server as before issue 45)
+    unbounded = ["max_unauth=1000000", "max_unauth_per_peer=1000000", "unauth_timeout_s=1000000"]
+    for row, extra in (("slowloris", []), ("slowloris_unbounded_control", unbounded)):
+        res[row] = _slowloris_row(n, write_key_file(Path(tempfile.mkdtemp()) / "robot.key"), extra)  # own latch each
+    learner = subprocess.Popen([sys.executable, "-c", LEARNER, str(key), "30"], stdout=subprocess.PIPE, text=True)
+    flood = None
+    try:
+        endpoint = learner.stdout.readline().strip()
+        auth = Authenticator(load_key(key), ident="actor0.bench", limits=link_limits(), role="client")
+        d = zmq.Context.instance().socket(zmq.DEALER)
+        d.setsockopt(zmq.LINGER, 0)
+        d.connect(endpoint)
+        idle_h = latency_stats(hello_rtt(d, auth) for _ in range(200))
+        base = rss_mb(learner.pid)
+        flood = subprocess.Popen([sys.executable, "-c", LEARNER_FLOOD, endpoint, "10"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        rtts, peak = [], base
+        while flood.poll() is None:
+            rtts.append(hello_rtt(d, auth))
+            peak = max(peak, rss_mb(learner.pid))
+            time.sleep(0.02)
+        flooded = latency_stats(rtts)
+        d.close(0)
+    finally:
+        for p in (flood, learner):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    res["learner_flood"] = {"idle_hello": idle_h, "hello": flooded, **_ratios(flooded, idle_h),
+                            "rss_growth_mb": peak - base, "hellos": len(rtts)}
+    return res
 
 
 def under_flood(client: RobotClient, n: int, mode: str, nice: int, pin: tuple[set[int], set[int]] | None = None) -> dict:
@@ -318,7 +502,16 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, default=None,
                     help="PYTHONPATH root of an older robotrl: alternate whole runs of it and of this checkout")
     ap.add_argument("--rounds", type=int, default=3, help="with --baseline: runs of each")
+    ap.add_argument("--issue45", action="store_true", help="only the slowloris and learner-flood rows (short)")
     args = ap.parse_args()
+    if args.issue45:
+        res = issue45(args.n, write_key_file(Path(tempfile.mkdtemp()) / "robot.key"))
+        res["command"] = "python " + " ".join(sys.argv)
+        res["environment"] = environment()
+        print(json.dumps(res, indent=2))
+        if args.out:
+            write_json(Path(args.out).resolve(), res)
+        return
     if args.baseline is not None:
         res = compare(args)
         res["note"] = ("alternating whole runs (baseline, current) in one session on a 2-core machine shared with other "

@@ -173,10 +173,11 @@ def test_estop_latches_over_the_bridge_until_rearm(server, keyfile):
         assert np.array_equal(ans["applied"], a) and not ans["held"]
         bad = c.step(np.array([np.nan, 0.0], np.float32))  # NaN trips the e-stop ...
         assert bad["flags"] == ["nonfinite"] and c.status()["estopped"]
-        latch = json.loads(Path(str(keyfile) + ".estop").read_text())  # ... which is persisted like an estop request
+        latch_file = Path(server.info["latch_file"])  # the robot's own latch, beside the key file (issue 45)
+        latch = json.loads(latch_file.read_text())  # ... which is persisted like an estop request
         assert latch["estopped"] is True and latch["reason"] == "nonfinite action"
         c.rearm(operator="test")
-        assert json.loads(Path(str(keyfile) + ".estop").read_text())["estopped"] is False
+        assert json.loads(latch_file.read_text())["estopped"] is False
 
 
 def test_modes_teleop_takeover_and_a_slow_chunked_policy_never_stall_the_loop(server, keyfile):

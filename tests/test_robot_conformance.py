@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -56,11 +57,11 @@ class DocClient:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(endpoint)
 
-    def send(self, type_: str, body: dict, *, key: bytes | None = None, **override) -> int:
+    def send(self, type_: str, body: dict, *, key: bytes | None = None, single_float: bool = False, **override) -> int:
         self.seq += 1
         msg = {"v": 2, "type": type_, "dir": "req", "src": self.src, "dst": self.robot_id, "epoch": self.epoch,
                "seq": self.seq, "ts": time.time(), "body": body, **override}
-        payload = msgpack.packb(msg, use_bin_type=True)
+        payload = msgpack.packb(msg, use_bin_type=True, use_single_float=single_float, datetime=False)
         self.sock.send_multipart([payload, hmac.new(key or self.key, payload, hashlib.sha256).digest()])
         return self.seq
 
@@ -124,14 +125,15 @@ def server(tmp_path_factory):
     while not ready.exists():
         assert proc.poll() is None and time.monotonic() < end, (d / "server.log").read_text()
         time.sleep(0.05)
-    yield json.loads(ready.read_text())["endpoint"], bytes.fromhex(key_file.read_text().strip()), d / "server.log"
+    info = json.loads(ready.read_text())
+    yield info["endpoint"], bytes.fromhex(key_file.read_text().strip()), d / "server.log", proc.pid, key_file
     proc.terminate()
     proc.wait(timeout=20)
     log.close()
 
 
 def test_a_client_built_from_the_document_runs_a_session(server):
-    endpoint, key, log = server
+    endpoint, key, log, _, _ = server
     c = DocClient(endpoint, key)
     h = c.hello()
     assert h["protocol"] == 2 and len(h["epoch"]) == 16 and h["robot_id"].startswith("sim:pointmaze-umaze@")
@@ -181,3 +183,58 @@ def test_a_client_built_from_the_document_runs_a_session(server):
     assert c.call("rearm", {"operator": "conformance test"})["status"]["estopped"] is False
     assert "RE-ARMED by operator 'conformance test'" in log.read_text()
     assert c.call("release")["ok"] and c.call("status")["status"]["lease"] is None
+
+
+def test_the_rules_of_issue_45_hold_as_the_document_states(server):
+    """Sections 3, 5, 5.2, 6, 8, 12 and 17: the answers to the places where a client author had to guess."""
+    endpoint, key, log, pid, key_file = server
+    c = DocClient(endpoint, key)
+    c.hello()
+    lim = c.call("hello", dst=c.robot_id)["limits"]  # an addressed hello is answered...
+    assert lim["max_bytes"] == 65536 and lim["max_request_bytes"] == 4096
+    assert c.receive(c.send("hello", {}, dst="another-robot", epoch=""), wait_ms=300) is None  # ...another's is not
+    rejected = c.call("status")["status"]["rejected"]
+
+    # section 3: ext -1 (timestamps), nesting beyond 32, float32 ts, lengths in characters
+    assert c.receive(c.send("status", {"t": msgpack.Timestamp(1, 0)}), wait_ms=300) is None
+    deep: list = []
+    for _ in range(30):  # 31 nested lists (the innermost one empty)
+        deep = [deep]
+    assert c.receive(c.send("status", {"x": deep}), wait_ms=300) is None  # payload 1 + body 2 + 31 lists: 33 deep
+    assert c.call("status", {"x": deep[0]})["ok"]  # 32 deep is fine
+    assert c.receive(c.send("status", {}, single_float=True), wait_ms=300) is None  # float32 ts: 128 s off, stale
+    after = c.call("status")["status"]["rejected"]
+    assert after["malformed"] == rejected["malformed"] + 2 and after["stale"] == rejected["stale"] + 1
+    wide = DocClient(endpoint, key)
+    wide.src = "\u00e9" * 128  # 128 characters, 256 UTF-8 bytes: accepted
+    assert wide.hello()["ok"]
+    wide.src += "x"
+    assert wide.receive(wide.send("status", {}), wait_ms=300) is None
+
+    # section 8: an infinite deadline is refused; an estop is never refused for its reason
+    assert c.call("acquire", {"force": True})["ok"]
+    assert c.call("step", {"action": f32([0.1, 0.1]), "deadline": float("inf")})["kind"] == "bad_request"
+    ans = c.call("estop", {"reason": 42})
+    assert ans["persisted"] is True and "warning" not in ans and ans["status"]["estopped"] is True
+    st = ans["status"]
+    # section 12: one latch per robot beside the key file, its record names the robot
+    latch = Path(st["latch_file"])
+    assert latch.parent == key_file.parent and latch.name.startswith(key_file.name + ".sim_pointmaze-umaze")
+    assert re.fullmatch(r"robot\.key\.[A-Za-z0-9._-]+-[0-9a-f]{8}\.estop", latch.name)
+    rec = json.loads(latch.read_text())
+    assert rec["estopped"] is True and rec["reason"] == "estop request" and rec["latch_id"].startswith("sim:pointmaze")
+    assert (latch.parent / f".{latch.name}.created").exists() and st["latch_persisted"] is True
+    assert c.call("rearm", {"operator": "conformance"})["status"]["estopped"] is False
+    # section 9.3: hold_events.at is the monotonic clock, not Unix time
+    for e in st["hold_events"]:
+        assert e["at"] < 1e9 and e["at"] >= e["last_command"]
+    # section 5.2: SIGUSR1 latches the e-stop without the socket
+    os.kill(pid, signal.SIGUSR1)
+    end = time.monotonic() + 2
+    while not json.loads(latch.read_text())["estopped"]:
+        assert time.monotonic() < end
+        time.sleep(0.01)
+    st = c.call("status")["status"]
+    assert st["estopped"] is True and st["estop_latch"]["by"] == "SIGUSR1 (no socket)"
+    assert c.call("rearm", {"operator": "conformance"})["status"]["estopped"] is False
+    assert st["connections"]["live"] >= 2 and st["connections"]["max_unauth"] >= 1

@@ -79,9 +79,10 @@ def test_first_step_estop_latch_and_a_reused_client_across_server_restarts(tmp_p
     6: the same RobotClient object keeps working across the restart (new epoch, automatic re-handshake)."""
     keyfile = write_key_file(tmp_path / "robot.key")
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    latch = Path(str(keyfile) + ".estop")
     a = np.array([0.3, -0.2], np.float32)
     srv = ServerProcess(keyfile, SLOW, endpoint=endpoint).start()
+    latch = Path(json.loads(srv.ready_file.read_text())["latch_file"])  # one latch per robot, beside the key file
+    assert latch.parent == keyfile.parent and latch.name.startswith("robot.key.sim_pointmaze-umaze")
     try:
         c = RobotClient(endpoint, load_key(keyfile))
         first = c.step(a)  # the very first request: no reset, no observe before it
@@ -313,8 +314,11 @@ def test_an_unauthenticated_flood_is_screened_before_hashing_and_commands_keep_f
                     flood.kill()
             st = c.status()
         assert answered > 10 and st["steps"] >= answered and sent > 1000
-        # the 1 kB junk connection was hashed QUARANTINE_AFTER times, then ignored; the 64 kB junk never reached Python
-        assert st["rejected"]["unauthenticated"] == QUARANTINE_AFTER and st["rejected"]["oversized"] == 0
+        # each 1 kB junk connection was hashed QUARANTINE_AFTER times, then ignored and cut (issue 45: the flooder's
+        # ZeroMQ reconnects, a new connection, hashed QUARANTINE_AFTER times again); the 64 kB junk never reached Python
+        cuts = st["connections"]["cut"].get("quarantine", 0)
+        assert cuts >= 1 and st["rejected"]["unauthenticated"] <= QUARANTINE_AFTER * (cuts + 1), st
+        assert st["rejected"]["oversized"] == 0
         assert st["quarantined"] > 100
     finally:
         srv.stop()

@@ -69,6 +69,23 @@ def test_rejections_are_classified_and_counted():
     assert b.accepted == 2
 
 
+def test_flushing_the_sequence_table_does_not_reopen_a_replay_window():
+    """Issue 45, item 5: a key holder who sends from more ids than the server remembers pushes a client out of the
+    sequence table; a replay of that client's message must still be refused (the forgotten senders' newest ts is a
+    floor for unknown senders), while a fresh message of a new sender is accepted."""
+    server = Authenticator(KEY, ident="robot", role="server", remember_peers=4)
+    victim = Authenticator(KEY, ident="victim")
+    captured, _ = victim.seal("step", {"action": None}, dst="robot")
+    assert server.open(captured)["src"] == "victim"
+    for i in range(4):  # four other ids: the victim is forgotten
+        server.open(Authenticator(KEY, ident=f"flood{i}").seal("status", dst="robot")[0])
+    with pytest.raises(ProtocolError, match="replayed.*not newer than the newest forgotten"):
+        server.open(captured)
+    time.sleep(0.01)
+    assert server.open(Authenticator(KEY, ident="newcomer").seal("status", dst="robot")[0])["src"] == "newcomer"
+    assert server.rejected["replayed"] == 1
+
+
 def test_reply_replay_tracking_is_per_server_epoch():
     """A restarted server (new epoch) starts its seq at 1 again; its replies are accepted, replays within an epoch are not."""
     c = Authenticator(KEY, ident="c")

@@ -8,7 +8,11 @@ link failed (the message says what is known: server ended, silent, wrong key...;
 recorded episodes are kept).
 
 ``robot-server`` settings of the bridge's hardening (``configs/robot_server.yaml``): ``robot_id`` (default ``<robot name>@<endpoint>``),
-``latch_file`` (default ``<key_file>.estop``), ``deadline_periods`` (default 2),
+``latch_file`` (default: one per robot, ``<key_file>.<robot slug>.estop``, or
+``$XDG_STATE_HOME/robotrl/estop/<robot slug>.estop`` with the environment key; it must be writable
+or the server does not start), ``max_unauth`` / ``max_unauth_per_peer`` / ``unauth_timeout_s``
+(connections without an authenticated message: defaults from the descriptor limit, 2 s),
+``deadline_periods`` (default 2),
 ``lease_timeout_s`` (default max(1 s, 10 watchdog periods)), ``max_request_bytes``
 (default 4096), ``rt_priority`` (default null: ordinary scheduling; 1–99: ``SCHED_FIFO``,
 :mod:`robotrl.real_robot.rt`). A robot with cameras (``robot.cameras=[topdown]`` for the twin)
@@ -19,11 +23,16 @@ pixel policy (an export bundle of ``experiment=bc obs=pixels`` / ``rlpd-pixels``
 hands each observation's frames to the policy; a robot without the policy's cameras, or with other
 frame sizes, is refused after ``hello`` (exit 2, :func:`~robotrl.real_robot.export.check_cameras`),
 before the robot is reset or moved.
+
+``SIGUSR1`` to a ``robot-server`` process latches the e-stop (persisted, the robot holds) within one
+loop tick, without the socket or the key: the operator's e-stop when the network path is flooded
+(``kill -USR1 <pid>``; the pid is in the start line and the ready file).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -52,17 +61,14 @@ def _key(cfg: DictConfig) -> bytes:
     return load_key(cfg.key_file)
 
 
-def _latch_file(cfg: DictConfig) -> Path:
-    """Where the e-stop latch persists: ``latch_file``, else ``<key_file>.estop``, else the user's state directory."""
-    import os
+def _latch_file(cfg: DictConfig, latch_id: str) -> Path:
+    """Where the e-stop latch persists: ``latch_file``, else one file per robot (``latch_id``) beside the key file,
+    else in the user's state directory (:func:`~robotrl.real_robot.latch.default_latch_path`)."""
+    from robotrl.real_robot.latch import default_latch_path
 
     if cfg.get("latch_file"):
         return Path(cfg.latch_file)
-    if cfg.key_file:
-        return Path(str(cfg.key_file) + ".estop")
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "robotrl"
-    state.mkdir(parents=True, exist_ok=True)
-    return state / "robot-server.estop"
+    return default_latch_path(latch_id, cfg.key_file)
 
 
 def run_server(cfg: DictConfig) -> int:
@@ -87,7 +93,10 @@ def run_server(cfg: DictConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    latch = _latch_file(cfg)
+    from robotrl.real_robot.latch import legacy_latch_paths
+
+    latch_id = str(cfg.get("robot_id") or f"{robot.spec().name}@{cfg.endpoint}")
+    latch = _latch_file(cfg, latch_id)
     # a robot with cameras sends its frames in every observation: raise the reply limit for them (never lowered)
     limits = camera_limits(robot.spec().cameras, Limits(max_bytes=int(cfg.max_message_bytes), max_skew_s=float(cfg.max_skew_s),
                                                         max_request_bytes=int(cfg.get("max_request_bytes") or 4096)),
@@ -96,14 +105,21 @@ def run_server(cfg: DictConfig) -> int:
         server = RobotServer(robot, supervisor, key, cfg.endpoint, allow_remote=bool(cfg.allow_remote), limits=limits,
                              robot_id=cfg.get("robot_id"), latch_file=latch,
                              deadline_periods=float(cfg.get("deadline_periods") or 2.0),
-                             lease_timeout_s=cfg.get("lease_timeout_s"))
+                             lease_timeout_s=cfg.get("lease_timeout_s"), latch_id=latch_id,
+                             legacy_latch_files=[] if cfg.get("latch_file") else legacy_latch_paths(cfg.key_file),
+                             max_unauth=cfg.get("max_unauth"), max_unauth_per_peer=cfg.get("max_unauth_per_peer"),
+                             unauth_timeout_s=float(cfg.get("unauth_timeout_s") or 2.0))
+        # the operator's e-stop that needs no socket and no key: `kill -USR1 <pid>` (latched within one tick)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: server.request_estop("SIGUSR1"))
         endpoint = server.bind()
         if cfg.ready_file:
-            atomic_write(cfg.ready_file, json.dumps({"endpoint": endpoint, "pid": __import__("os").getpid()}), mode=0o666)
+            atomic_write(cfg.ready_file, json.dumps({"endpoint": endpoint, "pid": os.getpid(), "latch_file": str(latch)}),
+                         mode=0o666)
         print(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
               f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms, step deadline {server.horizon_s * 1000:.0f} ms); "
               f"robot_id {server.robot_id!r}, epoch {server.epoch}, key fingerprint {key_fingerprint(key)}, "
-              f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''}, scheduling {sched}"
+              f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''} (kill -USR1 {os.getpid()} latches "
+              f"it without the socket), scheduling {sched}"
               + (f"; cameras {[c.name for c in robot.spec().cameras]}: replies up to {limits.max_bytes} bytes"
                  if robot.spec().cameras else ""), flush=True)
         try:

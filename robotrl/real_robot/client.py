@@ -237,7 +237,9 @@ class RobotClient:
 
     def _exchange(self, type_: str, body: dict | None, timeout_s: float | None) -> dict:
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
-        dst = "" if type_ == "hello" else (self.robot_id or "")  # hello may be unaddressed; its answer names the robot
+        # hello is unaddressed: its answer names the robot, which is then checked against robot_id (a clear
+        # wrong_robot error; an addressed hello to another robot would get silence). docs/protocol.md section 8
+        dst = "" if type_ == "hello" else (self.robot_id or "")
         while True:
             frames, seq = self.auth.seal(type_, body, dst=dst, epoch=self.epoch or "")
             self._sock.send_multipart(frames)

@@ -130,8 +130,10 @@ def rearm(srv: RobotServer, msg: dict) -> dict:
     if not srv.supervisor.estopped:
         return {"ok": True, "status": srv.status()}
     since = srv.latch.info.get("since_iso", "?")
-    srv.supervisor.rearm()
-    srv.latch.persist("rearm", f"{operator.strip()} (client {src})", srv.robot_id, srv.epoch)
+    if not srv.latch.clear(f"{operator.strip()} (client {src})", srv.robot_id, srv.epoch):
+        return error("not_persisted", f"re-arm refused: the cleared latch could not be written to {srv.latch.path} "
+                                      f"({srv.latch.error}); the e-stop stays latched and the robot holds. Make the latch "
+                                      "file's directory writable, then re-arm again")
     srv.log(f"e-stop RE-ARMED by operator {operator.strip()!r} (client {src}); it was latched since {since}")
     return {"ok": True, "status": srv.status()}
 
@@ -171,14 +173,22 @@ def observe(srv: RobotServer, msg: dict) -> dict:
 
 
 def estop(srv: RobotServer, msg: dict) -> dict:
-    """Latch the e-stop (anyone with the key), persist the latch, hold."""
+    """Latch the e-stop (anyone with the key), persist the latch, hold.
+
+    Never refused for its body: a ``reason`` that is not a string is replaced by ``"estop request"`` (strings are cut
+    to 200 characters). The answer says whether the latch reached the latch file (``persisted``); when it did not,
+    ``warning`` says why, the robot holds (latched in memory) and the server retries the write with every request.
+    """
     src = msg["src"]
-    srv.supervisor.estop()
     reason = msg["body"].get("reason")
-    srv.latch.persist(reason if isinstance(reason, str) else "estop request", f"client {src}", srv.robot_id, srv.epoch)
-    srv.log(f"e-stop latched by client {src}")
-    srv.enter_hold("estop")
-    return {"ok": True, "status": srv.status()}
+    ok = srv.estop_now(reason[:200] if isinstance(reason, str) else "estop request", f"client {src}")
+    body = {"ok": True, "persisted": ok, "status": srv.status()}
+    if not ok:
+        body["warning"] = (f"the e-stop is latched in memory and the robot holds, but it could NOT be written to the "
+                           f"latch file {srv.latch.path} ({srv.latch.error}): a crash of the server would lose it. Fix "
+                           "the latch file's directory (the server retries the write with every request), or keep the "
+                           "robot stopped by its own means")
+    return body
 
 
 def status(srv: RobotServer, msg: dict) -> dict:

@@ -24,12 +24,15 @@ class ServerProcess:
     """A robot server in a child process.
 
     Args:
-        key_file: the bridge key file (mode 0600); the e-stop latch persists beside it
-            (``<key_file>.estop``) unless the overrides set ``+latch_file=...``.
+        key_file: the bridge key file (mode 0600); the e-stop latch persists beside it, one file per robot
+            (``<key_file>.<robot slug>.estop``, :func:`~robotrl.real_robot.latch.default_latch_path`) unless the
+            overrides set ``latch_file=...``; ``"null"``: the key from ``$ROBOTRL_ROBOT_KEY`` (in ``env``).
         endpoint: where to bind (default: a free loopback port; give a fixed one to
             restart a server on the same endpoint).
         overrides: extra Hydra overrides, e.g. ``["robot.task=hopper"]``.
         start_timeout_s: how long to wait for the server to bind (s).
+        fd_limit: the server process's file-descriptor limit (soft ``RLIMIT_NOFILE``), e.g. to test that a
+            connection flood cannot exhaust it; ``None``: inherited.
 
     Attributes:
         endpoint: the bound endpoint; ``proc``: the ``subprocess.Popen``.
@@ -39,10 +42,11 @@ class ServerProcess:
     """
 
     def __init__(self, key_file: str | os.PathLike, overrides: list[str] = (), start_timeout_s: float = 60.0,
-                 stop_timeout_s: float = 10.0, env: dict | None = None, endpoint: str = "tcp://127.0.0.1:0"):
+                 stop_timeout_s: float = 10.0, env: dict | None = None, endpoint: str = "tcp://127.0.0.1:0",
+                 fd_limit: int | None = None):
         self.key_file, self.overrides, self.bind_endpoint = str(key_file), list(overrides), endpoint
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
-        self.env = env
+        self.env, self.fd_limit = env, fd_limit
         self._dir = Path(tempfile.mkdtemp(prefix="robot-server-"))
         self.ready_file = self._dir / "ready.json"
         self.log_file = self._dir / "server.log"
@@ -54,7 +58,16 @@ class ServerProcess:
                f"key_file={self.key_file}", f"ready_file={self.ready_file}", *self.overrides]
         self._log = open(self.log_file, "a")
         self.ready_file.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        limit = self.fd_limit
+
+        def preexec() -> None:
+            import resource
+
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (int(limit), hard))  # type: ignore[arg-type]
+
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+                                     preexec_fn=preexec if limit is not None else None)
         end = time.monotonic() + self.start_timeout_s
         while not self.ready_file.exists():
             if self.proc.poll() is not None or time.monotonic() > end:
@@ -63,6 +76,11 @@ class ServerProcess:
             time.sleep(0.05)
         self.endpoint = json.loads(self.ready_file.read_text())["endpoint"]
         return self
+
+    @property
+    def info(self) -> dict:
+        """The server's ready file: ``endpoint``, ``pid``, ``latch_file``."""
+        return json.loads(self.ready_file.read_text())
 
     def output(self) -> str:
         return self.log_file.read_text() if self.log_file.exists() else ""

@@ -41,6 +41,7 @@ Sources: SERL's actor/learner over ZeroMQ (agentlace), LeRobot HIL-SERL's gRPC s
 
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import secrets
@@ -59,6 +60,7 @@ from robotrl.real_robot.link_codec import (  # noqa: F401  (re-exported: the lin
     SpillQueue,
     arrays_to_state,
     atomic_write_bytes,
+    batch_rows,
     camera_link_limits,
     check_batch,
     frame_fields,
@@ -70,8 +72,13 @@ from robotrl.real_robot.link_codec import (  # noqa: F401  (re-exported: the lin
     without_frames,
 )
 from robotrl.real_robot.protocol import Authenticator, Limits
+from robotrl.real_robot.screening import ConnectionGuard, Screen
 
-__all__ = ["TRANSITION_FIELDS", "ActorLink", "Dedup", "LearnerEndpoint", "SpillQueue", "Weights", "arrays_to_state",
+#: Largest message a connection may send before one of its messages passed the MAC (a ``hello``; bytes). Larger
+#: messages from such a connection are dropped before hashing and count towards its quarantine.
+HELLO_BYTES = 65536
+
+__all__ = ["HELLO_BYTES", "TRANSITION_FIELDS", "ActorLink", "curve_client", "curve_server", "Dedup", "LearnerEndpoint", "SpillQueue", "Weights", "arrays_to_state",
            "atomic_write_bytes", "camera_link_limits", "check_batch", "frame_fields", "frame_rows", "link_limits",
            "load_weights", "save_weights", "stack_transitions", "state_to_arrays", "with_next_frames", "without_frames"]
 
@@ -154,6 +161,9 @@ class ActorLink:
     with them and sent to a learner whose ``welcome`` asks for ``frames``; a learner of states gets the batches
     without them.
         weights_file: keep the newest weights here (:func:`save_weights`; ``None``: not kept).
+        curve_cert_file, curve_server_public_file: CurveZMQ (:func:`curve_client`): this actor's secret
+            certificate and the learner's public one (both or neither; the learner lists the actor's public
+            certificate in its ``curve_clients_dir``).
 
     Attributes:
         connected: a learner answered within ``link_timeout_s``.
@@ -166,17 +176,26 @@ class ActorLink:
     def __init__(self, endpoint: str, key: bytes, actor_id: str, spec: dict, spill_dir: str | os.PathLike, *,
                  learner_id: str = "learner", batch_size: int = 64, flush_s: float = 0.05,
                  ack_timeout_s: float = 1.0, link_timeout_s: float = 3.0, heartbeat_s: float = 0.5,
-                 limits: Limits | None = None, weights_file: str | os.PathLike | None = None):
+                 limits: Limits | None = None, weights_file: str | os.PathLike | None = None,
+                 curve_cert_file: str | os.PathLike | None = None, curve_server_public_file: str | os.PathLike | None = None):
+        if (curve_cert_file is None) != (curve_server_public_file is None):
+            raise ConfigError("CurveZMQ needs both curve_cert_file (this actor's secret certificate) and "
+                              "curve_server_public_file (the learner's public certificate), or neither")
+        self._curve = (curve_cert_file, curve_server_public_file) if curve_cert_file is not None else None
         if not actor_id or len(actor_id) > 64:
             raise ConfigError(f"actor_id must be 1..64 characters, got {actor_id!r}")
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         from robotrl.real_robot.interface import RobotSpec
 
-        cameras = RobotSpec.from_dict(spec).cameras if isinstance(spec, dict) and spec.get("cameras") else ()
+        try:
+            rspec = RobotSpec.from_dict(spec) if isinstance(spec, dict) else None
+        except (KeyError, TypeError, ValueError):  # a partial spec (tests): the learner refuses it at hello
+            rspec = None
+        cameras = rspec.cameras if rspec is not None else ()
         self.limits = camera_link_limits(cameras, limits or link_limits())  # the deliberate raise for frames
-        if cameras:
-            batch_size = min(int(batch_size), frame_rows(cameras, self.limits))
+        if rspec is not None:  # every batch fits the learner's request limit (issue 45: larger ones are cut)
+            batch_size = min(int(batch_size), batch_rows(rspec.observation.dim, rspec.action.dim, cameras, self.limits))
         self.endpoint, self.actor_id, self.spec, self.learner_id = endpoint, actor_id, spec, learner_id
         self.auth = Authenticator(key, ident=f"{actor_id}.{secrets.token_hex(4)}", limits=self.limits, role="client")
         self.batch_size, self.flush_s = int(batch_size), float(flush_s)
@@ -275,6 +294,8 @@ class ActorLink:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_bytes + 1024)
         self._sock.setsockopt(zmq.SNDHWM, 64)
+        if self._curve is not None:
+            curve_client(self._sock, *self._curve)
         self._sock.connect(self.endpoint)
         self._welcomed = False
         self._inflight = None
@@ -427,59 +448,124 @@ class ActorLink:
 class LearnerEndpoint:
     """The learner's end: a ROUTER socket polled from the learner's own loop (no thread).
 
+    Flood defences (issue 45; the robot server's, :mod:`~robotrl.real_robot.screening`): ZeroMQ drops the
+    connection of a frame above ``limits.max_request_bytes`` (the largest batch an actor sends, :func:`batch_rows`)
+    before allocating it, and queues at most ``RCVHWM`` (8) messages per connection; a connection that has not yet
+    sent an authenticated message may send at most :data:`HELLO_BYTES` per message (larger ones are dropped
+    unhashed); a connection that sent :data:`~robotrl.real_robot.screening.QUARANTINE_AFTER` bad messages is
+    ignored and cut; unauthenticated connections are bounded per peer address and in total and cut after
+    ``unauth_timeout_s`` (:class:`~robotrl.real_robot.screening.ConnectionGuard`). Memory held for junk is thus
+    at most about ``(max_unauth + 1) × max_request_bytes``.
+
+    Links that leave the host may add CurveZMQ (``zmq.auth``): ``curve_secret_file`` is the learner's secret
+    certificate (``zmq.auth.create_certificates``) and ``curve_clients_dir`` holds the public certificate of
+    every actor allowed to connect (one per client); an actor without an allowed key cannot even connect
+    (its handshake is refused), and everything on the wire is encrypted. The HMAC key is still checked.
+
     Args:
         endpoint: where to bind (``tcp://127.0.0.1:0`` = a free loopback port).
         key: shared key.
         learner_id: this learner's id (actors address it).
         limits: :func:`link_limits`.
+        max_unauth, max_unauth_per_peer, unauth_timeout_s: connection bounds (defaults 8, 4, 5 s).
+        curve_secret_file, curve_clients_dir: CurveZMQ (both or neither).
 
     Attributes:
         endpoint: the bound endpoint; epoch: random id of this learner instance.
         peers: ``{actor_id: routing id}`` of the actors heard from.
+        guard: the :class:`~robotrl.real_robot.screening.ConnectionGuard`; ``screen``: the per-connection quarantine.
+
+    Raises:
+        ConfigError: only one of the CurveZMQ settings, an unreadable certificate, bad connection bounds.
     """
 
-    def __init__(self, endpoint: str, key: bytes, *, learner_id: str = "learner", limits: Limits | None = None):
+    def __init__(self, endpoint: str, key: bytes, *, learner_id: str = "learner", limits: Limits | None = None,
+                 max_unauth: int = 8, max_unauth_per_peer: int = 4, unauth_timeout_s: float = 5.0,
+                 curve_secret_file: str | os.PathLike | None = None, curve_clients_dir: str | os.PathLike | None = None):
         self.limits = limits or link_limits()
         self.auth = Authenticator(key, ident=learner_id, limits=self.limits, role="server")
         self.epoch = secrets.token_hex(8)
         self._ctx = zmq.Context.instance()
         self.sock = self._ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_bytes + 1024)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_request_bytes + 1024)
+        self.sock.setsockopt(zmq.RCVHWM, 8)
+        self.sock.setsockopt(zmq.HANDSHAKE_IVL, 2000)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.bind(endpoint)
+        self._zap = None
+        try:
+            if (curve_secret_file is None) != (curve_clients_dir is None):
+                raise ConfigError("CurveZMQ needs both curve_secret_file (the learner's secret certificate) and "
+                                  "curve_clients_dir (the allowed actors' public certificates), or neither")
+            if curve_secret_file is not None:
+                self._zap = curve_server(self._ctx, self.sock, curve_secret_file, curve_clients_dir)
+            self.guard = ConnectionGuard(self.sock, max_unauth=max_unauth, max_unauth_per_peer=max_unauth_per_peer,
+                                         unauth_timeout_s=unauth_timeout_s)
+            self.sock.bind(endpoint)
+        except BaseException:
+            self.close()
+            raise
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.guard.bound(self.endpoint)
+        self.screen = Screen(self.auth)
+        self._known: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._swept = 0.0
         self.peers: dict[str, bytes] = {}
         self.peer_src: dict[str, str] = {}
+
+    def _bad(self, ident: zmq.Frame, rid: bytes, reason: str) -> None:
+        self.screen.strike(rid, reason)
+        if self.screen.is_quarantined(rid):
+            self.guard.cut(ident.get(zmq.SRCFD), "quarantine")
 
     def recv(self, timeout_ms: int) -> list[tuple[bytes, dict]]:
         """Every authenticated request waiting (after up to ``timeout_ms``): ``[(routing id, msg)]``.
 
-        Rejected messages are dropped and counted in ``auth.rejected``.
+        Rejected messages are dropped and counted in ``auth.rejected`` (``screen.quarantined``: dropped unhashed).
         """
-        out = []
+        out: list[tuple[bytes, dict]] = []
+        now = time.monotonic()
+        if now - self._swept > 0.05 or self.guard.monitor.poll(0):
+            self.guard.sweep()
+            self._swept = now
         if not self.sock.poll(timeout_ms, zmq.POLLIN):
             return out
-        while True:
+        for _ in range(256):  # then back to the caller (its training step), the rest stays queued
             try:
-                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                ident = self.sock.recv(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return out
-            if len(frames) != 3:
-                self.auth.rejected["malformed"] += 1
+            rest = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False) if ident.more else []
+            rid = bytes(ident.bytes)
+            if self.screen.is_quarantined(rid):
+                self.screen.quarantined += 1
                 continue
-            try:
-                msg = self.auth.open(frames[1:])
-            except ProtocolError:
+            if len(rest) != 2:
+                self.auth.rejected["malformed"] += 1
+                self._bad(ident, rid, "malformed")
+                continue
+            if rid not in self._known and len(rest[0]) > HELLO_BYTES:  # a stranger's large message: not even hashed
+                self.auth.rejected["oversized"] += 1
+                self._bad(ident, rid, "oversized")
+                continue
+            msg = self.screen.open([rid, *rest])
+            if msg is None:
+                if self.screen.is_quarantined(rid):
+                    self.guard.cut(ident.get(zmq.SRCFD), "quarantine")
                 continue
             actor = msg["body"].get("actor_id")
             if not isinstance(actor, str) or not 0 < len(actor) <= 64:
                 self.auth.rejected["malformed"] += 1
                 continue
-            rid = bytes(frames[0].bytes)
+            if rid not in self._known:
+                self.guard.authenticated(ident.get(zmq.SRCFD))
+                self._known[rid] = None
+                while len(self._known) > 4096:
+                    self._known.popitem(last=False)
             self.peers[actor] = rid
             self.peer_src[actor] = msg["src"]
             out.append((rid, msg))
+        return out
 
     def reply(self, actor_id: str, type_: str, body: dict) -> bool:
         """Send ``type_`` to ``actor_id``; ``False`` if that actor is gone (its socket closed)."""
@@ -494,4 +580,57 @@ class LearnerEndpoint:
             return False
 
     def close(self) -> None:
+        """Close the socket (and the CurveZMQ authenticator, if any)."""
+        guard = getattr(self, "guard", None)
+        if guard is not None:
+            guard.close()
         self.sock.close(linger=0)
+        if self._zap is not None:
+            self._zap.stop()
+            self._zap = None
+
+
+def curve_server(ctx: zmq.Context, sock: zmq.Socket, secret_file: str | os.PathLike, clients_dir: str | os.PathLike):
+    """Make ``sock`` (not yet bound) a CurveZMQ server with the secret certificate ``secret_file`` that admits only
+    the clients whose public certificates are in ``clients_dir``; returns the running
+    ``zmq.auth.thread.ThreadAuthenticator`` (stop it after closing the socket).
+
+    Raises:
+        ConfigError: a certificate that cannot be read, or no client certificate at all.
+    """
+    import zmq.auth
+    from zmq.auth.thread import ThreadAuthenticator
+
+    try:
+        public, secret = zmq.auth.load_certificate(str(secret_file))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the learner's CurveZMQ certificate {secret_file} ({exc}); create one with "
+                          "zmq.auth.create_certificates(dir, 'learner')") from None
+    if secret is None:
+        raise ConfigError(f"{secret_file} is a public certificate; the learner needs its .key_secret file")
+    if not Path(clients_dir).is_dir() or not list(Path(clients_dir).glob("*.key")):
+        raise ConfigError(f"no client certificates (*.key) in {clients_dir}: copy each actor's public certificate there")
+    zap = ThreadAuthenticator(ctx)
+    zap.start()
+    zap.configure_curve(domain="*", location=str(clients_dir))
+    sock.curve_secretkey, sock.curve_publickey, sock.curve_server = secret, public, True
+    return zap
+
+
+def curve_client(sock: zmq.Socket, cert_file: str | os.PathLike, server_public_file: str | os.PathLike) -> None:
+    """Make ``sock`` (not yet connected) a CurveZMQ client with its secret certificate ``cert_file`` that talks
+    only to the server whose public certificate is ``server_public_file``.
+
+    Raises:
+        ConfigError: a certificate that cannot be read.
+    """
+    import zmq.auth
+
+    try:
+        public, secret = zmq.auth.load_certificate(str(cert_file))
+        server_public, _ = zmq.auth.load_certificate(str(server_public_file))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read a CurveZMQ certificate ({exc}); create them with zmq.auth.create_certificates") from None
+    if secret is None:
+        raise ConfigError(f"{cert_file} is a public certificate; the actor needs its .key_secret file")
+    sock.curve_secretkey, sock.curve_publickey, sock.curve_serverkey = secret, public, server_public

@@ -42,16 +42,44 @@ TRANSITION_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
-def link_limits(max_message_bytes: int = 64 << 20, max_elems: int = 1 << 24, max_skew_s: float = 5.0) -> Limits:
+#: Default cap of a request to the learner (a transition batch; bytes). The actor cuts its batches to fit it
+#: (:func:`batch_rows`), so nothing legitimate is larger, and a learner never holds more than this per message
+#: of a connection (ZeroMQ drops the connection of a larger frame before allocating it). Issue 45.
+REQUEST_BYTES = 8 << 20
+
+
+def link_limits(max_message_bytes: int = 64 << 20, max_elems: int = 1 << 24, max_skew_s: float = 5.0,
+                max_request_bytes: int | None = None) -> Limits:
     """Message :class:`Limits` of the learner link.
 
     Args:
-        max_message_bytes: largest payload either way (bytes); weights of a 3×1024 MLP are ~13 MB.
+        max_message_bytes: largest reply (weights push, learner → actor; bytes); weights of a 3×1024 MLP are ~13 MB.
         max_elems: largest array (elements).
         max_skew_s: accepted clock difference between actor and learner (s).
+        max_request_bytes: largest request (transition batch, actor → learner; bytes); default
+            ``min(max_message_bytes, REQUEST_BYTES)`` (8 MiB). The actor fits its batches to it; a camera robot's
+            limits are raised for its frames (:func:`camera_link_limits`).
     """
-    return Limits(max_bytes=int(max_message_bytes), max_request_bytes=int(max_message_bytes),
+    req = min(int(max_message_bytes), REQUEST_BYTES) if max_request_bytes is None else int(max_request_bytes)
+    return Limits(max_bytes=int(max_message_bytes), max_request_bytes=req,
                   max_elems=int(max_elems), max_len=4096, max_skew_s=float(max_skew_s))
+
+
+def row_bytes(obs_dim: int, action_dim: int, cameras=()) -> int:
+    """Bytes of one transition in a ``batch`` message at most (:data:`TRANSITION_FIELDS`, plus its observation's
+    and next observation's frame of every camera)."""
+    per = {"o": int(obs_dim), "a": int(action_dim), "": 1}
+    cols = sum(np.dtype(dt).itemsize * per[kind] for dt, kind in TRANSITION_FIELDS.values())
+    return cols + 2 * sum(math.prod(s) for s in _frame_shapes(cameras)) + 1  # + next_follows
+
+
+def batch_rows(obs_dim: int, action_dim: int, cameras, limits: Limits) -> int:
+    """Transitions that fit one ``batch`` request under ``limits``: half of ``max_request_bytes`` (the rest: the
+    msgpack framing of the arrays and the envelope) over :func:`row_bytes`. At least 1.
+
+    The actor cuts its batches to this; :func:`camera_link_limits` makes sure that at least a few rows fit.
+    """
+    return max(1, (limits.max_request_bytes // 2) // row_bytes(obs_dim, action_dim, cameras))
 
 
 def _frame_shapes(cameras) -> list[tuple[int, ...]]:
@@ -59,24 +87,31 @@ def _frame_shapes(cameras) -> list[tuple[int, ...]]:
 
 
 def frame_rows(cameras, limits: Limits) -> int:
-    """Transitions with frames that fit one ``batch`` message under ``limits``: each row carries at most its
+    """Transitions with frames that fit one ``batch`` request under ``limits``: each row carries at most its
     observation's and its next observation's frame of every camera (the worst case: every row ends an episode),
-    and a batch may fill half of ``max_bytes`` with them (the rest: the state columns and the envelope). At least 1.
+    and a batch may fill half of ``max_request_bytes`` with them (the rest: the state columns and the envelope).
+    At least 1.
 
     Args:
         cameras: :class:`~robotrl.real_robot.interface.CameraSpec` items (or ``(H, W, C)`` shapes).
         limits: the link's :class:`Limits` (:func:`link_limits`).
     """
     per_row = 2 * sum(math.prod(s) for s in _frame_shapes(cameras))
-    return max(1, (limits.max_bytes // 2) // per_row) if per_row else 65536
+    return max(1, (limits.max_request_bytes // 2) // per_row) if per_row else 65536
+
+
+#: Camera transitions a batch request is sized for: the actor's default ``batch_size`` (:func:`camera_link_limits`
+#: raises the request limit for their frames, up to ``max_bytes``).
+FRAME_BATCH_ROWS = 64
 
 
 def camera_link_limits(cameras, base: Limits) -> Limits:
     """The link's limits raised deliberately for a camera robot's frames (as
-    :func:`~robotrl.real_robot.protocol.camera_limits` raises the bridge's): ``max_elems`` to hold the frames of
+    :func:`~robotrl.real_robot.protocol.camera_limits` raises the bridge's): ``max_request_bytes`` to hold the frames
+    of :data:`FRAME_BATCH_ROWS` transitions (never above ``max_bytes``), ``max_elems`` to hold the frames of
     :func:`frame_rows` transitions of the largest camera in one array ``(n, H, W, C)``. ``max_bytes`` stays the
     configured bound (``max_message_bytes``); the actor cuts its batches to :func:`frame_rows` rows, so a batch of
-    frames always fits it. Actor and learner compute the same limits from the same cameras and ``max_message_bytes``.
+    frames always fits. Actor and learner compute the same limits from the same cameras and ``max_message_bytes``.
 
     Returns:
         a new :class:`Limits` (``base`` itself when there is no camera).
@@ -84,6 +119,9 @@ def camera_link_limits(cameras, base: Limits) -> Limits:
     shapes = _frame_shapes(cameras)
     if not shapes:
         return base
+    per_row = 2 * sum(math.prod(s) for s in shapes)
+    req = min(base.max_bytes, max(base.max_request_bytes, 2 * FRAME_BATCH_ROWS * per_row + 65536))
+    base = dataclasses.replace(base, max_request_bytes=req)
     need = frame_rows(shapes, base) * max(math.prod(s) for s in shapes)
     return dataclasses.replace(base, max_elems=max(base.max_elems, need))
 

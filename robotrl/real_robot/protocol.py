@@ -29,7 +29,14 @@ in :attr:`Authenticator.rejected`:
    id (a request may use ``dst = ""`` only for ``hello``);
 6. ``stale``: ``|ts - now| > max_skew_s``;
 7. ``replayed``: ``seq`` not larger than the last accepted ``seq`` of that sender
-   (for replies: of that sender in that epoch).
+   (for replies: of that sender in that epoch); or, from a sender not (or no longer) in the
+   table of the ``remember_peers`` most recent senders, ``ts`` not later than the newest
+   ``ts`` of any sender dropped from that table (so flushing the table does not reopen
+   a replay window).
+
+Decoding accepts no msgpack extension type but 1 (arrays); type −1 (timestamps, which
+msgpack-python decodes by itself) is refused as ``malformed``, and so is nesting deeper than
+:data:`MAX_DEPTH` containers.
 
 The key is a shared secret of at least 16 bytes, given as hex in ``$ROBOTRL_ROBOT_KEY``
 or in a key file (``robotrl robot-server`` creates one with mode 0600 on request).
@@ -66,6 +73,7 @@ _DTYPES = {b"f": np.dtype("<f4"), b"d": np.dtype("<f8"), b"q": np.dtype("<i8"), 
 _CODES = {v: k for k, v in _DTYPES.items()}
 REJECT_REASONS = ("malformed", "oversized", "unauthenticated", "misdirected", "stale", "replayed")
 KEY_ENV = "ROBOTRL_ROBOT_KEY"
+MAX_DEPTH = 32  # deepest nesting of maps/lists in a message (the envelope's map is depth 1)
 FIELDS = ("v", "type", "dir", "src", "dst", "epoch", "seq", "ts", "body")
 
 
@@ -225,8 +233,28 @@ def decode(payload: bytes, limits: Limits = Limits(), max_bytes: int | None = No
         raise
     except Exception as exc:  # msgpack raises many types (ExtraData, StackError, ValueError, UnicodeDecodeError...)
         raise ProtocolError(f"undecodable message ({type(exc).__name__}: {str(exc)[:100]})") from None
+    _check_tree(msg)
     _check_fields(msg)
     return msg
+
+
+def _check_tree(msg) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` and msgpack timestamps (extension type -1, which
+    msgpack-python decodes itself, without the ext hook). Iterative: no recursion limit to hit."""
+    stack = [(msg, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, dict):
+            children = obj.values()
+        elif isinstance(obj, list):
+            children = obj
+        elif isinstance(obj, msgpack.Timestamp):
+            raise ProtocolError("msgpack extension type -1 (timestamp) is not accepted; send times as float seconds")
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise ProtocolError(f"message nested deeper than {MAX_DEPTH} maps/lists")
+        stack.extend((c, depth + 1) for c in children)
 
 
 _FIELD_TYPES = {"v": int, "type": str, "dir": str, "src": str, "dst": str, "epoch": str, "seq": int, "ts": (float, int),
@@ -286,8 +314,9 @@ class Authenticator:
         self.max_in = limits.max_request_bytes if role == "server" else limits.max_bytes
         self.max_out = limits.max_bytes if role == "server" else limits.max_request_bytes
         self._seq = 0
-        self._last_seq: collections.OrderedDict[tuple[str, str], int] = collections.OrderedDict()
+        self._last_seq: collections.OrderedDict[tuple[str, str], tuple[int, float]] = collections.OrderedDict()
         self._remember = remember_peers
+        self._floor_ts = -math.inf  # newest ts of a sender dropped from _last_seq
         self.rejected: collections.Counter = collections.Counter({r: 0 for r in REJECT_REASONS})
         self.accepted = 0
 
@@ -357,13 +386,17 @@ class Authenticator:
         if abs(skew) > self.limits.max_skew_s:
             raise self._reject("stale", f"timestamp off by {skew:+.3f} s (limit {self.limits.max_skew_s} s)")
         sender = (msg["src"], msg["epoch"] if msg["dir"] == "rep" else "")
-        last = self._last_seq.get(sender, -1)
+        known = self._last_seq.get(sender)
+        if known is None and msg["ts"] <= self._floor_ts:
+            raise self._reject("replayed", f"{msg['src']} is not among the {self._remember} senders remembered and its "
+                                           f"message (ts {msg['ts']:.6f}) is not newer than the newest forgotten one")
+        last = -1 if known is None else known[0]
         if msg["seq"] <= last:
             raise self._reject("replayed", f"seq {msg['seq']} from {msg['src']} is not after {last}")
-        self._last_seq[sender] = msg["seq"]
+        self._last_seq[sender] = (msg["seq"], float(msg["ts"]))
         self._last_seq.move_to_end(sender)
         while len(self._last_seq) > self._remember:
-            self._last_seq.popitem(last=False)
+            self._floor_ts = max(self._floor_ts, self._last_seq.popitem(last=False)[1][1])
         self.accepted += 1
         return msg
 

@@ -12,6 +12,10 @@ every request and reply) is specified in ``docs/protocol.md``; in short:
   (``max_request_bytes``), and only then the MAC. Rejected messages are counted and
   never answered. ZeroMQ queues each connection separately and serves them in turn,
   so junk on one connection does not queue up ahead of another's commands;
+* connections that have not delivered an authenticated message are bounded per peer
+  address and in total and cut after ``unauth_timeout_s``
+  (:class:`~robotrl.real_robot.screening.ConnectionGuard`), so a slowloris cannot
+  exhaust the descriptor limit: a new connection's e-stop is always answered;
 * every request names the robot (``dst`` = :attr:`RobotServer.robot_id`) and the server
   instance (``epoch``, random per start); a request for another epoch is answered
   ``kind: "epoch"`` (the client says ``hello`` again);
@@ -25,10 +29,12 @@ every request and reply) is specified in ``docs/protocol.md``; in short:
   each request does is in :mod:`~robotrl.real_robot.handlers`;
 * the watchdog follows the lease holder: when no fresh ``step`` of the holder arrives
   within ``watchdog_s`` the robot holds until the next valid command;
-* ``estop`` latches the e-stop; while latched ``step`` answers with the hold action and
-  ``reset`` is refused. The latch is persisted (atomically) in ``latch_file`` and
-  survives a restart (:mod:`~robotrl.real_robot.latch`); only ``rearm`` with an
-  ``operator`` name clears it (logged);
+* ``estop`` (or :meth:`RobotServer.request_estop`, which ``robotrl robot-server`` calls on
+  ``SIGUSR1``: an e-stop without the socket) latches the e-stop; while latched ``step``
+  answers with the hold action and ``reset`` is refused. The latch is persisted
+  (atomically) in the robot's own ``latch_file`` and survives a crash and a restart; the
+  server does not start when it cannot write it (:mod:`~robotrl.real_robot.latch`); only
+  ``rearm`` with an ``operator`` name clears it (logged, and only once written);
 * any exception while handling a request becomes an error reply (``kind: "internal"``)
   and a hold; the server keeps serving. Only a driver crash
   (:class:`RobotConnectionError` from the robot) ends :meth:`RobotServer.serve`.
@@ -38,6 +44,7 @@ Source: SERL's robot servers (one process owns the arm; clients post actions).
 
 from __future__ import annotations
 
+import collections
 import os
 import secrets
 import sys
@@ -55,7 +62,7 @@ from robotrl.real_robot.latch import EstopLatch, write_json_atomic
 from robotrl.real_robot.lease import Lease, error
 from robotrl.real_robot.protocol import Authenticator, Limits, check_camera_limits
 from robotrl.real_robot.safety import SafetySupervisor
-from robotrl.real_robot.screening import QUARANTINE_AFTER, Screen, check_endpoint, router_socket
+from robotrl.real_robot.screening import QUARANTINE_AFTER, ConnectionGuard, Screen, check_endpoint, router_socket
 
 __all__ = ["QUARANTINE_AFTER", "REQUESTS", "RobotServer", "check_endpoint", "obs_body", "write_json_atomic"]
 
@@ -73,8 +80,14 @@ class RobotServer:
             (:func:`~robotrl.real_robot.protocol.camera_limits` of its ``spec().cameras``).
         robot_id: this robot's id, which every request must name (``dst``); default
             ``"<spec name>@<bound endpoint>"``. Give robots that share a key distinct ids.
-        latch_file: where the e-stop latch is persisted (JSON, written atomically);
-            ``None`` keeps it in memory only (tests; ``robotrl robot-server`` always sets one).
+        latch_file: where the e-stop latch is persisted (JSON, written atomically); it must be writable
+            (else ``ConfigError``); ``None`` keeps it in memory only (tests; ``robotrl robot-server`` always sets one).
+        latch_id: whose latch the file is (default: ``robot_id``, else ``<spec name>@<endpoint as given>``); a
+            file holding another id's record is refused (:mod:`~robotrl.real_robot.latch`).
+        legacy_latch_files: older shared latch files whose latched record for this robot is adopted.
+        max_unauth, max_unauth_per_peer, unauth_timeout_s: bounds of connections that have not sent an
+            authenticated message (:class:`~robotrl.real_robot.screening.ConnectionGuard`; defaults from the
+            descriptor limit, 2 s).
         deadline_periods: a ``step`` runs only within this many control periods of being
             sent (default 2; > 0).
         lease_timeout_s: the lease lapses after this much silence of its holder (s);
@@ -95,14 +108,16 @@ class RobotServer:
     Raises:
         ConfigError: limits too small for the robot's camera frames (the message names
             ``camera_limits``); a bad ``robot_id``, ``deadline_periods`` or ``lease_timeout_s``; an
-            observation workspace that names observation entries the robot lacks; an
-            unreadable latch file location.
+            observation workspace that names observation entries the robot lacks; a latch file
+            that cannot be written or holds another robot's record.
     """
 
     def __init__(self, robot: Robot, supervisor: SafetySupervisor, key: bytes, endpoint: str = "tcp://127.0.0.1:0",
                  *, allow_remote: bool = False, limits: Limits = Limits(), robot_id: str | None = None,
                  latch_file: str | os.PathLike | None = None, deadline_periods: float = 2.0,
-                 lease_timeout_s: float | None = None, log: Callable[[str], None] | None = None):
+                 lease_timeout_s: float | None = None, log: Callable[[str], None] | None = None,
+                 latch_id: str | None = None, legacy_latch_files: list | None = None, max_unauth: int | None = None,
+                 max_unauth_per_peer: int | None = None, unauth_timeout_s: float = 2.0):
         self.robot, self.supervisor = robot, supervisor
         self.endpoint = check_endpoint(endpoint, allow_remote)
         self.spec = robot.spec()
@@ -138,8 +153,15 @@ class RobotServer:
         self.internal_errors = 0
         self.crashed: str | None = None
         self._obs: Observation | None = None
-        self.latch = EstopLatch(supervisor, latch_file, self.log)
-        self.latch.load()
+        self.latch_id = str(latch_id or self.robot_id or f"{self.spec.name}@{self.endpoint}")
+        self.latch = EstopLatch(supervisor, latch_file, self.log, latch_id=self.latch_id, legacy=legacy_latch_files)
+        self.latch.open()
+        self._guard_kw = {"max_unauth": max_unauth, "max_unauth_per_peer": max_unauth_per_peer,
+                          "unauth_timeout_s": float(unauth_timeout_s)}
+        ConnectionGuard.check(**self._guard_kw)
+        self.guard: ConnectionGuard | None = None
+        self._auth_ids: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._estop_request: str | None = None
 
     @property
     def lease_timeout_s(self) -> float:
@@ -158,8 +180,13 @@ class RobotServer:
         Raises:
             zmq.ZMQError: the endpoint cannot be bound.
         """
-        self._sock = router_socket(self._ctx, self.endpoint, self.auth.limits.max_request_bytes)
+        def guard(sock: zmq.Socket) -> None:
+            self.guard = ConnectionGuard(sock, log=self.log, **self._guard_kw)
+
+        self._sock = router_socket(self._ctx, self.endpoint, self.auth.limits.max_request_bytes, before_bind=guard)
         self.endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        assert self.guard is not None
+        self.guard.bound(self.endpoint)
         if self.robot_id is None:
             self.robot_id = f"{self.spec.name}@{self.endpoint}"[:128]
         self.auth.ident = self.robot_id
@@ -168,6 +195,8 @@ class RobotServer:
     def close(self) -> None:
         """Close the socket (the robot itself is closed by its owner)."""
         if self._sock is not None:
+            if self.guard is not None:
+                self.guard.close()
             self._sock.close(0)
             self._sock = None
 
@@ -179,6 +208,8 @@ class RobotServer:
         return {"robot_id": self.robot_id, "epoch": self.epoch, "held": self.holding, "estopped": estopped,
                 "estop_latch": dict(self.latch.info) if estopped else None,
                 "latch_file": None if self.latch.path is None else str(self.latch.path),
+                "latch_persisted": self.latch.persisted, "latch_error": self.latch.error,
+                "connections": None if self.guard is None else self.guard.status(),
                 "lease": self.lease.view(), "steps": self.steps, "expired": self.expired,
                 "last_command_age_s": None if self.last_command is None else now - self.last_command,
                 "hold_events": list(self.hold_events[-20:]), "rejected": dict(self.auth.rejected),
@@ -219,6 +250,32 @@ class RobotServer:
             self.hold_events.append({"at": now, "last_command": self.last_command, "latency_s": age,
                                      "periods": age * self.rate_hz, "holder": self.lease.holder})
 
+    def request_estop(self, source: str) -> None:
+        """Ask the serving loop to latch the e-stop within one tick (<= 10 ms): safe to call from a signal
+        handler (``SIGUSR1`` in ``robotrl robot-server``) or another thread; needs no socket, no key."""
+        self._estop_request = source
+
+    def estop_now(self, reason: str, by: str) -> bool:
+        """Latch the e-stop, persist it and hold the robot; returns whether the latch reached the file.
+
+        Raises what the driver's ``hold`` raises (the latch is set before).
+        """
+        self.supervisor.estop()
+        ok = self.latch.persist(reason, by, self.robot_id, self.epoch)
+        self.log(f"e-stop latched by {by}" + ("" if ok else " (in memory only: the latch file could not be written)"))
+        self.enter_hold("estop")
+        return ok
+
+    def _signal_estop(self) -> None:
+        source, self._estop_request = self._estop_request, None
+        try:
+            self.estop_now(f"{source}", f"{source} (no socket)")
+        except RobotConnectionError as exc:
+            self.crashed = self.crashed or str(exc)
+        except Exception:  # the latch is set and persisted before hold(): log, keep serving
+            self.internal_errors += 1
+            self.log(f"internal error in the {source} e-stop hold:\n{traceback.format_exc()}")
+
     # ---- requests -------------------------------------------------------------------------
     def handle(self, msg: dict) -> dict:
         """Answer body for one authenticated request (before the server adds ``re``).
@@ -239,21 +296,34 @@ class RobotServer:
         """
         if self._sock is None:
             self.bind()
+        guard = self.guard
+        assert guard is not None
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
+        poller.register(guard.monitor, zmq.POLLIN)
         tick_ms = max(1, int(1000 * min(self.watchdog_s / 8, 0.01)))
         self.enter_hold("startup")
+        swept = time.monotonic()
         while not should_stop():
-            if poller.poll(tick_ms):
+            if self._estop_request is not None:
+                self._signal_estop()
+            ready = dict(poller.poll(tick_ms))
+            if ready.get(self._sock):
                 for _ in range(64):  # drain what is queued, checking the watchdog between messages
                     try:
-                        frames = self._sock.recv_multipart(zmq.NOBLOCK)  # copying small frames is cheaper than Frame objects
+                        ident = self._sock.recv(zmq.NOBLOCK, copy=False)  # a Frame: it knows its connection (SRCFD)
                     except zmq.Again:
                         break
-                    self._serve_guarded(frames)
+                    frames = [ident.bytes, *(self._sock.recv_multipart(zmq.NOBLOCK) if ident.more else [])]
+                    self._serve_guarded(frames, ident)
                     self._watchdog_guarded()
-                    if self.crashed or not self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    if self.crashed or self._estop_request is not None \
+                            or not self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                         break  # (asking EVENTS is cheaper than a recv that raises zmq.Again)
+            now = time.monotonic()
+            if ready.get(guard.monitor) or now - swept > 0.05:
+                guard.sweep()
+                swept = now
             self._watchdog_guarded()
             if self.crashed:
                 raise RobotConnectionError(self.crashed)
@@ -267,9 +337,9 @@ class RobotServer:
             self.internal_errors += 1
             self.log(f"internal error in the watchdog hold:\n{traceback.format_exc()}")
 
-    def _serve_guarded(self, frames: list) -> None:
+    def _serve_guarded(self, frames: list, ident: zmq.Frame | None = None) -> None:
         try:
-            self._serve_one(frames)
+            self._serve_one(frames, ident)
         except RobotConnectionError as exc:
             self.crashed = self.crashed or str(exc)
         except Exception:  # last resort outside a request (sending, bookkeeping): log, hold, keep serving
@@ -285,11 +355,20 @@ class RobotServer:
         except Exception:
             self.log(f"hold after an internal error failed too:\n{traceback.format_exc()}")
 
-    def _serve_one(self, frames: list) -> None:
+    def _serve_one(self, frames: list, frame: zmq.Frame | None = None) -> None:
+        ident = frames[0]
         msg = self.screen.open(frames)
         if msg is None:
+            if frame is not None and self.guard is not None and self.screen.is_quarantined(ident):
+                self.guard.cut(frame.get(zmq.SRCFD), "quarantine")
             return
-        ident = frames[0]
+        if frame is not None and self.guard is not None and ident not in self._auth_ids:
+            self.guard.authenticated(frame.get(zmq.SRCFD))
+            self._auth_ids[ident] = None
+            while len(self._auth_ids) > 4096:
+                self._auth_ids.popitem(last=False)
+        if not self.latch.persisted:  # a latch write owed from before (its directory was gone): retry first
+            self.latch.sync("estop", "retry", self.robot_id, self.epoch)
         try:
             body = self.handle(msg)
         except RobotConnectionError as exc:
