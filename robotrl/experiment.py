@@ -33,6 +33,7 @@ from robotrl.experiment_parts import (
     offline_buffer,
     reward_transform,
 )
+from robotrl.progress import emit
 from robotrl.spec import CAMERA_PREFIX, ObservationSpec
 from robotrl.task_mdp import eval_env_args, task_env_args, terminate_data_at_success, train_env_args  # the data's MDP
 from robotrl.trainer import Trainer, TrainerConfig
@@ -93,14 +94,19 @@ def ensure_dataset(ds_cfg: DictConfig) -> str:
         raise ConfigError("dataset.id is not set: give your dataset's Minari id or directory, "
                           "e.g. dataset.id=me/reacher/expert-v0 (README: Train on your own data)")
     ds_id = str(ds_id)
-    try:
-        resolve_dataset_path(ds_id)
-        return ds_id
-    except DatasetNotFoundError:
-        pass
     recipe = ds_cfg.get("recipe")
     raw_args = ds_cfg.get("recipe_args")
     args = OmegaConf.to_container(raw_args, resolve=True) if isinstance(raw_args, DictConfig) else dict(raw_args or {})
+    try:
+        resolve_dataset_path(ds_id)
+    except DatasetNotFoundError:
+        pass
+    else:
+        if recipe:  # made by this recipe: with these arguments (its recorded provenance), or refused with the way out
+            from robotrl.collect.registry import check_recipe_provenance
+
+            check_recipe_provenance(ds_id, recipe, args, args.get("root"))
+        return ds_id
     if not recipe:
         raise _missing_dataset(ds_id, None, "its dataset config names no recipe to generate it with")
     if not ds_cfg.get("generate", True):
@@ -112,7 +118,7 @@ def ensure_dataset(ds_cfg: DictConfig) -> str:
                                + (" (or variants of it)" if args else "") + ", not that id")
     from robotrl.collect import ensure_dataset as generate_once
 
-    print(f"dataset {ds_id} not found locally: generating it with recipe {recipe} (cached for later runs)")
+    emit(f"dataset {ds_id} not found locally: generating it with recipe {recipe} (cached for later runs)")
     return generate_once(recipe, **{**args, "dataset_id": ds_id})  # one generator at a time
 
 
@@ -305,7 +311,7 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
         adopt[key] = recorded[key]
     if not adopt:
         return cfg
-    print(f"warm start from {source}: architecture taken from the checkpoint: "
+    emit(f"warm start from {source}: architecture taken from the checkpoint: "
           + ", ".join(f"{k}={v}" for k, v in adopt.items()))
     return OmegaConf.merge(cfg, {"agent": {"model": adopt}})
 
@@ -545,7 +551,7 @@ def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data
                            "validation_transitions": held_out.num_transitions, "ref_scores": None}
     if spec.has_cameras:
         resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
-    print(f"dataset {name!r} records no env: training offline on {train.num_episodes} episodes, measuring on "
+    emit(f"dataset {name!r} records no env: training offline on {train.num_episodes} episodes, measuring on "
           f"{held_out.num_episodes} held-out episodes (trainer.validation_fraction={tcfg.validation_fraction})")
     return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed),
                                                                        frame_stack=spec.frame_stack),

@@ -394,6 +394,7 @@ class OnPolicyLoop:
         n = self.cfg.pretrain_steps
         for i in range(n):
             metrics = self.agent.bc_update(self.offline.sample(self.cfg.pretrain_batch_size))
+            runner.log("pretrain", metrics, step=i + 1)  # the BC loss in TensorBoard, not only on the console
             if (i + 1) % max(1, n // 5) == 0:
                 runner.print(f"[pretrain update {i + 1}/{n}] bc_loss {float(metrics['bc_loss']):.4f}")
 

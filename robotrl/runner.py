@@ -42,9 +42,9 @@ from robotrl.checkpoint import load_checkpoint, save_checkpoint
 from robotrl.errors import CheckpointError
 from robotrl.evaluation import evaluate
 from robotrl.policy import act, policy_state
-from robotrl.progress import Progress
+from robotrl.progress import Progress, emit
 from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
-from robotrl.utils import get_rng_state, set_rng_state
+from robotrl.utils import get_rng_state, log_run_config, set_rng_state
 from robotrl.warmstart import warm_start
 
 
@@ -185,7 +185,7 @@ class Runner:
         if self.progress is not None:
             self.progress.write(line)
         else:
-            print(line, flush=True)
+            emit(line)
 
     def evaluate(self, phase: str) -> dict:
         """Evaluate ``agent.policy`` (``cfg.eval_episodes`` episodes); append to the history, log, print.
@@ -354,6 +354,10 @@ class Runner:
             self.evaluate(loop.phase())
         self.save()
         summary = self._summary(resumed)
+        # the composed config as text and the hyper-parameters against the summary, in the run's one event file
+        log_run_config(self.writer, self.run_config, {f"summary/{k}": float(v) for k, v in summary.items()
+                                                      if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                      and np.isfinite(v)}, step=self.loop.step)
         self.writer.close()
         paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
         summary["report_paths"] = {k: str(v) for k, v in paths.items()}
