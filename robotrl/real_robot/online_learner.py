@@ -1,5 +1,8 @@
 """The online learner: an off-policy agent fed by the actors' transitions and offline
-demonstrations, pushing weights back and checkpointing everything needed to resume.
+demonstrations, pushing weights back; a :class:`~robotrl.runner.Loop` driven by the one
+:class:`~robotrl.runner.Runner`, which owns its checkpoints, resume, TensorBoard, report and
+progress exactly as for a simulation run. What stays here is what is specific to serving actors:
+the link, per-actor delivery (dedup, durable acknowledgements), weight pushes and ``status.json``.
 
 See :mod:`robotrl.real_robot.online` for the whole picture.
 """
@@ -7,15 +10,17 @@ See :mod:`robotrl.real_robot.online` for the whole picture.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from robotrl.checkpoint import save_arrays, load_checkpoint, save_checkpoint
+from robotrl.checkpoint import save_arrays
 from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import CheckpointError, ConfigError
 from robotrl.real_robot.interface import ProtocolError, RobotSpec
@@ -37,8 +42,34 @@ def _to_numpy(d: dict) -> dict:
     return {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in d.items()}
 
 
+@dataclass
+class LearnerSchedule:
+    """The learner's cadences as the :class:`~robotrl.runner.Runner` reads them (its clock: agent updates).
+
+    Attributes:
+        eval_every: updates between evaluation records (the actors' episodes since the last record:
+            :meth:`OnlineLearner.episode_record`).
+        checkpoint_every: updates between the Runner's own checkpoints; the learner checkpoints by wall time
+            (``checkpoint_every_s``) and when an actor asks, so this is effectively off.
+        log_every: updates between training-metric logs.
+        eval_episodes, eval_envs: unused (there is no simulator to roll out in).
+        progress: no progress bar (a server).
+    """
+
+    eval_every: int = 1000
+    checkpoint_every: int = 2 ** 62
+    log_every: int = 100
+    eval_episodes: int = 0
+    eval_envs: int = 0
+    progress: bool = False
+
+
 class OnlineLearner:
-    """The learner of online RL on a robot (see the module doc).
+    """The learner of online RL on a robot (see the module doc), a :class:`~robotrl.runner.Loop`.
+
+    Build it, then a :class:`~robotrl.runner.Runner` around it (``make_eval_env=None``,
+    ``validator=learner.episode_record``) and set :attr:`runner`; :func:`robotrl.real_robot.online_cli.build_learner`
+    does both. ``runner.fit(prepared=...)`` then serves until :attr:`should_stop` says so.
 
     Args:
         agent: an off-policy agent (``update``, ``policy``, ``state_dict``), e.g. ``QLAgent``.
@@ -47,7 +78,8 @@ class OnlineLearner:
         demos: buffer of offline demonstrations (``None``: none; then ``offline_ratio`` must be 0);
             it needs room for the interventions (``capacity`` above its data).
         online_capacity: capacity of the robot-experience buffer (transitions).
-        run_dir: checkpoints (``checkpoints/latest.pt``), TensorBoard (``tb/``), ``status.json``.
+        run_dir: the Runner's checkpoints (``checkpoints/latest.pt``), TensorBoard (``tb/``), report; and
+            ``status.json``, ``version.json``.
         batch_size: ``B``; each update samples ``utd · B`` transitions (the agent splits them).
         utd: critic minibatches per update (the agent's ``critic_utd``).
         offline_ratio: share of each batch from ``demos`` (RLPD 0.5).
@@ -68,6 +100,8 @@ class OnlineLearner:
             their frames (``welcome``'s ``frames``), must send every camera of ``spec`` at its frame size, and
             both buffers store each frame once (uint8, the replay buffer's image storage; ``demos`` must have
             been built with the same ``image_shapes``).
+        offline_steps: offline pretraining updates on the demonstrations at the first start (:meth:`start`).
+        log_every, eval_every: the Runner's cadences in updates (:class:`LearnerSchedule`).
 
     Raises:
         ConfigError: ``offline_ratio > 0`` without demonstrations, or bad periods.
@@ -78,7 +112,8 @@ class OnlineLearner:
                  offline_ratio: float = 0.5, warmup: int = 256, updates_per_transition: float = 1.0,
                  push_period_s: float = 2.0, checkpoint_every_s: float = 30.0, interventions_to_demos: bool = True,
                  reward_scale: float = 1.0, reward_bias: float = 0.0, max_actors: int = 4, gamma: float = 0.99,
-                 seed: int = 0, pushed_weights_dir: str | os.PathLike | None = None, pixels: bool = False):
+                 seed: int = 0, pushed_weights_dir: str | os.PathLike | None = None, pixels: bool = False,
+                 offline_steps: int = 0, log_every: int = 100, eval_every: int = 1000):
         from robotrl.data.mixing import MixedSampler
         from robotrl.real_robot.online_pixels import camera_shapes
 
@@ -125,25 +160,84 @@ class OnlineLearner:
         self._sync_wanted = False
         self._policy_changed = True
         self.pushed_weights_dir = Path(pushed_weights_dir) if pushed_weights_dir else None
-        self._writer = None
         self.metrics: dict[str, float] = {}
         self.episode_log: list[dict] = []
         self._ep_acc: dict[str, dict] = {}
         self._open_ep: dict[str, int | None] = {}  # per actor: its episode still open in the buffers
+        self.offline_steps = int(offline_steps)
+        self.cfg = LearnerSchedule(eval_every=max(1, int(eval_every)), log_every=max(1, int(log_every)))
+        self.runner = None  # the Runner driving this loop (set by build_learner)
+        self.should_stop: Callable[[], bool] = lambda: False
+        self._recorded = 0  # episodes of episode_log already in an evaluation record
+
+    # ---- the Loop protocol (robotrl.runner) ---------------------------------------------------
+    @property
+    def step(self) -> int:
+        """The run's x-axis: robot transitions received (env steps, as in simulation)."""
+        return self.ingested
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.ingested = int(value)
+
+    @property
+    def clock(self) -> int:
+        """The cadences count agent updates."""
+        return self.updates
+
+    @property
+    def total(self) -> int:
+        """No update budget: the learner serves until stopped (``max_runtime_s``, SIGTERM)."""
+        return 0
+
+    def phase(self) -> str:
+        """Always ``"online"`` once serving (offline pretraining happens in :meth:`start`)."""
+        return "online"
+
+    def start(self, runner, warm_started: bool) -> None:
+        """First start only: ``offline_steps`` of offline pretraining on the demonstrations (:meth:`pretrain`)."""
+        self.runner = runner
+        if self.offline_steps > 0:
+            self.pretrain(self.offline_steps)
+
+    def run(self, runner) -> None:
+        """Serve until :attr:`should_stop`: :meth:`serve`."""
+        self.runner = runner
+        self.serve(self.should_stop, log_every=self.cfg.log_every)
+
+    def summary(self, history: list[dict]) -> dict:
+        """The learner's counters; no onset (there is no offline evaluation on a robot)."""
+        st = self.status()
+        out = {k: st[k] for k in ("ingested", "interventions", "updates", "version", "pretrain_updates", "episodes")}
+        out["onset"] = {"online_start": 0}
+        return out
+
+    def episode_record(self, agent=None) -> dict:
+        """The evaluation record of a robot run: the actors' episodes ended since the last record (their mean
+        return, success rate and interventions per step), in place of rollouts in a simulator."""
+        eps = self.episode_log[self._recorded:]
+        self._recorded = len(self.episode_log)
+        done = [e for e in eps if not e.get("cut")]
+        nan = float("nan")
+        rets = [float(e.get("return", nan)) for e in done]
+        steps = sum(int(e.get("steps", 0)) for e in done)
+        return {"evaluation": "robot episodes", "return_mean": float(np.mean(rets)) if rets else nan,
+                "return_std": float(np.std(rets)) if rets else nan,
+                "success_rate": float(np.mean([bool(e.get("success")) for e in done])) if done else nan,
+                "intervention_rate": sum(int(e.get("interventions", 0)) for e in done) / steps if steps else nan,
+                "normalized_score": nan, "episodes": len(done), "cut_episodes": len(eps) - len(done)}
 
     # ---- checkpoints ---------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Everything to resume: agent, both buffers, per-actor delivery state, counters."""
-        from robotrl.policy import policy_state
-
-        out = {"agent": self.agent.state_dict(), "policy": policy_state(self.agent.policy),
-               "online": _to_tensors(self.online.state_dict()),
+    def state_dict(self, ckpt_dir: Path | None = None) -> dict:
+        """What the Runner's checkpoint adds for this loop: both buffers, per-actor delivery state, counters
+        (the agent, policy, step, updates, RNGs and history are the Runner's)."""
+        out = {"online": _to_tensors(self.online.state_dict()),
                "online_keys": torch.from_numpy(self.online_keys[: self.online.size].copy()),
                "online_rng": self.online.rng.bit_generator.state,
                "dedup": self.dedup.state(), "slots": dict(self.slots), "version": self.version,
-               "updates": self.updates, "step": self.updates, "ingested": self.ingested,
-               "pretrain_updates": self.pretrain_updates,
+               "ingested": self.ingested, "pretrain_updates": self.pretrain_updates,
                "interventions": self.interventions, "episode_log": list(self.episode_log),
+               "recorded_episodes": self._recorded,
                "open_episodes": {k: (-1 if v is None else v) for k, v in self._open_ep.items()}}
         if self.demos is not None:
             out["demos"] = _to_tensors(self.demos.state_dict())
@@ -151,25 +245,27 @@ class OnlineLearner:
         return out
 
     def checkpoint(self) -> Path:
-        """Write the checkpoint atomically; from then on everything held is durable (acks say so)."""
-        path = save_checkpoint(self.ckpt_path, self.state_dict())
+        """The Runner writes the checkpoint atomically; from then on everything held is durable (acks say so).
+
+        Raises:
+            RuntimeError: no Runner drives this learner yet.
+        """
+        if self.runner is None:
+            raise RuntimeError("the learner checkpoints through its Runner: build it with build_learner")
+        path = self.runner.save()
         self.durable = {a: self.dedup.have(a) for a in self.dedup.last}
         self._last_ckpt = time.monotonic()
         for actor in list(self.ep.peers):
             self.ep.reply(actor, "ack", {"received": self.dedup.have(actor), "durable": self.durable.get(actor, -1)})
         return path
 
-    def resume(self) -> bool:
-        """Load ``run_dir/checkpoints/latest.pt`` if it exists; returns whether it did.
+    def load_state_dict(self, s: dict, ckpt_dir: Path | None = None) -> None:
+        """Inverse of :meth:`state_dict` (``s``: the whole checkpoint the Runner resumes from).
 
         Raises:
-            CheckpointError: the checkpoint is unreadable or does not fit this learner.
+            CheckpointError: the checkpoint does not fit this learner, or ``version.json`` is damaged.
         """
-        if not self.ckpt_path.exists():
-            return False
-        s = load_checkpoint(self.ckpt_path)
         try:
-            self.agent.load_state_dict(s["agent"])
             self.online.load_state_dict(_to_numpy(s["online"]))
             self.online.rng.bit_generator.state = s["online_rng"]
             keys = s["online_keys"].numpy()
@@ -183,7 +279,7 @@ class OnlineLearner:
         self.dedup = Dedup(s["dedup"])
         self.durable = {a: self.dedup.have(a) for a in self.dedup.last}
         self.slots = {str(k): int(v) for k, v in s["slots"].items()}
-        self.version, self.updates = int(s["version"]), int(s["updates"])
+        self.version = int(s["version"])
         vfile = self.run_dir / "version.json"
         if vfile.exists():
             try:
@@ -194,9 +290,9 @@ class OnlineLearner:
         self.ingested, self.interventions = int(s["ingested"]), int(s["interventions"])
         self.pretrain_updates = int(s.get("pretrain_updates", 0))
         self.episode_log = list(s.get("episode_log", []))
+        self._recorded = int(s.get("recorded_episodes", len(self.episode_log)))
         self._open_ep = {str(k): (None if int(v) < 0 else int(v)) for k, v in s.get("open_episodes", {}).items()}
         # the actors' episodes in progress continue where the checkpoint left them (resent rows link on)
-        return True
 
     # ---- messages ----------------------------------------------------------------------------
     def _slot(self, actor: str) -> int | None:
@@ -399,18 +495,10 @@ class OnlineLearner:
         return sent
 
     # ---- logging ------------------------------------------------------------------------------
-    def _tb(self):
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.ingested or None)
-        return self._writer
-
     def _log_episode(self, e: dict) -> None:
-        w = self._tb()
-        w.add_scalar("episode/return", e["return"], self.ingested)
-        w.add_scalar("episode/success", float(e["success"]), self.ingested)
-        w.add_scalar("episode/interventions", e["interventions"], self.ingested)
+        if self.runner is not None:  # the Runner's TensorBoard, at the transitions received
+            self.runner.log("episode", {"return": e["return"], "success": float(e["success"]),
+                                        "interventions": e["interventions"]}, step=self.ingested)
 
     def status(self) -> dict:
         """Counters (JSON-able), also written to ``run_dir/status.json``."""
@@ -439,10 +527,9 @@ class OnlineLearner:
                 if self._can_update():
                     m = self.update()
                     if self.updates % log_every == 0:
-                        w = self._tb()
-                        for k, v in m.items():
-                            w.add_scalar(f"train/{k}", float(v), self.updates)
-                        self.metrics = {k: float(v) for k, v in m.items()}
+                        self.metrics = {k: float(v) for k, v in m.items() if math.isfinite(float(v))}
+                    if self.runner is not None:
+                        self.runner.tick(m, "online")  # the Runner logs, evaluates and counts as for every loop
                 now = time.monotonic()
                 if now - self._last_push >= self.push_period_s and self.ep.peers:
                     self.push()
@@ -455,6 +542,4 @@ class OnlineLearner:
         finally:
             self.checkpoint()
             self._write_status()
-            if self._writer is not None:
-                self._writer.close()
         return self.status()
