@@ -451,9 +451,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         if tcfg.her_ratio > 0:
             raise ConfigError(f"trainer.her_ratio relabels the goals of replayed transitions; agent={cfg.agent.name} "
                               "learns on-policy from fresh rollouts: set trainer.her_ratio=0")
-        if cams:
-            raise ConfigError(f"agent={cfg.agent.name} learns on-policy, and the on-policy loop does not carry camera "
-                              "frames yet: use obs=state, or an off-policy agent on cameras (experiment=rlpd obs=pixels)")
         ocfg = onpolicy_config(cfg, tcfg)
 
         def make_chunk_envs():

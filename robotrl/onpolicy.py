@@ -30,7 +30,7 @@ online iteration: pretraining and fine-tuning in one run).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,13 +142,14 @@ class Rollout:
 
     ``observations``/``next_observations``: histories ``(T, N, To, Do)`` raw
     (``next_observations`` ends with the real next observation; the names of
-    :class:`~robotrl.data.Batch`); ``rewards`` raw chunk sums; ``scaled_rewards`` after running
+    :class:`~robotrl.data.Batch`); a camera env's ``Dict`` observations: the same (nested) dict, each entry
+    ``(T, N, To, ...)`` (frames uint8 ``(T, N, To, H, W, C)``); ``rewards`` raw chunk sums; ``scaled_rewards`` after running
     scaling (= rewards when off); ``terminated``/``truncated``/``valid`` bool;
     ``extras``: what the agent's ``rollout_act`` returned, stacked (tensors).
     """
 
-    observations: np.ndarray
-    next_observations: np.ndarray
+    observations: np.ndarray | dict
+    next_observations: np.ndarray | dict
     rewards: np.ndarray
     scaled_rewards: np.ndarray
     terminated: np.ndarray
@@ -160,8 +161,35 @@ class Rollout:
     episode_successes: list[bool] = field(default_factory=list)
 
 
+def _tree(fn: Callable, *xs):
+    """``fn`` over the arrays of observations alike: plain arrays, or a camera env's (nested) ``Dict`` entry by entry."""
+    if isinstance(xs[0], Mapping):
+        return {k: _tree(fn, *(x[k] for x in xs)) for k in xs[0]}
+    return fn(*xs)
+
+
+def _obs_array(x) -> np.ndarray:
+    """An observation array as stored: frames stay uint8, everything else float32."""
+    x = np.asarray(x)
+    return x if x.dtype == np.uint8 else x.astype(np.float32)
+
+
+def _leaves(tree) -> list:
+    """The leaves of a :func:`_tree` result."""
+    return [v for x in tree.values() for v in _leaves(x)] if isinstance(tree, Mapping) else [tree]
+
+
+def _rows(mask: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``mask (N,)`` shaped to broadcast over ``x (N, ...)``."""
+    return mask.reshape(-1, *([1] * (x.ndim - 1)))
+
+
 class RolloutCollector:
     """Steps ``N`` vector envs with an on-policy agent, handling next-step autoreset.
+
+    Observations are flat ``(N, Do)`` or a camera env's ``Dict`` (:class:`robotrl.envs.pixels.PixelObservation`),
+    whose entries (frames included) get histories alike; ``agent.rollout_act`` then takes that dict of
+    ``(N, To, ...)`` histories.
 
     Args:
         envs: a gymnasium ``VectorEnv`` (``make_env(..., action_chunk=Te, vectorization=...)``).
@@ -175,7 +203,7 @@ class RolloutCollector:
         self.envs, self.To, self.N = envs, int(obs_horizon), envs.num_envs
         self.scaler = RunningRewardScaler(self.N, gamma) if reward_scaling else None
         obs, _ = envs.reset(seed=seed)
-        self.hist = np.repeat(np.asarray(obs, np.float32)[:, None], self.To, axis=1)
+        self.hist = _tree(lambda o: np.repeat(_obs_array(o)[:, None], self.To, axis=1), obs)
         self.resetting = np.zeros(self.N, bool)
         self.ep_ret = np.zeros(self.N)
         self.ep_succ = np.zeros(self.N, bool)
@@ -192,7 +220,7 @@ class RolloutCollector:
     def collect(self, agent, T: int) -> Rollout:
         """``T`` vector steps with ``agent.rollout_act``; returns the :class:`Rollout`."""
         N, To = self.N, self.To
-        obs_b, nobs_b = np.zeros((T, N, To, self.hist.shape[-1]), np.float32), np.zeros((T, N, To, self.hist.shape[-1]), np.float32)
+        obs_b, nobs_b = (_tree(lambda h: np.zeros((T, *h.shape), h.dtype), self.hist) for _ in range(2))
         rew64 = np.zeros((T, N), np.float64)
         term_b, trunc_b, valid_b = np.zeros((T, N), bool), np.zeros((T, N), bool), np.zeros((T, N), bool)
         extras: dict[str, list] = {}
@@ -206,12 +234,14 @@ class RolloutCollector:
                 for i in np.flatnonzero(self.resetting):
                     self.reset_rng[i] = gens[i].bit_generator.state
             next_obs, r, term, trunc, info = self.envs.step(actions)
-            next_obs = np.asarray(next_obs, np.float32)
+            next_obs = _tree(_obs_array, next_obs)
             valid = ~self.resetting
             r = np.where(valid, np.asarray(r, np.float64), 0.0)
             term, trunc = np.asarray(term, bool) & valid, np.asarray(trunc, bool) & valid
-            nhist = np.concatenate([self.hist[:, 1:], next_obs[:, None]], axis=1)
-            obs_b[t], nobs_b[t], rew64[t] = self.hist, nhist, r
+            nhist = _tree(lambda h, o: np.concatenate([h[:, 1:], o[:, None]], axis=1), self.hist, next_obs)
+            _tree(lambda b, h, t=t: b.__setitem__(t, h), obs_b, self.hist)
+            _tree(lambda b, h, t=t: b.__setitem__(t, h), nobs_b, nhist)
+            rew64[t] = r
             term_b[t], trunc_b[t], valid_b[t] = term, trunc, valid
             steps = np.asarray(info.get("executed_steps", np.ones(N)), np.int64)
             env_steps += int(np.where(valid, steps, 0).sum())
@@ -223,8 +253,8 @@ class RolloutCollector:
                 succs.append(bool(self.ep_succ[i]))
             self.ep_ret[done], self.ep_succ[done] = 0.0, False
             # envs that only reset this step restart their history from the reset observation
-            fresh = np.repeat(next_obs[:, None], To, axis=1)
-            self.hist = np.where(self.resetting[:, None, None], fresh, nhist)
+            self.hist = _tree(lambda o, h: np.where(_rows(self.resetting, h), np.repeat(o[:, None], To, axis=1), h),
+                              next_obs, nhist)
             if self.resetting.any():  # per-env state (chunk queues)
                 agent.reset_rollout(np.flatnonzero(self.resetting))
             self.fresh = self.resetting.copy()
@@ -236,10 +266,10 @@ class RolloutCollector:
 
     def state_dict(self) -> dict:
         """The collector's state for a checkpoint: the reward scaler's running statistics, the
-        observation histories ``hist (N, To, Do)``, which envs are ``fresh`` (just reset by
+        observation histories ``hist (N, To, Do)`` (a camera env's: a dict of them), which envs are ``fresh`` (just reset by
         autoreset, not stepped since) and their generators before that reset."""
         return {"scaler": self.scaler.state_dict() if self.scaler is not None else None,
-                "hist": torch.from_numpy(self.hist.copy()), "fresh": torch.from_numpy(self.fresh.copy()),
+                "hist": _tree(lambda h: torch.from_numpy(h.copy()), self.hist), "fresh": torch.from_numpy(self.fresh.copy()),
                 "reset_rng": list(self.reset_rng)}
 
     def load_state_dict(self, state: dict) -> bool:
@@ -267,10 +297,11 @@ class RolloutCollector:
                 gens.append(gen)
             self.envs.set_attr("np_random", gens)
             obs, _ = self.envs.reset()
-            hist = np.asarray(state["hist"], np.float32)
-            exact = bool(np.array_equal(np.asarray(obs, np.float32), hist[:, -1]))
+            hist = _tree(lambda h: _obs_array(h).copy(), state["hist"])
+            same = _tree(lambda o, h: bool(np.array_equal(_obs_array(o), h[:, -1])), obs, hist)
+            exact = all(_leaves(same))
             if exact:
-                self.hist, self.fresh, self.reset_rng = hist.copy(), fresh.copy(), list(rngs)
+                self.hist, self.fresh, self.reset_rng = hist, fresh.copy(), list(rngs)
         if not exact and self.scaler is not None:
             self.scaler.ret[:] = 0.0
         return exact

@@ -164,3 +164,38 @@ def test_a_pixel_diffusion_policy_is_a_residual_base_that_the_residual_starts_at
     torch.manual_seed(3)
     want = dp.predict_chunk(state[:, None], {k: v[:, None] for k, v in images.items()})[:, 0]
     torch.testing.assert_close(combined, want, rtol=0, atol=0)
+
+
+def test_checkpoints_of_the_former_pixel_classes_load_into_the_merged_ones(squares):
+    """A policy saved as ``PixelBCPolicy`` / ``PixelDiffusionPolicy`` (``state_dim`` kwarg; the diffusion chunk model's
+    weights under ``head.``, with its identity normaliser and a copy of the action scaler) rebuilds as the merged
+    class and acts as it did."""
+    from robotrl.agents.bc.policy import BCPolicy
+    from robotrl.policy import build_policy
+
+    def old(policy, target: str, keys=lambda k: k, extra=None) -> dict:
+        kwargs = {("state_dim" if k == "obs_dim" else k): v for k, v in policy.spec().items()}
+        sd = {keys(k): v for k, v in policy.state_dict().items()}
+        return {"target": target, "kwargs": kwargs, "state_dict": {**sd, **(extra or {})}}
+
+    batch = squares.sample(8)
+    state, images = batch.observations, batch.images()
+    torch.manual_seed(0)
+    bc = BCPolicy(1, 3, image_shapes=SHAPES, hidden=[16], channels=4, feature_dim=8, pooling="spatial_softmax").eval()
+    rebuilt = build_policy(old(bc, "robotrl.agents.bc.pixels.PixelBCPolicy"))
+    assert type(rebuilt) is BCPolicy and rebuilt.has_cameras
+    torch.testing.assert_close(rebuilt(state, images), bc(state, images), rtol=0, atol=0)
+
+    dp = _agent(squares, action_horizon=2, act_steps=2).policy
+    head = {"head.obs_normalizer.mean": torch.zeros(dp.out_dim), "head.obs_normalizer.std": torch.ones(dp.out_dim),
+            "head.action_scaler.low": dp.action_scaler.low.clone(), "head.action_scaler.high": dp.action_scaler.high.clone()}
+    saved = old(dp, "robotrl.agents.diffusion.pixels.PixelDiffusionPolicy",
+                lambda k: "head." + k if k.startswith(("denoiser.", "schedule.")) else k, head)
+    assert any(k.startswith("head.denoiser.") for k in saved["state_dict"])
+    rebuilt = build_policy(saved)
+    assert type(rebuilt) is DiffusionPolicy and rebuilt.has_cameras
+    outs = []
+    for policy in (dp, rebuilt):
+        torch.manual_seed(4)
+        outs.append(policy.predict_chunk(state, images))
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)

@@ -27,13 +27,23 @@ Per iteration (driven by :class:`robotrl.onpolicy.OnPolicyTrainer`):
    multiplied by ``γ_denoise^(K'−1−i)``; clip ``ε_i`` from :func:`clip_schedule`;
    value loss ``0.5·MSE``; actor frozen for ``critic_warmup_iters`` iterations; early
    stop when approx KL > ``target_kl``.
+
+From cameras (``image_shapes``: the pretrained diffusion policy's cameras and encoder) the same class fine-tunes:
+the rollout's histories carry the frames (:class:`robotrl.onpolicy.RolloutCollector` on a camera env's ``Dict``
+observations), the denoisers and the value net condition on the policy's encoder features of each history step
+``(To, F)``, computed once per rollout. The encoder stays as pretrained (only ``denoiser_ft`` and the value net
+learn; a deviation from DPPO's image tasks, whose ViT encoder is fine-tuned with the actor and whose critic has
+its own encoder).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import torch
 from robotrl.agent import OnPolicyAgentBase
+from robotrl.agents.diffusion.agent import camera_options
 from robotrl.agents.diffusion.sampling import chain_timesteps, sample_chain, step_mean_std
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule, denoising_discount
 from robotrl.agents.dppo.policy import DPPOPolicy
@@ -41,8 +51,8 @@ from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo
 from robotrl.agents.ppo.update import gae_targets, load_state, minibatch_epochs, save_state
 
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.agents.diffusion.training import pretrained_policy
 from robotrl.errors import CheckpointError
-from robotrl.warmstart import pretrained_policy
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
@@ -71,6 +81,10 @@ class DPPOAgent(OnPolicyAgentBase):
         target_kl: early-stop threshold on approx KL (``None``: off).
         vf_coef, max_grad_norm, critic_warmup_iters, reward_scaling: as named.
         device, seed: torch device; seed of sampling noise and minibatch order.
+        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
+            frame_stack, state_layout: the observation spec's cameras and their encoder
+            (:class:`~robotrl.vision.frontend.ObservationFrontend`; must match the pretrained checkpoint;
+            ``image_shapes=None``: a state agent).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
@@ -86,17 +100,25 @@ class DPPOAgent(OnPolicyAgentBase):
                  critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000,
                  target_kl: float | None = 1.0, vf_coef: float = 0.5, max_grad_norm: float | None = None,
                  critic_warmup_iters: int = 0, reward_scaling: bool = True,
-                 device: str | torch.device = "cpu", seed: int = 0):
+                 device: str | torch.device = "cpu", seed: int = 0,
+                 image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
+                 pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
+                 encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
+                 frame_stack: int = 1, state_layout: str | None = None):
         self.device = torch.device(device)
         self.sampler = "ddim" if use_ddim else "ddpm"
+        cameras = camera_options(image_shapes=image_shapes, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
+                                 channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
+                                 augment_pad=augment_pad, frame_stack=frame_stack, state_layout=state_layout)
         self.policy = DPPOPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
                                  act_steps=act_steps, denoising_steps=denoising_steps, denoiser=denoiser,
                                  denoiser_kwargs=denoiser_kwargs, sampler=self.sampler, ddim_steps=ddim_steps,
                                  obs_clip=obs_clip, x0_clip=x0_clip, eps_clip=eps_clip,
-                                 ft_denoising_steps=ft_denoising_steps)
+                                 ft_denoising_steps=ft_denoising_steps, **cameras)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device).eval()
-        self.critic = ValueNet(obs_horizon * obs_dim, critic_hidden, critic_act).to(self.device)
+        self.frame_stack = 1
+        self.critic = ValueNet(obs_horizon * self.policy.out_dim, critic_hidden, critic_act).to(self.device)
         self.actor_opt = torch.optim.Adam(self.policy.denoiser_ft.parameters(), lr=actor_lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr)
         self.Kp = self.policy.ft_steps
@@ -139,11 +161,11 @@ class DPPOAgent(OnPolicyAgentBase):
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
-    def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
-        """Exploratory chunks for histories ``(N, To, Do)``: raw actions ``(N, Te, Da)`` (``(N, Da)``
-        if ``Te = 1``) and ``{"chains": (N, K'+1, Ta, Da)}``."""
+    def rollout_act(self, obs_hist: np.ndarray | Mapping) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """Exploratory chunks for histories ``(N, To, Do)`` (a camera env's: its ``Dict`` of ``(N, To, ...)``
+        histories): raw actions ``(N, Te, Da)`` (``(N, Da)`` if ``Te = 1``) and ``{"chains": (N, K'+1, Ta, Da)}``."""
         p = self.policy
-        cond = p.condition(torch.as_tensor(obs_hist, device=self.device))
+        cond = p.condition(*p.history_inputs(obs_hist))
         x, chain = sample_chain(p.schedule, p.net_for_step, cond, (p.Ta, p.action_dim), sampler=self.sampler,
                                 ddim_steps=p.ddim_steps, eta=1.0, min_std=self.min_sampling_std, final_noise=True,
                                 eps_clip=p.eps_clip, record_last=self.Kp, generator=self.gen, final_clip=self.final_clip)
@@ -156,7 +178,7 @@ class DPPOAgent(OnPolicyAgentBase):
         """Element-wise ``log N(x_next; μθ(x_prev, k_i, s), max(σ_{k_i}, min_logprob_std)²)`` ``(M, Ta, Da)``.
 
         Args:
-            cond: normalised histories ``(M, To, Do)``; x_prev, x_next: ``(M, Ta, Da)``;
+            cond: conditions ``(M, To, F)`` (normalised histories ``(M, To, Do)`` of a state policy); x_prev, x_next: ``(M, Ta, Da)``;
             i: fine-tuned step indices ``(M,)`` in ``[0, K')``.
         """
         p = self.policy
@@ -170,12 +192,11 @@ class DPPOAgent(OnPolicyAgentBase):
 
     # ------------------------------------------------------------------ update
     def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
-        """Flatten the valid steps: cond ``(S, To, Do)``, chains ``(S, K'+1, Ta, Da)``, adv/ret ``(S,)``,
-        old log-probs ``(S, K')``."""
-        dev, p = self.device, self.policy
+        """Flatten the valid steps: cond ``(S, To, F)`` (``F = Do`` without cameras), chains ``(S, K'+1, Ta, Da)``,
+        adv/ret ``(S,)``, old log-probs ``(S, K')``."""
+        dev = self.device
         with torch.no_grad():
-            cond = p.condition(torch.as_tensor(ro.observations, device=dev).flatten(0, 1))
-            ncond = p.condition(torch.as_tensor(ro.next_observations, device=dev).flatten(0, 1))
+            cond, ncond = rollout_condition(self.policy, ro.observations), rollout_condition(self.policy, ro.next_observations)
             v, nv = self.critic(cond), self.critic(ncond)
         adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
         d = {"cond": cond[keep], "chains": ro.extras["chains"].flatten(0, 1)[keep], "adv": adv[keep], "ret": ret[keep]}
@@ -226,3 +247,15 @@ class DPPOAgent(OnPolicyAgentBase):
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
         load_state(self, state)
+
+
+def rollout_condition(policy, observations) -> torch.Tensor:
+    """A rollout's histories ``(T, N, To, ...)`` (arrays or a camera env's dict of them) as the policy's
+    conditions ``(T·N, To, F)``, in chunks of 4096 steps (the encoder's memory)."""
+    state, images = policy.history_inputs(observations)
+    state = state.flatten(0, 1)
+    if images is None:
+        return policy.condition(state)
+    images = {k: v.flatten(0, 1) for k, v in images.items()}
+    return torch.cat([policy.condition(state[i:i + 4096], {k: v[i:i + 4096] for k, v in images.items()})
+                      for i in range(0, state.shape[0], 4096)])

@@ -20,16 +20,22 @@ sizes ``d ∈ {1, …, 2/M}``, the rest flow matching at ``d = 0``. The self-con
 from the EMA network ``policy.velocity`` (``shortcut_ema_targets``, the reference's default
 ``bootstrap_ema = 1``: a slowly moving target network, the deployed one; before ``ema_start`` it
 is a copy of the trained network), or from the trained network itself.
+
+With cameras (``image_shapes``) the windows carry frames ``(B, To, H, W, C)`` and ``o`` is each step's encoder
+features, the encoder trained end to end with the velocity network and covered by the EMA, as the diffusion
+agent does (:mod:`robotrl.agents.diffusion.agent`).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from robotrl.agent import OffPolicyAgentBase
+from robotrl.agents.diffusion.agent import camera_options, seeded_init, step_frames
 from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.agents.flow.loss import flow_matching_loss, shortcut_loss
 from robotrl.agents.flow.policy import FlowPolicy
@@ -54,7 +60,11 @@ class FlowAgent(OffPolicyAgentBase):
         shortcut, shortcut_max_steps: a shortcut model and its ``M`` (:class:`FlowPolicy`).
         shortcut_fraction: share of each batch trained for self-consistency (in ``[0, 1]``).
         shortcut_ema_targets: self-consistency targets from the EMA network (else the trained one).
-        device: torch device; seed: seed of the noise / time generator.
+        device: torch device; seed: seed of the noise / time generator (and, with cameras, of the network
+            initialisation).
+        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
+            frame_stack, state_layout: the observation spec's cameras and their encoder
+            (:class:`~robotrl.vision.frontend.ObservationFrontend`; ``image_shapes=None``: a state agent).
 
     Raises:
         ConfigError: bad policy settings (:class:`FlowPolicy`) or ``shortcut_fraction``.
@@ -67,21 +77,34 @@ class FlowAgent(OffPolicyAgentBase):
                  weight_decay: float = 1e-6, max_grad_norm: float | None = 1.0, ema_decay: float = 0.995,
                  ema_start: int = 1000, shortcut: bool = False, shortcut_max_steps: int = 128,
                  shortcut_fraction: float = 0.25, shortcut_ema_targets: bool = True,
-                 device: str | torch.device = "cpu", seed: int = 0):
+                 device: str | torch.device = "cpu", seed: int = 0,
+                 image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
+                 pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
+                 encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
+                 frame_stack: int = 1, state_layout: str | None = None):
         if not 0.0 <= shortcut_fraction <= 1.0:
             raise ConfigError(f"agent.model.shortcut_fraction must be in [0, 1], got {shortcut_fraction}")
         self.device = torch.device(device)
-        self.policy = FlowPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
-                                 act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
-                                 denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip,
-                                 shortcut=shortcut, shortcut_max_steps=shortcut_max_steps)
+        cameras = camera_options(image_shapes=image_shapes, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
+                                 channels=channels, encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
+                                 augment_pad=augment_pad, frame_stack=frame_stack, state_layout=state_layout)
+        with seeded_init(seed, bool(image_shapes)):
+            self.policy = FlowPolicy(obs_dim, action_dim, obs_horizon=obs_horizon, action_horizon=action_horizon,
+                                     act_steps=act_steps, flow_steps=flow_steps, denoiser=denoiser,
+                                     denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip,
+                                     shortcut=shortcut, shortcut_max_steps=shortcut_max_steps, **cameras)
         self.shortcut, self.shortcut_fraction = bool(shortcut), float(shortcut_fraction)
         self.shortcut_ema_targets = bool(shortcut_ema_targets)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device).eval()
-        self.model = copy.deepcopy(self.policy.velocity).train()
-        self.policy.velocity.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.frame_stack = 1
+        # trained: the velocity net (a state policy, as before cameras were an option) or the whole policy,
+        # encoder included; the deployed self.policy (or its velocity net) is the EMA
+        self.ema_target: torch.nn.Module = self.policy if self.policy.has_cameras else self.policy.velocity
+        self.model = copy.deepcopy(self.ema_target).train()
+        self.ema_target.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW([q for q in self.model.parameters() if q.requires_grad], lr=lr,
+                                           weight_decay=weight_decay)
         self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
         self.num_updates = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -94,28 +117,43 @@ class FlowAgent(OffPolicyAgentBase):
     # ------------------------------------------------------------------ training
     def loss(self, batch: Batch) -> torch.Tensor:
         """Flow-matching (or shortcut) loss of ``self.model`` on a sequence batch (obs ``(B,To,Do)``,
-        actions ``(B,Ta,Da)``)."""
-        p = self.policy
+        actions ``(B,Ta,Da)``; with cameras frames ``{key: (B, To, H, W, C)}``, the encoder in the graph)."""
+        cams = self.policy.has_cameras
+        p, net = (self.model, self.model.velocity) if cams else (self.policy, self.model)
         obs, x1, mask = chunk_inputs(p, batch, self.device)
+        cond = p.condition(obs, step_frames(batch, self.device) if cams else None)
         B = x1.shape[0]
         if self.shortcut:
-            t, d = shortcut_times(B, round(self.shortcut_fraction * B), p.velocity.max_steps, device=self.device,
+            t, d = shortcut_times(B, round(self.shortcut_fraction * B), net.max_steps, device=self.device,
                                   generator=self.gen)
             x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
-            target_net = p.velocity if self.shortcut_ema_targets else self.model
-            return shortcut_loss(self.model, target_net, x0, x1, p.condition(obs), t, d, mask)
+            target_net = self.policy.velocity if self.shortcut_ema_targets else net
+            return shortcut_loss(net, target_net, x0, x1, cond, t, d, mask)
         t = torch.rand((B,), device=self.device, generator=self.gen)
         x0 = torch.randn(x1.shape, device=self.device, generator=self.gen)
         x_t, v = interpolate(x0, x1, t)
-        return flow_matching_loss(self.model(x_t, t, p.condition(obs)), v, mask)
+        return flow_matching_loss(net(x_t, t, cond), v, mask)
 
     def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
-        return ema_gradient_step(self, self.loss(batch), self.policy.velocity)
+        self.model.train()
+        return ema_gradient_step(self, self.loss(batch), self.ema_target)
 
     # ------------------------------------------------------------------ acting
+    @property
+    def explore(self):
+        """``explore(obs (N, Do)) -> (N, Da)`` of a state agent (:meth:`_explore`).
+
+        Raises:
+            AttributeError: the agent reads cameras: it learns offline only, so ``hasattr(agent, "explore")`` is
+                false and the build path refuses online steps.
+        """
+        if self.policy.has_cameras:
+            raise AttributeError("flow BC from cameras learns offline only (no explore): set trainer.online_steps=0")
+        return self._explore
+
     @torch.no_grad()
-    def explore(self, obs: np.ndarray) -> np.ndarray:
+    def _explore(self, obs: np.ndarray) -> np.ndarray:
         """Stateless acting: first action of a fresh chunk per env ``(N, Da)`` raw (``To = 1`` semantics)."""
         x = torch.as_tensor(np.asarray(obs, np.float32), device=self.device)
         return self.policy.predict_chunk(x[:, None].expand(-1, self.policy.To, -1))[:, 0].cpu().numpy()

@@ -42,16 +42,25 @@ entries whose sample fell outside the action box), ``bc_drift`` (RMS distance, n
 units, between the deterministic chunks of the fine-tuned and the pretrained velocity nets on up
 to 256 of the rollout's states from the same ``x_0``), ``explained_variance`` of the critic, and
 the learning rates.
+
+From cameras (``image_shapes``: the pretrained flow policy's cameras and encoder) the same class fine-tunes, as
+DPPO does (:mod:`robotrl.agents.dppo.agent`): the rollout's histories carry the frames, the velocity, noise and
+value nets condition on the policy's encoder features of each history step ``(To, F)``, computed once per
+rollout; the encoder stays as pretrained (a deviation from ReinFlow's visual tasks, which fine-tune it).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from robotrl.agent import OnPolicyAgentBase
+from robotrl.agents.diffusion.agent import camera_options
+from robotrl.agents.diffusion.training import pretrained_policy
+from robotrl.agents.dppo.agent import rollout_condition
 from robotrl.agents.flow.sampling import euler_sample
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
@@ -61,7 +70,6 @@ from robotrl.agents.reinflow.loss import (chain_entropy, chain_log_prob, decayed
 from robotrl.agents.reinflow.policy import ReinFlowPolicy
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
-from robotrl.warmstart import pretrained_policy
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
@@ -127,6 +135,10 @@ class ReinFlowAgent(OnPolicyAgentBase):
         critic_warmup_iters: iterations that train the critic only.
         reward_scaling: running return-std reward scaling.
         device, seed: torch device; seed of the chain noise and minibatch order.
+        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
+            frame_stack, state_layout: the observation spec's cameras and their encoder
+            (:class:`~robotrl.vision.frontend.ObservationFrontend`; must match the pretrained checkpoint;
+            ``image_shapes=None``: a state agent).
 
     Raises:
         ConfigError: ``repeat_samples < 1``, ``flow_steps < 1``, ``clip_base`` without ``per_step_ratio``, a
@@ -155,7 +167,11 @@ class ReinFlowAgent(OnPolicyAgentBase):
                  critic_act: str = "mish", n_epochs: int = 5, batch_size: int = 50_000, repeat_samples: int = 10,
                  target_kl: float | None = 1.0, vf_coef: float = 0.5, ent_coef: float = 0.03, bc_coef: float = 0.0,
                  max_grad_norm: float | None = None, critic_warmup_iters: int = 0, reward_scaling: bool = True,
-                 device: str | torch.device = "cpu", seed: int = 0):
+                 device: str | torch.device = "cpu", seed: int = 0,
+                 image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
+                 pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
+                 encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
+                 frame_stack: int = 1, state_layout: str | None = None):
         if flow_steps < 1:
             raise ConfigError(f"agent.model.flow_steps must be >= 1, got {flow_steps}")
         if repeat_samples < 1:
@@ -171,11 +187,17 @@ class ReinFlowAgent(OnPolicyAgentBase):
                                      denoiser_kwargs=denoiser_kwargs, obs_clip=obs_clip, x_clip=x_clip,
                                      shortcut=shortcut, shortcut_max_steps=shortcut_max_steps, noise_hidden=noise_hidden, noise_act=noise_act, noise_time_dim=noise_time_dim,
                                      std_min=std_min, std_max=std_max, noise_uses_x=noise_uses_x,
-                                     noise_steps=noise_steps, early_std=early_std)
+                                     noise_steps=noise_steps, early_std=early_std,
+                                     **camera_options(image_shapes=image_shapes, encoder=encoder, pooling=pooling,
+                                                      feature_dim=feature_dim, channels=channels,
+                                                      encoder_weights=encoder_weights, freeze_encoder=freeze_encoder,
+                                                      augment_pad=augment_pad, frame_stack=frame_stack,
+                                                      state_layout=state_layout))
         self.policy.set_normalizers(obs_normalizer, action_scaler)
         self.policy.to(self.device).eval()
+        self.frame_stack = 1
         self.ref_velocity = copy.deepcopy(self.policy.velocity).requires_grad_(False)
-        self.critic = ValueNet(obs_horizon * obs_dim, critic_hidden, critic_act).to(self.device)
+        self.critic = ValueNet(obs_horizon * self.policy.out_dim, critic_hidden, critic_act).to(self.device)
         self.actor_opt = torch.optim.AdamW(self._actor_groups(noise_lr, actor_lr), lr=actor_lr,
                                            weight_decay=actor_weight_decay)
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic_lr, weight_decay=critic_weight_decay)
@@ -202,12 +224,14 @@ class ReinFlowAgent(OnPolicyAgentBase):
 
     def _actor_groups(self, noise_lr: float | None, actor_lr: float) -> list[dict]:
         """The actor optimiser's parameter groups: one (the reference), or with ``noise_lr`` the velocity net and
-        the noise net apart, the latter's rate scaled by ``noise_lr / actor_lr`` (``lr_scale``)."""
+        the noise net apart, the latter's rate scaled by ``noise_lr / actor_lr`` (``lr_scale``). A camera
+        policy's encoder is in neither (it stays as pretrained)."""
+        actor = [q for n, q in self.policy.named_parameters() if not n.startswith("encoder.")]
         if noise_lr is None:
-            return [{"params": list(self.policy.parameters())}]
+            return [{"params": actor}]
         noise = list(self.policy.noise_net.parameters())
         ids = {id(q) for q in noise}
-        return [{"params": [q for q in self.policy.parameters() if id(q) not in ids], "lr_scale": 1.0},
+        return [{"params": [q for q in actor if id(q) not in ids], "lr_scale": 1.0},
                 {"params": noise, "lr": float(noise_lr), "lr_scale": float(noise_lr) / float(actor_lr)}]
 
     # ------------------------------------------------------------------ warm start
@@ -233,11 +257,11 @@ class ReinFlowAgent(OnPolicyAgentBase):
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
-    def rollout_act(self, obs_hist: np.ndarray) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
-        """Exploratory chunks for histories ``(N, To, Do)``: raw actions ``(N, Te, Da)`` (``(N, Da)`` if
-        ``Te = 1``) and ``{"chains": (N, K+1, Ta, Da)}``."""
+    def rollout_act(self, obs_hist: np.ndarray | Mapping) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        """Exploratory chunks for histories ``(N, To, Do)`` (a camera env's: its ``Dict`` of ``(N, To, ...)``
+        histories): raw actions ``(N, Te, Da)`` (``(N, Da)`` if ``Te = 1``) and ``{"chains": (N, K+1, Ta, Da)}``."""
         p = self.policy
-        cond = p.condition(torch.as_tensor(obs_hist, device=self.device))
+        cond = p.condition(*p.history_inputs(obs_hist))
         chain = p.sample_noisy_chain(cond, eps_clip=self.eps_clip, generator=self.gen)
         executed = chain[:, -1, : p.Te]
         saturated = (executed.abs() >= 1.0).float().mean(dim=(1, 2))  # (N,) share of entries outside the box
@@ -270,12 +294,11 @@ class ReinFlowAgent(OnPolicyAgentBase):
 
     # ------------------------------------------------------------------ update
     def _prepare(self, ro: Rollout) -> dict[str, torch.Tensor]:
-        """Flatten the valid steps: cond ``(S, To, Do)``, chains ``(S, K+1, Ta, Da)``, adv/ret ``(S,)``, logp ``(S,)``
-        (``(S, K_s)`` with ``per_step_ratio``)."""
-        dev, p = self.device, self.policy
+        """Flatten the valid steps: cond ``(S, To, F)`` (``F = Do`` without cameras), chains ``(S, K+1, Ta, Da)``,
+        adv/ret ``(S,)``, logp ``(S,)`` (``(S, K_s)`` with ``per_step_ratio``)."""
+        dev = self.device
         with torch.no_grad():
-            cond = p.condition(torch.as_tensor(ro.observations, device=dev).flatten(0, 1))
-            ncond = p.condition(torch.as_tensor(ro.next_observations, device=dev).flatten(0, 1))
+            cond, ncond = rollout_condition(self.policy, ro.observations), rollout_condition(self.policy, ro.next_observations)
             v, nv = self.critic(cond), self.critic(ncond)
         adv, ret, keep = gae_targets(ro, v, nv, gamma=self.gamma, lam=self.gae_lambda, device=dev)
         d = {"cond": cond[keep], "chains": ro.extras["chains"].to(dev).flatten(0, 1)[keep], "adv": adv[keep],

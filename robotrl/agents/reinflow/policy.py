@@ -111,7 +111,7 @@ class ReinFlowPolicy(FlowPolicy):
         self.early_std = None if early_std is None else float(early_std)
         #: first transition of the chain that is random (and scored): the early steps are skipped when deterministic
         self.scored_from = self.noise_from if self.early_std == 0 else 0
-        self.noise_net = NoiseNet(self.To * self.obs_dim, self.Ta, self.action_dim, hidden=noise_hidden,
+        self.noise_net = NoiseNet(self.To * self.out_dim, self.Ta, self.action_dim, hidden=noise_hidden,
                                   act=noise_act, time_dim=noise_time_dim, std_min=std_min, std_max=std_max,
                                   use_x=noise_uses_x)
         self._spec.update(noise_hidden=list(noise_hidden), noise_act=noise_act, noise_time_dim=int(noise_time_dim),
