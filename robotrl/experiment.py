@@ -1,25 +1,39 @@
-"""From a resolved Hydra config to a running :class:`~robotrl.runner.Runner`.
+"""From a resolved Hydra config to a running :class:`~robotrl.runner.Runner`: the one build path.
 
-This is where sizes are derived, never typed in: ``Do`` and ``Da`` come from the
-environment and are checked against the dataset; observation statistics come from the
-dataset; action bounds from the env's action space. The agent is built with
-``hydra.utils.instantiate`` from ``cfg.agent.model`` and receives explicit arguments
-only (never the whole config).
+This is where sizes are derived, never typed in: the run's :class:`~robotrl.spec.ObservationSpec`
+(``Do``, ``Da`` and, for a camera run, the cameras and the state layout) comes from the
+environment and is checked against the dataset; observation statistics come from the
+dataset; action bounds from the env's action space. The agent is built by :func:`build_agent`
+from ``cfg.agent.model`` with explicit arguments only (never the whole config) — the same
+function builds the agents of simulation runs (states or cameras, ``obs=pixels``), of the
+robot learner (:mod:`robotrl.real_robot.online_cli`) and of Ray workers
+(:mod:`robotrl.distributed.collector`). Cameras are an option of the observation spec, not
+an agent of their own.
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from robotrl.data import ReplayBuffer, check_spaces, load_dataset
 from robotrl.data.dataset import resolve_dataset_path
+from robotrl.data.dataset import OfflineData
+from robotrl.data.spaces import split_images
 from robotrl.errors import ConfigError, DatasetNotFoundError
-from robotrl.experiment_parts import action_scaler_for, observation_normalizer, offline_buffer, reward_transform
+from robotrl.experiment_parts import (
+    action_scaler_for,
+    build_agent,
+    check_warm_start_spec,
+    observation_normalizer,
+    offline_buffer,
+    reward_transform,
+)
+from robotrl.spec import CAMERA_PREFIX, ObservationSpec
 from robotrl.task_mdp import eval_env_args, task_env_args, terminate_data_at_success, train_env_args  # the data's MDP
 from robotrl.trainer import Trainer, TrainerConfig
 from robotrl.utils import resolve_device, set_seed
@@ -142,11 +156,93 @@ def needs_dataset(cfg: DictConfig, tcfg: TrainerConfig) -> bool:
 
 
 #: ``agent.model`` keys that define the networks (layer sizes, activations, ensemble size, normaliser
-#: clipping, diffusion horizons): a warm start takes them from the checkpoint it loads.
+#: clipping, diffusion horizons, the camera encoder): a warm start takes them from the checkpoint it loads.
+#: One rule set for every agent, state or camera (the sizes themselves come from the observation spec,
+#: :func:`check_warm_start_spec`).
 ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_layer_norm", "actor_layer_norm",
                      "layer_norm", "act", "critic_act", "gaussian", "dropout", "obs_clip", "obs_horizon",
                      "action_horizon", "act_steps", "denoising_steps", "denoiser", "denoiser_kwargs", "shortcut",
-                     "shortcut_max_steps")
+                     "shortcut_max_steps", "encoder", "pooling", "feature_dim", "channels", "frame_stack")
+
+
+def _size(value: Any) -> list[int]:
+    """``image_size`` as ``[H, W]`` (an int ``N`` is ``[N, N]``)."""
+    if isinstance(value, (int, float)):
+        return [int(value), int(value)]
+    return [int(v) for v in value]
+
+
+def wants_cameras(cfg: DictConfig) -> bool:
+    """Whether the run observes cameras: ``obs.cameras`` is not ``[]`` (``obs=pixels``: ``null``, the
+    dataset's cameras; or a list of names)."""
+    obs = cfg.get("obs") or {}
+    cams = obs.get("cameras", [])
+    return bool(cfg.agent.get("pixels")) or cams is None or len(cams) > 0
+
+
+def _data_cameras(data: OfflineData) -> tuple[list[str], list[int]]:
+    """The cameras and ``[H, W]`` the dataset was recorded with.
+
+    Raises:
+        ConfigError: no cameras, cameras not under ``pixels/`` (not a robotrl camera env), or cameras of two sizes.
+    """
+    name = data.metadata.get("dataset_id")
+    if not data.images:
+        raise ConfigError(f"dataset {name!r} records no camera frames, and obs=pixels learns from them: pick a camera "
+                          "dataset (dataset=pointmaze-umaze-topdown) or record one, e.g. `robotrl collect "
+                          "recipe=pointmaze-umaze cameras=[topdown] image_size=64`; or train on states (obs=state)")
+    keys = list(data.images)
+    if not all(k.startswith(CAMERA_PREFIX) for k in keys):
+        raise ConfigError(f"dataset {name!r} has cameras {keys}, not recorded by robotrl's camera envs (keys "
+                          f"{CAMERA_PREFIX}<camera>); robotrl train can only rebuild those for online steps and evaluation")
+    sizes = {tuple(v.shape[1:3]) for v in data.images.values()}
+    if len(sizes) != 1:
+        raise ConfigError(f"dataset {name!r} has cameras of several sizes {sorted(sizes)}; the camera env renders "
+                          "every camera at one size")
+    return [k[len(CAMERA_PREFIX):] for k in keys], list(sizes.pop())
+
+
+def camera_args(cfg: DictConfig, data: OfflineData | None) -> dict[str, Any]:
+    """The cameras of the run's envs: ``{"pixels": [camera, ...], "size": [H, W]}`` (keyword arguments of
+    :func:`robotrl.envs.make_env_from_args`); ``{}`` for a state run.
+
+    With a dataset, its cameras and frame size; ``obs.cameras`` / ``obs.image_size``, when set, must equal
+    them (a policy trained on one view cannot act on another). Without a dataset, the configured ones.
+
+    Raises:
+        ConfigError: the configured cameras or size differ from the data's (names the override to drop), the
+            dataset has no usable cameras, or there is neither a dataset nor ``obs.cameras``.
+    """
+    if not wants_cameras(cfg):
+        return {}
+    obs = cfg.get("obs") or {}
+    want, want_size = obs.get("cameras"), obs.get("image_size")
+    want = None if want is None else [str(c) for c in ([want] if isinstance(want, str) else want)]
+    if data is None:
+        if not want:
+            raise ConfigError("a camera run without a dataset needs the cameras to render: set obs.cameras=[topdown] "
+                              "(and obs.image_size=64)")
+        return {"pixels": want, "size": _size(want_size or 64)}
+    cams, size = _data_cameras(data)
+    name = data.metadata.get("dataset_id")
+    fix = ("drop the override (null takes the dataset's), or record a dataset with those cameras: `robotrl collect "
+           "recipe=<recipe> cameras=[...] image_size=N` and pass dataset.id=<its id>")
+    if want is not None and want != cams:
+        raise ConfigError(f"obs.cameras={want} differs from the cameras dataset {name!r} was recorded with ({cams}): "
+                          f"the policy would see other images than it learns from. Set obs.cameras=[{','.join(cams)}] or "
+                          + fix)
+    if want_size is not None and _size(want_size) != size:
+        raise ConfigError(f"obs.image_size={want_size} differs from the frame size {size} (H, W) of dataset {name!r}: "
+                          f"set obs.image_size={size[0]} or " + fix)
+    return {"pixels": cams, "size": size}
+
+
+def frame_stack_of(cfg: DictConfig) -> int:
+    """``k`` frames per camera: ``obs.frame_stack`` (1 by default)."""
+    model = cfg.agent.get("model") or {}
+    if model.get("frame_stack") is not None:  # an agent config that still names it
+        return int(model.get("frame_stack"))
+    return int((cfg.get("obs") or {}).get("frame_stack") or 1)
 
 
 def _explicit_model_keys(overrides: list[str] | None) -> set[str]:
@@ -160,7 +256,7 @@ def _explicit_model_keys(overrides: list[str] | None) -> set[str]:
 
 
 def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
-                            run_dir: Path | None = None) -> DictConfig:
+                            run_dir: Path | None = None, source: str | Path | None = None) -> DictConfig:
     """``cfg`` with the network architecture of the checkpoint it warm-starts from.
 
     A warm start (``trainer.init_from``, for every agent: :func:`robotrl.warmstart.warm_start`)
@@ -178,6 +274,8 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
         overrides: the command-line overrides (Hydra's ``overrides.task``); a key set there
             to another value than the checkpoint's is a conflict. ``None``: none known.
         run_dir: the run's directory; ``None``: a fresh run.
+        source: the warm-start checkpoint (``None``: ``cfg.trainer.init_from``; the robot learner's
+            ``init_from``).
 
     Returns:
         ``cfg`` itself when nothing changes, else a merged copy.
@@ -188,7 +286,8 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
     """
     from robotrl.checkpoint import load_checkpoint
 
-    source = cfg.trainer.get("init_from")
+    if source is None:
+        source = (cfg.get("trainer") or {}).get("init_from")
     own = Path(run_dir) / "checkpoints" / "latest.pt" if run_dir is not None else None
     if source and own is not None and own.is_file():
         source = own  # a resume: the run's own recorded architecture, the source is not read again
@@ -216,11 +315,10 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
     return OmegaConf.merge(cfg, {"agent": {"model": adopt}})
 
 
-def _ray_parts(cfg: DictConfig, agent, task: dict, ev: dict, num_envs: int, obs_dim: int, action_dim: int,
-               tcfg: TrainerConfig):
+def _ray_parts(cfg: DictConfig, agent, task: dict, ev: dict, num_envs: int, spec: ObservationSpec, tcfg: TrainerConfig):
     """``(make_collector, evaluator)`` of the on-policy loop from ``cfg.collector``: ``(None, None)``
     for ``collector=local`` (the default); Ray rollout and evaluation workers for ``collector=ray``
-    (:mod:`robotrl.distributed`).
+    (:mod:`robotrl.distributed`), whose agents :func:`build_agent` builds from the same spec.
 
     Raises:
         ConfigError: an unknown collector kind or setting.
@@ -237,10 +335,8 @@ def _ray_parts(cfg: DictConfig, agent, task: dict, ev: dict, num_envs: int, obs_
     if set(given) - known:
         raise ConfigError(f"unknown collector settings {sorted(set(given) - known)}; known: {sorted(known)}")
     ccfg = RayCollectorConfig(**given)
-    spec = {"model": OmegaConf.to_container(cfg.agent.model, resolve=True), "obs_dim": obs_dim, "action_dim": action_dim,
-            "seed": int(cfg.seed), "init_from": str(tcfg.init_from) if tcfg.init_from else None,
-            "init_parts": tcfg.init_parts}
-    make_collector = ray_collector_factory(ccfg, agent, agent_spec=spec, env_args=task, num_envs=num_envs, seed=int(cfg.seed))
+    wspec = worker_agent_spec(cfg, spec, tcfg)
+    make_collector = ray_collector_factory(ccfg, agent, agent_spec=wspec, env_args=task, num_envs=num_envs, seed=int(cfg.seed))
     evaluator = None
     if ccfg.eval_workers > 0:
         from robotrl.distributed.evaluation import ray_evaluator
@@ -250,23 +346,66 @@ def _ray_parts(cfg: DictConfig, agent, task: dict, ev: dict, num_envs: int, obs_
     return make_collector, evaluator
 
 
+def worker_agent_spec(cfg: DictConfig, spec: ObservationSpec, tcfg: TrainerConfig) -> dict:
+    """What a Ray worker needs to build the run's agent with :func:`build_agent` (JSON-able): the resolved
+    ``agent.model``, the observation spec, the seed and the warm start."""
+    return {"model": OmegaConf.to_container(cfg.agent.model, resolve=True), "observation": spec.to_dict(),
+            "obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "seed": int(cfg.seed),
+            "init_from": str(tcfg.init_from) if tcfg.init_from else None, "init_parts": tcfg.init_parts}
+
+
+def run_spec(cfg: DictConfig, data: OfflineData | None) -> tuple[dict, dict, ObservationSpec, Any]:
+    """The task, the camera arguments, the :class:`~robotrl.spec.ObservationSpec` and the ``EnvInfo`` of a
+    simulation run, derived from the env and checked against the dataset.
+
+    Returns:
+        ``(task, cams, spec, info)``: ``task`` the env arguments of the data's MDP (cameras included),
+        ``cams`` :func:`camera_args`, ``spec`` the run's spec, ``info`` :func:`robotrl.envs.env_info`.
+
+    Raises:
+        ConfigError, SpaceMismatchError: as :func:`camera_args`, :func:`robotrl.task_mdp.task_env_args`,
+            :func:`robotrl.data.check_spaces`.
+    """
+    from robotrl.envs import env_info, make_env_from_args
+
+    task = task_env_args(cfg.env, data)  # the data's MDP: online and evaluation envs alike
+    info = env_info(task["name"], task["env_kwargs"] or None)
+    cams = camera_args(cfg, data)
+    if cams:
+        task = {**task, **cams}
+        probe = make_env_from_args(task)
+        space, action_space = probe.observation_space, probe.action_space
+        probe.close()
+        spec = ObservationSpec.from_spaces(space, action_space, frame_stack_of(cfg))
+        if data is not None:
+            check_spaces(data, split_images(space)[0], action_space)
+    else:
+        spec = ObservationSpec(info.obs_dim, info.action_dim)
+        if data is not None:
+            check_spaces(data, info.observation_space, info.action_space)
+    return task, cams, spec, info
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> "Runner":
-    """Dataset, envs, normalisers, agent, buffer and trainer for one run.
+    """Dataset, envs, observation spec, normalisers, agent, buffer and loop of one run: the one build path.
 
     ``overrides``: the command-line overrides, to tell an explicit network setting from a
     default when warm-starting (:func:`warm_start_architecture`); ``None``: read Hydra's
     when it runs, else none.
 
     Returns a :class:`~robotrl.runner.Runner` (``fit() -> summary``). Agents whose config has
-    an ``onpolicy`` section (DPPO, Gaussian PPO, residual PPO) get the on-policy loop
+    an ``onpolicy`` section (DPPO, ReinFlow, Gaussian PPO, residual PPO) get the on-policy loop
     (:class:`robotrl.onpolicy.OnPolicyLoop`); the others the offline/online
-    :class:`~robotrl.trainer.OffPolicyLoop`.
+    :class:`~robotrl.trainer.OffPolicyLoop`. Cameras (``obs=pixels``) are an option of the
+    observation spec on either.
+
+    Raises:
+        ConfigError: a setting that cannot work (named with the way out); DatasetNotFoundError,
+            SpaceMismatchError: the dataset is missing or does not fit the env.
     """
-    from hydra.utils import instantiate
+    from robotrl.envs import make_env, make_env_from_args
 
-    from robotrl.envs import env_info, make_env, make_env_from_args
-
-    if cfg.agent.get("pixels"):  # camera observations: robotrl.experiment_pixels
+    if cfg.agent.get("pixels"):  # camera agents not yet folded into their state class
         from robotrl.experiment_pixels import build_pixel_trainer
 
         return build_pixel_trainer(cfg, run_dir)
@@ -282,45 +421,50 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     cfg = warm_start_architecture(cfg, overrides, run_dir)
 
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
-    task = task_env_args(cfg.env, data)  # the data's MDP: online and evaluation envs alike
-    info = env_info(task["name"], task["env_kwargs"] or None)
-    if data is not None:
-        check_spaces(data, info.observation_space, info.action_space)
+    if data is not None and cfg.env.name is None and not data.metadata.get("env_spec"):
+        return _build_without_env(cfg, run_dir, tcfg, data, device)  # recorded on a robot: offline, held-out validation
+    task, cams, spec, info = run_spec(cfg, data)
     train_env = train_env_args(cfg.env, task)
     data = terminate_data_at_success(data, train_env, info.reports_success)
-    obs_dim, action_dim = info.obs_dim, info.action_dim
+    if tcfg.init_from:
+        check_warm_start_spec(tcfg.init_from, spec)
 
-    obs_norm = observation_normalizer(data, obs_dim, cfg.agent.model.get("obs_clip"), cfg.dataset.get("obs_std_floor"))
-    action_scaler = action_scaler_for(info.action_space, data)
+    obs_norm = (observation_normalizer(data, spec.obs_dim, cfg.agent.model.get("obs_clip"), cfg.dataset.get("obs_std_floor"))
+                if spec.obs_dim else None)
+    agent = build_agent(cfg.agent.model, spec, obs_normalizer=obs_norm, action_scaler=action_scaler_for(info.action_space, data),
+                        device=device, seed=int(cfg.seed))
 
-    agent = instantiate(cfg.agent.model, obs_dim=obs_dim, action_dim=action_dim, obs_normalizer=obs_norm,
-                        action_scaler=action_scaler, device=device, seed=int(cfg.seed), _convert_="all")
-
-    ev = eval_env_args(cfg.env, data, task)
+    ev = {**eval_env_args(cfg.env, data, task), **cams}
     ref_scores = data.ref_scores if data is not None else None
 
     def make_eval_env():
+        if cams:
+            return make_env_from_args(ev)
         return make_env(ev["name"], env_kwargs=ev["env_kwargs"], max_episode_steps=ev["max_episode_steps"])
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["derived"] = {"obs_dim": obs_dim, "action_dim": action_dim, "train_env": train_env, "eval_env": ev,
-                           "device": str(device),
+    resolved["derived"] = {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "observation": spec.to_dict(),
+                           "train_env": train_env, "eval_env": ev, "device": str(device),
                            "dataset_transitions": data.num_transitions if data is not None else 0,
                            "ref_scores": list(ref_scores) if ref_scores else None}
-    title = f"{cfg.agent.name} on {cfg.env.name or task['name']}"
+    if cams:
+        resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
+    title = f"{cfg.agent.name} on {cfg.env.name or task['name']}" + (f" ({', '.join(spec.cameras)})" if cams else "")
 
-    if cfg.agent.get("onpolicy") is not None:  # DPPO / Gaussian PPO / residual PPO: the on-policy loop
+    if cfg.agent.get("onpolicy") is not None:  # DPPO / ReinFlow / Gaussian PPO / residual PPO: the on-policy loop
         from robotrl.onpolicy import OnPolicyTrainer
 
         if tcfg.her_ratio > 0:
             raise ConfigError(f"trainer.her_ratio relabels the goals of replayed transitions; agent={cfg.agent.name} "
                               "learns on-policy from fresh rollouts: set trainer.her_ratio=0")
-
+        if cams:
+            raise ConfigError(f"agent={cfg.agent.name} learns on-policy, and the on-policy loop does not carry camera "
+                              "frames yet: use obs=state, or an off-policy agent on cameras (experiment=rlpd obs=pixels)")
         ocfg = onpolicy_config(cfg, tcfg)
 
         def make_chunk_envs():
             return make_env_from_args(train_env, num_envs=ocfg.num_envs, seed=int(cfg.seed),
-                                      vectorization=ocfg.vectorization, action_chunk=int(getattr(agent.policy, "Te", 1)))
+                                      vectorization=ocfg.vectorization, action_chunk=int(agent.policy.Te))
 
         demos = None
         if ocfg.pretrain_steps > 0:
@@ -328,7 +472,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
                 raise ConfigError("agent.onpolicy.pretrain_steps > 0 needs a dataset (it pretrains on it)")
             demos = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,
                                               seed=int(cfg.seed))
-        make_collector, evaluator = _ray_parts(cfg, agent, train_env, ev, ocfg.num_envs, obs_dim, action_dim, tcfg)
+        make_collector, evaluator = _ray_parts(cfg, agent, train_env, ev, ocfg.num_envs, spec, tcfg)
         return OnPolicyTrainer(agent, run_dir, ocfg, make_train_envs=make_chunk_envs, make_eval_env=make_eval_env,
                                ref_scores=ref_scores, seed=int(cfg.seed), run_config=resolved, title=title,
                                offline_buffer=demos, init_from=tcfg.init_from, init_parts=tcfg.init_parts,
@@ -336,6 +480,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     if (cfg.get("collector") or {}).get("kind", "local") != "local":
         raise ConfigError(f"collector={cfg.collector.kind} collects on-policy rollouts (agent=dppo, ppo, bc-ppo, reinflow, "
                           f"residual-ppo); agent={cfg.agent.name} is off-policy: drop collector={cfg.collector.kind}")
+    if cams and tcfg.her_ratio > 0:
+        raise ConfigError("trainer.her_ratio (HER) relabels goals in flat state observations; camera runs do not "
+                          "relabel what the frames show: set trainer.her_ratio=0")
 
     # reward scale/bias: applied once, here to the offline data and by the trainer to online rewards,
     # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units
@@ -356,4 +503,61 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
                    make_train_envs=make_train_envs, ref_scores=ref_scores,
                    seed=int(cfg.seed), run_config=resolved, title=title,
                    reward_scale=r_scale, reward_bias=r_bias, mc_sparse_fill=fill,
-                   gamma=float(cfg.agent.get("gamma", 0.99)), goal_relabeler=relabeler)
+                   gamma=float(cfg.agent.get("gamma", 0.99)), goal_relabeler=relabeler, obs_layout=spec.layout())
+
+
+def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data: OfflineData, device) -> "Runner":
+    """A run on a dataset with no env behind it (no ``env_spec``, no ``env.name``: recorded on a robot, or converted
+    from LeRobot): offline updates on most episodes, evaluation on the held-out rest (:mod:`robotrl.validation`)
+    instead of rollouts. The checkpoint deploys through the bridge as any other.
+
+    Raises:
+        ConfigError: online steps or an on-policy agent (both need an env to act in), HER, too few episodes.
+    """
+    from robotrl.validation import Validator, split_episodes
+
+    name = data.metadata.get("dataset_id")
+    if cfg.agent.get("onpolicy") is not None or tcfg.online_steps > 0:
+        raise ConfigError(f"dataset {name!r} records no env and env.name is not set, so there is nothing to act in: "
+                          "train offline (an offline agent such as agent=bc, or trainer.online_steps=0), or name the "
+                          "env it was recorded in (env.name=<gymnasium id>); online learning on a robot is `robotrl "
+                          "learner` + `robotrl actor`")
+    if tcfg.her_ratio > 0:
+        raise ConfigError("trainer.her_ratio relabels goals with the env's goal functions, and this run has no env: "
+                          "set trainer.her_ratio=0")
+    if wants_cameras(cfg):
+        if not data.images:
+            _data_cameras(data)  # raises the no-cameras error
+        spec = ObservationSpec(data.obs_dim, data.action_dim, {k: tuple(v.shape[1:]) for k, v in data.images.items()},
+                               data.obs_layout.to_json() if data.obs_layout is not None else None, frame_stack_of(cfg))
+    else:
+        spec = ObservationSpec(data.obs_dim, data.action_dim)
+        if data.images:
+            import dataclasses
+
+            data = dataclasses.replace(data, images=None, image_index=None)  # obs=state reads the state only
+    train, held_out = split_episodes(data, tcfg.validation_fraction, int(cfg.seed))
+    r_scale, r_bias, fill = reward_transform(cfg.agent)
+    gamma = float(cfg.agent.get("gamma", 0.99))
+    obs_norm = (observation_normalizer(train, spec.obs_dim, cfg.agent.model.get("obs_clip"), cfg.dataset.get("obs_std_floor"))
+                if spec.obs_dim else None)
+    agent = build_agent(cfg.agent.model, spec, obs_normalizer=obs_norm,
+                        action_scaler=action_scaler_for(data.action_space, train), device=device, seed=int(cfg.seed))
+    from robotrl.experiment_parts import transformed_rewards
+
+    validator = Validator(transformed_rewards(cfg.agent, held_out), gamma=gamma, mc_sparse_fill=fill)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["derived"] = {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "observation": spec.to_dict(),
+                           "train_env": None, "eval_env": None, "device": str(device),
+                           "evaluation": "validation on held-out episodes (no env)",
+                           "dataset_transitions": train.num_transitions, "validation_episodes": held_out.num_episodes,
+                           "validation_transitions": held_out.num_transitions, "ref_scores": None}
+    if spec.has_cameras:
+        resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
+    print(f"dataset {name!r} records no env: training offline on {train.num_episodes} episodes, measuring on "
+          f"{held_out.num_episodes} held-out episodes (trainer.validation_fraction={tcfg.validation_fraction})")
+    return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed)),
+                   make_eval_env=None, validator=validator, seed=int(cfg.seed), run_config=resolved,
+                   title=f"{cfg.agent.name} on {name} (no env: held-out validation)", reward_scale=r_scale,
+                   reward_bias=r_bias, mc_sparse_fill=fill, gamma=gamma, obs_layout=spec.layout())
+

@@ -40,7 +40,7 @@ import torch
 
 from robotrl.agent import OnPolicyAgent
 from robotrl.runner import Runner
-from robotrl.utils import check_schedule
+from robotrl.schema import OnPolicyConfig  # noqa: F401  (re-exported: robotrl.onpolicy.OnPolicyConfig)
 
 
 # ---------------------------------------------------------------------- GAE
@@ -276,32 +276,6 @@ class RolloutCollector:
 
 
 # ---------------------------------------------------------------------- the loop
-@dataclass
-class OnPolicyConfig:
-    """Schedule of an on-policy fine-tuning run (budgets in iterations and env steps)."""
-
-    iterations: int = 100
-    steps_per_iter: int = 500   # T: chunk steps per env per iteration
-    num_envs: int = 40
-    eval_every: int = 10        # iterations
-    eval_episodes: int = 20
-    eval_envs: int = 10
-    checkpoint_every: int = 10  # iterations
-    max_env_steps: int | None = None  # stop once this many env steps were collected
-    pretrain_steps: int = 0           # behaviour-cloning updates on the dataset before going online (agent.bc_update)
-    pretrain_batch_size: int = 256
-    vectorization: str = "sync"
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        """Raises ConfigError on a count that cannot work (zero envs, negative budgets, ...)."""
-        check_schedule(self, "agent.onpolicy", positive=("iterations", "steps_per_iter", "num_envs", "eval_every",
-                                                         "eval_episodes", "eval_envs", "checkpoint_every",
-                                                         "pretrain_batch_size"),
-                       non_negative=("max_env_steps", "pretrain_steps"))
-
-
-
 class OnPolicyLoop:
     """Iterations of rollout → ``agent.update_rollout`` (run by :class:`~robotrl.runner.Runner`).
 

@@ -77,6 +77,9 @@ def format_eval(res: dict) -> str:
     and the normalised score and success rate only where the task has them (never a
     ``success 0.00`` for a task without a success signal)."""
     what = {"offline": "offline" if res.get("step", 0) else "start (pretrained policy)"}.get(res.get("phase"), res.get("phase"))
+    if res.get("evaluation") == "validation":  # no env: held-out episodes (robotrl.validation)
+        vals = "  ".join(f"{k[4:]} {v:.4g}" for k, v in res.items() if k.startswith("val_") and isinstance(v, float))
+        return f"[validation {what} step {res.get('step', 0)}, {res.get('val_episodes')} held-out episodes] {vals}"
     parts = [f"[eval {what} step {res.get('step', 0)}] return {res['return_mean']:.2f}"]
     score, succ = res.get("normalized_score", float("nan")), res.get("success_rate", float("nan"))
     if not math.isnan(score):
@@ -114,7 +117,10 @@ def success_metric(history: list[dict]) -> str:
 
 def plotted_metrics(history: list[dict]) -> list[str]:
     """The evaluation metrics a run has (one plot panel each): the return always, the
-    normalised score and the success rate only where some evaluation measured them."""
+    normalised score and the success rate only where some evaluation measured them; for a run
+    without an env, its held-out validation metrics."""
+    if history and history[-1].get("evaluation") == "validation":
+        return [k for k, v in history[-1].items() if k.startswith("val_") and isinstance(v, float)]
     return [m for m in ("return_mean", "normalized_score", "success_rate")
             if m == "return_mean" or any(not math.isnan(h.get(m, float("nan"))) for h in history)]
 
@@ -175,18 +181,27 @@ def write_report(run_dir: Path, *, summary: dict, history: list[dict], config: d
         lines += ["", f"_{ONSET_DEFINITION}._"]
     metric = success_metric(history)
     shown = plotted_metrics(history)
-    score, succ = "normalized_score" in shown, "success_rate" in shown
-    both = succ and metric == "final-step"  # the convention is the final step: the any-step rate beside it
-    cols = (["phase", "step", "return"] + (["normalized score"] if score else [])
-            + ([f"success rate ({metric})"] if succ else []) + (["success rate (any-step)"] if both else []) + ["episodes"])
-    lines += ["", "## Evaluations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    nan = float("nan")
-    for h in history:
-        row = [str(h.get("phase")), str(h["step"]), f"{_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))}"]
-        row += [_fmt(h.get("normalized_score", nan))] if score else []
-        row += [_fmt(h.get("success_rate", nan))] if succ else []
-        row += [_fmt(h.get("success_any_rate", nan))] if both else []
-        lines.append("| " + " | ".join(row + [str(int(h.get("episodes", 0)))]) + " |")
+    if history and history[-1].get("evaluation") == "validation":  # no env: held-out episodes (robotrl.validation)
+        cols = ["phase", "step", *shown, "held-out episodes"]
+        lines += ["", "## Validation on held-out episodes (no env)", "", "| " + " | ".join(cols) + " |",
+                  "|" + "---|" * len(cols)]
+        for h in history:
+            row = [str(h.get("phase")), str(h["step"]), *(_fmt(h.get(m, float("nan"))) for m in shown)]
+            lines.append("| " + " | ".join(row + [str(h.get("val_episodes", ""))]) + " |")
+    else:
+        score, succ = "normalized_score" in shown, "success_rate" in shown
+        both = succ and metric == "final-step"  # the convention is the final step: the any-step rate beside it
+        cols = (["phase", "step", "return"] + (["normalized score"] if score else [])
+                + ([f"success rate ({metric})"] if succ else []) + (["success rate (any-step)"] if both else [])
+                + ["episodes"])
+        lines += ["", "## Evaluations", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        nan = float("nan")
+        for h in history:
+            row = [str(h.get("phase")), str(h["step"]), f"{_fmt(h['return_mean'])} ± {_fmt(h.get('return_std', nan))}"]
+            row += [_fmt(h.get("normalized_score", nan))] if score else []
+            row += [_fmt(h.get("success_rate", nan))] if succ else []
+            row += [_fmt(h.get("success_any_rate", nan))] if both else []
+            lines.append("| " + " | ".join(row + [str(int(h.get("episodes", 0)))]) + " |")
     if metric != "n/a":
         from robotrl.evaluation import SUCCESS_CONVENTION
 

@@ -110,15 +110,20 @@ class Runner:
             run directory, and the parts to load (:func:`~robotrl.warmstart.warm_start`).
         evaluator: :func:`~robotrl.evaluation.evaluate`'s signature, run on ``agent.policy``
             (default: that function; :func:`robotrl.distributed.evaluation.ray_evaluator`: on Ray).
+        validator: ``agent -> metrics`` measuring the agent on held-out data instead of rollouts
+            (:class:`robotrl.validation.Validator`: a run without an env, ``make_eval_env=None``).
 
     Attributes not found on the runner are read from the loop (``runner.cfg``,
     ``runner.offline``, ``runner.step``, ...).
     """
 
-    def __init__(self, loop: Loop, run_dir: str | Path, *, make_eval_env: Callable[[], gym.Env],
+    def __init__(self, loop: Loop, run_dir: str | Path, *, make_eval_env: Callable[[], gym.Env] | None,
                  ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
                  title: str = "", init_from: str | Path | None = None, init_parts: list[str] | None = None,
-                 evaluator: Callable[..., dict] | None = None):
+                 evaluator: Callable[..., dict] | None = None, validator: Callable[[Any], dict] | None = None):
+        if make_eval_env is None and validator is None:
+            raise ValueError("a Runner evaluates in an env (make_eval_env) or on held-out data (validator): give one")
+        self.validator = validator
         self.loop = loop
         self.evaluator = evaluator or evaluate
         self.warm_source, self.warm_parts = init_from, init_parts
@@ -189,8 +194,11 @@ class Runner:
         """
         t, cfg, pol = time.time(), self.loop.cfg, self.loop.agent.policy
         train_wall = self.wall_time + (t - self._t0) - sum(h.get("eval_seconds", 0.0) for h in self.history)
-        res = self.evaluator(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.seed + 10_000,
-                             num_envs=cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
+        if self.make_eval_env is None:  # no env: held-out data (robotrl.validation)
+            res = dict(self.validator(self.loop.agent))  # type: ignore[misc]
+        else:
+            res = self.evaluator(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.seed + 10_000,
+                                 num_envs=cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
         res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t,
                    train_wall_s=train_wall)
         self.history.append(res)
@@ -300,10 +308,14 @@ class Runner:
     def _summary(self, resumed: bool) -> dict:
         """Final scores, the loop's fields and the onset dips (logged to TensorBoard and printed)."""
         final = self.history[-1]
-        out = {"title": self.title, "final_return": final["return_mean"],
-               "final_normalized_score": final["normalized_score"], "final_success_rate": final["success_rate"],
-               "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
-               "success_metric": final.get("success_metric", "n/a")}
+        if final.get("evaluation") == "validation":  # no env: the held-out metrics (robotrl.validation)
+            out = {"title": self.title, "evaluation": "validation on held-out episodes (no env)",
+                   **{f"final_{k}": v for k, v in final.items() if k.startswith("val_")}}
+        else:
+            out = {"title": self.title, "final_return": final["return_mean"],
+                   "final_normalized_score": final["normalized_score"], "final_success_rate": final["success_rate"],
+                   "final_success_any_rate": final.get("success_any_rate", final["success_rate"]),
+                   "success_metric": final.get("success_metric", "n/a")}
         fields = dict(self.loop.summary(self.history))
         onset = fields.pop("onset")
         out.update(fields)

@@ -32,7 +32,6 @@ directory resumes where the checkpoint left off. :func:`Trainer` builds the runn
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,46 +44,12 @@ from robotrl.data.mixing import MixedSampler
 from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import ConfigError
 from robotrl.runner import Runner
+from robotrl.schema import TrainerConfig  # noqa: F401  (re-exported: robotrl.trainer.TrainerConfig)
 from robotrl.utd import batch_split, update_schedule
-from robotrl.utils import check_schedule
 
 if TYPE_CHECKING:
     from robotrl.data.her import GoalRelabeler
     from robotrl.vision.obs import PixelLayout
-
-
-@dataclass
-class TrainerConfig:
-    """Schedule of a run (all counts in gradient updates offline, env steps online)."""
-
-    offline_steps: int = 20_000
-    online_steps: int = 0
-    batch_size: int = 256
-    n_step: int = 1
-    eval_every: int = 5_000
-    eval_episodes: int = 20
-    eval_envs: int = 10
-    checkpoint_every: int = 5_000
-    log_every: int = 250
-    num_envs: int = 1
-    online_buffer_size: int = 1_000_000
-    online_warmup_steps: int = 1_000
-    utd: int = 1
-    offline_ratio: float = 0.5
-    progress: bool = True
-    init_from: str | None = None
-    init_parts: list[str] | None = None
-    warmup_updates: int = 0
-    her_ratio: float = 0.0
-
-    def __post_init__(self) -> None:
-        """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""
-        check_schedule(self, "trainer", positive=("batch_size", "n_step", "eval_every", "eval_episodes", "eval_envs",
-                                                  "checkpoint_every", "log_every", "num_envs", "online_buffer_size",
-                                                  "utd"),
-                       non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates"),
-                       fractions=("offline_ratio", "her_ratio"))
-
 
 
 class OffPolicyLoop:
@@ -204,7 +169,7 @@ class OffPolicyLoop:
         """Budgets, gradient updates, the last offline evaluation; onset window from the online start."""
         out = {"offline_steps": self.cfg.offline_steps, "online_steps": self.cfg.online_steps,
                "gradient_updates": self.updates}
-        offline = [h for h in history if h["phase"] == "offline"]
+        offline = [h for h in history if h["phase"] == "offline" and "return_mean" in h]  # rollouts, not validation
         if offline:
             out["offline_return"] = offline[-1]["return_mean"]
             out["offline_normalized_score"] = offline[-1]["normalized_score"]
@@ -323,14 +288,15 @@ class OffPolicyLoop:
 
 
 def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
-            make_eval_env: Callable[[], gym.Env], make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
+            make_eval_env: Callable[[], gym.Env] | None, make_train_envs: Callable[[], gym.vector.VectorEnv] | None = None,
             ref_scores: tuple[float, float] | None = None, seed: int = 0, run_config: dict | None = None,
-            title: str = "", **loop_kwargs) -> Runner:
+            title: str = "", validator: Callable[..., dict] | None = None, **loop_kwargs) -> Runner:
     """A :class:`~robotrl.runner.Runner` driving an :class:`OffPolicyLoop` (the off-policy trainer).
 
     Args:
         agent, config, offline_buffer, make_train_envs, seed: as :class:`OffPolicyLoop`.
-        run_dir, make_eval_env, ref_scores, run_config, title: as :class:`~robotrl.runner.Runner`.
+        run_dir, make_eval_env, ref_scores, run_config, title, validator: as :class:`~robotrl.runner.Runner`
+            (a run without an env: ``make_eval_env=None`` and a :class:`robotrl.validation.Validator`).
         loop_kwargs: ``reward_scale``, ``reward_bias``, ``mc_sparse_fill``, ``gamma``, ``obs_layout``,
             ``goal_relabeler`` of the loop.
 
@@ -340,4 +306,5 @@ def Trainer(agent: OffPolicyAgent, run_dir: str | Path, config: TrainerConfig, *
     loop = OffPolicyLoop(agent, config, offline_buffer=offline_buffer, make_train_envs=make_train_envs, seed=seed,
                          **loop_kwargs)
     return Runner(loop, run_dir, make_eval_env=make_eval_env, ref_scores=ref_scores, seed=seed,
-                  run_config=run_config, title=title, init_from=config.init_from, init_parts=config.init_parts)
+                  run_config=run_config, title=title, init_from=config.init_from, init_parts=config.init_parts,
+                  validator=validator)

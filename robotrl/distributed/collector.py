@@ -92,19 +92,22 @@ class RayCollectorConfig:
 
 
 def build_worker_agent(spec: dict[str, Any]):
-    """A CPU copy of the learner's agent for acting: ``spec = {"model": agent.model config with
-    _target_, "obs_dim", "action_dim", "seed", "init_from", "init_parts"}``. Normalisers start as
-    identities (the policy's weights, loaded every iteration, carry the real ones); a warm start
-    (``init_from``, a path the worker must see: a shared filesystem on a cluster) gives the
+    """A CPU copy of the learner's agent for acting, built by the one build path's
+    :func:`robotrl.experiment_parts.build_agent`: ``spec`` is
+    :func:`robotrl.experiment.worker_agent_spec` (``{"model": agent.model config with _target_,
+    "observation": ObservationSpec.to_dict(), "seed", "init_from", "init_parts"}``). Normalisers
+    start as identities (the policy's weights, loaded every iteration, carry the real ones); a warm
+    start (``init_from``, a path the worker must see: a shared filesystem on a cluster) gives the
     policy its structure where that depends on it (a residual's base)."""
-    from hydra.utils import instantiate
-
     from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+    from robotrl.experiment_parts import build_agent
+    from robotrl.spec import ObservationSpec
 
-    d, a = int(spec["obs_dim"]), int(spec["action_dim"])
-    agent = instantiate(spec["model"], obs_dim=d, action_dim=a, obs_normalizer=ObservationNormalizer.identity(d),
+    obs = ObservationSpec.from_dict(spec.get("observation") or {"obs_dim": spec["obs_dim"], "action_dim": spec["action_dim"]})
+    d, a = obs.obs_dim, obs.action_dim
+    agent = build_agent(spec["model"], obs, obs_normalizer=ObservationNormalizer.identity(d) if d else None,
                         action_scaler=ActionScaler(-np.ones(a, np.float32), np.ones(a, np.float32)), device="cpu",
-                        seed=int(spec.get("seed", 0)), _convert_="all")
+                        seed=int(spec.get("seed", 0)))
     if spec.get("init_from"):
         from robotrl.warmstart import warm_start
 

@@ -64,36 +64,32 @@ def _stop_flag() -> dict:
 def build_learner(cfg: DictConfig):
     """The :class:`~robotrl.real_robot.online.OnlineLearner` of config ``cfg`` (bound, resumed or warm-started).
 
-    A pixel agent (``cfg.agent.pixels``: ``rlpd-pixels``, ``residual-offpolicy-pixels``) is built as ``robotrl train``
-    builds it (:func:`robotrl.experiment_pixels._instantiate_agent`) for the robot's cameras ``{"pixels/<camera>":
-    (H, W, C)}``, state ``Ds = Do`` and actions ``Da``; its buffers store the frames.
+    Built by the one build path's parts (:mod:`robotrl.experiment_parts`), exactly as ``robotrl train`` builds a
+    simulation run: the robot's :class:`~robotrl.spec.ObservationSpec` (state ``Do``, actions ``Da`` and, with
+    ``obs=pixels`` or a camera agent config, the robot's cameras ``{"pixels/<camera>": (H, W, C)}``), the agent
+    (:func:`~robotrl.experiment_parts.build_agent`), the warm start's architecture adoption and observation check
+    (:func:`robotrl.experiment.warm_start_architecture`, :func:`~robotrl.experiment_parts.check_warm_start_spec`),
+    and the demonstration buffer with the agent's reward transform and Cal-QL's sparse fill
+    (:func:`~robotrl.experiment_parts.replay_buffer`).
 
     Raises:
-        ConfigError: a pixel agent on a robot without cameras, demonstrations without frames or with other
+        ConfigError: a camera agent on a robot without cameras, demonstrations without frames or with other
             cameras / frame sizes (:func:`~robotrl.real_robot.online_pixels.check_demo_cameras`), a residual
-            without a base or with one that does not fit, unbounded actions.
+            without a base or with one that does not fit, unbounded actions, a warm start from another observation.
         SpaceMismatchError: demonstrations of another ``Do`` / ``Da``.
     """
-    import dataclasses
-
     import torch
-    from hydra.utils import instantiate
 
     from robotrl.data.dataset import load_dataset
     from robotrl.data.normalizer import ActionScaler
-    from robotrl.data.replay import ReplayBuffer
     from robotrl.errors import SpaceMismatchError
-    from robotrl.experiment_parts import observation_normalizer
+    from robotrl.experiment import frame_stack_of, wants_cameras, warm_start_architecture
+    from robotrl.experiment_parts import build_agent, check_warm_start_spec, observation_normalizer, reward_transform, replay_buffer
     from robotrl.real_robot.factory import make_robot
     from robotrl.real_robot.learner_link import LearnerEndpoint, camera_link_limits, link_limits
     from robotrl.real_robot.online import OnlineLearner
-    from robotrl.real_robot.online_pixels import (
-        camera_shapes,
-        check_demo_cameras,
-        drop_frames,
-        is_pixel_agent,
-        with_policy_cameras,
-    )
+    from robotrl.real_robot.online_pixels import camera_shapes, check_demo_cameras, drop_frames, with_policy_cameras
+    from robotrl.spec import ObservationSpec
     from robotrl.utils import resolve_device, set_seed
 
     if cfg.get("torch_threads"):
@@ -101,79 +97,60 @@ def build_learner(cfg: DictConfig):
     set_seed(int(cfg.seed))
     check_bind(cfg.endpoint, bool(cfg.allow_remote))
     key = _key(cfg.key_file, bool(cfg.key_create))
-    spec = make_robot(OmegaConf.to_container(cfg.robot, resolve=True)).spec()
-    do, da = spec.observation.dim, spec.action.dim
+    robot = make_robot(OmegaConf.to_container(cfg.robot, resolve=True)).spec()
+    do, da = robot.observation.dim, robot.action.dim
     device = resolve_device(cfg.device)
-    gamma = float(cfg.agent.get("gamma", 0.99))
-    r_scale, r_bias = float(cfg.agent.get("reward_scale", 1.0)), float(cfg.agent.get("reward_bias", 0.0))
+    pixels = wants_cameras(cfg)
+    if pixels and not robot.cameras:
+        raise ConfigError(f"agent={cfg.agent.name} learns from camera frames, and robot {robot.name} has no camera: give "
+                          "the robot its cameras (for the twin robot.cameras=[topdown] robot.image_size=64, on the "
+                          "learner and the actor), or train on states (obs=state)")
+    spec = ObservationSpec(do, da, {k: tuple(v) for k, v in camera_shapes(robot.cameras).items()} if pixels else {},
+                           None, frame_stack_of(cfg) if pixels else 1)
+    resumable = Path(str(cfg.run_dir)) / "checkpoints" / "latest.pt"
+    if cfg.init_from and not resumable.is_file():
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+        cfg = warm_start_architecture(cfg, overrides, Path(str(cfg.run_dir)), source=cfg.init_from)
+        check_warm_start_spec(cfg.init_from, spec)
     data = load_dataset(cfg.demos) if cfg.demos else None
     if data is not None and (data.obs_dim, data.action_dim) != (do, da):
-        raise SpaceMismatchError(f"demos {cfg.demos} have Do={data.obs_dim}, Da={data.action_dim} but robot {spec.name} "
+        raise SpaceMismatchError(f"demos {cfg.demos} have Do={data.obs_dim}, Da={data.action_dim} but robot {robot.name} "
                                  f"has Do={do}, Da={da}; record demonstrations on this robot")
-    pixels = is_pixel_agent(cfg.agent)
-    image_shapes = camera_shapes(spec.cameras) if pixels else None
-    if pixels and not spec.cameras:
-        raise ConfigError(f"agent={cfg.agent.name} learns from camera frames, and robot {spec.name} has no camera: give "
-                          "the robot its cameras (for the twin robot.cameras=[topdown] robot.image_size=64, on the "
-                          "learner and the actor), or train a state agent (agent=rlpd, agent=residual-offpolicy)")
     if data is not None:
         if pixels:
-            check_demo_cameras(data, spec.cameras, spec.name, str(cfg.demos))
+            check_demo_cameras(data, robot.cameras, robot.name, str(cfg.demos))
             data = with_policy_cameras(data)
         else:
             data = drop_frames(data)  # a state agent learns from the flat observations only
-    obs_norm = observation_normalizer(data, do, cfg.agent.model.get("obs_clip"))
-    low, high = spec.action.low_array, spec.action.high_array
+    low, high = robot.action.low_array, robot.action.high_array
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
-        raise ConfigError(f"robot {spec.name} has unbounded actions; the policy needs bounds (set them in the robot config)")
-    scaler = ActionScaler(low, high)
-    if pixels:  # built as robotrl train builds pixel agents; the robot's cameras, state (Ds = Do) and actions
-        from robotrl.experiment_pixels import _instantiate_agent
-
-        if "base" in cfg.agent.model and not cfg.agent.model.base:
-            raise ConfigError(f"agent={cfg.agent.name} trains a residual on a frozen base: set agent.model.base=<a "
-                              "bc-pixels run (the robot's cameras and frame size) or a state base run / checkpoint>")
-        agent = _instantiate_agent(cfg.agent.model, image_shapes=image_shapes, state_dim=do, action_dim=da,
-                                   obs_normalizer=obs_norm, action_scaler=scaler, state_layout=None, device=device,
-                                   seed=int(cfg.seed))
-    else:
-        agent = instantiate(cfg.agent.model, obs_dim=do, action_dim=da, obs_normalizer=obs_norm, action_scaler=scaler,
-                            device=device, seed=int(cfg.seed), _convert_="all")
-    if hasattr(agent, "set_base") and getattr(agent.policy, "base", None) is None:
+        raise ConfigError(f"robot {robot.name} has unbounded actions; the policy needs bounds (set them in the robot config)")
+    if "base" in cfg.agent.model and not cfg.agent.model.base:
         raise ConfigError(f"agent={cfg.agent.name} trains a residual on a frozen base: set agent.model.base=<BC or "
                           "diffusion checkpoint / run dir> (a chunked base also needs agent.model.base_overrides="
                           "{act_steps: 1})")
-    n_demo = data.num_transitions if data is not None else 0
-    shapes = {k: tuple(v) for k, v in image_shapes.items()} if image_shapes else None
-    demos = ReplayBuffer(n_demo + int(cfg.intervention_capacity), do, da, gamma=gamma, num_envs=int(cfg.max_actors),
-                         device=device, seed=int(cfg.seed) + 1, image_shapes=shapes,
-                         frame_stack=int(getattr(agent, "frame_stack", 1)))
-    if data is not None:
-        if (r_scale, r_bias) != (1.0, 0.0):
-            data = dataclasses.replace(data, rewards=(r_scale * data.rewards + r_bias).astype(np.float32))
-        demos.add_offline(data)
+    agent = build_agent(cfg.agent.model, spec, obs_normalizer=observation_normalizer(data, do, cfg.agent.model.get("obs_clip")),
+                        action_scaler=ActionScaler(low, high), device=device, seed=int(cfg.seed))
+    demos = replay_buffer(cfg.agent, spec, data, device=device, seed=int(cfg.seed) + 1,
+                          extra_capacity=int(cfg.intervention_capacity), num_envs=int(cfg.max_actors))
+    r_scale, r_bias, _ = reward_transform(cfg.agent)
     t = cfg.trainer
     limits = link_limits(int(cfg.max_message_bytes))
     endpoint = LearnerEndpoint(cfg.endpoint, key, learner_id=cfg.learner_id,
-                               limits=camera_link_limits(spec.cameras, limits) if pixels else limits)
-    learner = OnlineLearner(agent, endpoint, spec, demos=demos, online_capacity=int(t.online_buffer_size),
+                               limits=camera_link_limits(robot.cameras, limits) if pixels else limits)
+    learner = OnlineLearner(agent, endpoint, robot, demos=demos, online_capacity=int(t.online_buffer_size),
                             run_dir=cfg.run_dir, batch_size=int(t.batch_size), utd=int(t.utd),
                             offline_ratio=float(t.offline_ratio), warmup=int(t.online_warmup_steps),
                             updates_per_transition=float(t.updates_per_transition),
                             push_period_s=float(cfg.push_period_s), checkpoint_every_s=float(cfg.checkpoint_every_s),
                             interventions_to_demos=bool(cfg.interventions_to_demos), reward_scale=r_scale,
-                            reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=gamma, seed=int(cfg.seed),
-                            pushed_weights_dir=cfg.pushed_weights_dir, pixels=pixels)
+                            reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=float(cfg.agent.get("gamma", 0.99)),
+                            seed=int(cfg.seed), pushed_weights_dir=cfg.pushed_weights_dir, pixels=pixels)
     resumed = learner.resume()
     if not resumed and cfg.init_from:
         from robotrl.warmstart import warm_start
-
-        if pixels:  # pixel WSRL from a pixel Cal-QL/CQL run: the same cameras, sizes and networks
-            from robotrl.experiment_pixels import check_pixel_warm_start
-
-            check_pixel_warm_start(cfg.init_from, str(cfg.agent.model._target_),
-                                   OmegaConf.to_container(cfg.agent.model, resolve=True),  # type: ignore[arg-type]
-                                   image_shapes or {}, do, da)
 
         warm_start(agent, cfg.init_from, list(cfg.init_parts) if cfg.init_parts else None)
     offline_steps = int(t.get("offline_steps") or 0)
