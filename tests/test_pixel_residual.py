@@ -227,3 +227,11 @@ def test_bases_that_do_not_fit_the_camera_run_are_refused(pixel_base, tmp_path):
     with pytest.raises(ConfigError, match=r"executes chunks.*base_overrides=\{act_steps:1\}"):
         _agent(chunked)
     assert _agent(chunked, base_overrides={"act_steps": 1}).policy.base.Te == 1  # the way out works
+
+
+def test_residual_ppo_refuses_cameras_with_the_way_out():
+    from robotrl.agents.residual import ResidualPPOAgent
+
+    with pytest.raises(ConfigError, match="residual PPO learns from states only.*agent=residual-offpolicy obs=pixels"):
+        ResidualPPOAgent(3, 2, obs_normalizer=ObservationNormalizer.identity(3),
+                         action_scaler=ActionScaler(-np.ones(2), np.ones(2)), image_shapes=SHAPES)

@@ -35,7 +35,7 @@ CPU (``configs/agent/residual-ppo.yaml``):
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -47,6 +47,7 @@ from robotrl.agents.residual.policy import ResidualPolicy
 from torch import nn
 
 from robotrl.checkpoint import load_checkpoint
+from robotrl.errors import ConfigError
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
@@ -73,6 +74,11 @@ class ResidualPPOAgent(OnPolicyAgentBase):
         critic_warmup_iters: iterations that train only the value function.
         reward_scaling: running-std reward scaling in the collector.
         device, seed: torch device; seed of sampling and minibatch order.
+        image_shapes, state_layout, frame_stack: the observation spec's cameras (what the build path passes a
+            camera run): residual PPO learns from states only, so cameras are refused.
+
+    Raises:
+        ConfigError: cameras (``image_shapes``): the on-policy rollouts carry no camera frames to this agent yet.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
@@ -83,7 +89,13 @@ class ResidualPPOAgent(OnPolicyAgentBase):
                  actor_lr: float = 3e-4, critic_lr: float = 1e-3, gamma: float = 0.999, gae_lambda: float = 0.95,
                  clip: float = 0.2, vf_coef: float = 1.0, n_epochs: int = 50, batch_size: int = 3200,
                  target_kl: float | None = 0.1, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
-                 reward_scaling: bool = True, device: str | torch.device = "cpu", seed: int = 0):
+                 reward_scaling: bool = True, device: str | torch.device = "cpu", seed: int = 0,
+                 image_shapes: Mapping[str, Sequence[int]] | None = None, state_layout: str | None = None,
+                 frame_stack: int = 1):
+        if image_shapes:
+            raise ConfigError("residual PPO learns from states only: its on-policy rollouts carry no camera frames; "
+                              "fine-tune a camera base with agent=residual-offpolicy obs=pixels (ResFiT on cameras), "
+                              "or run residual PPO with obs=state")
         self.device = torch.device(device)
         self.base_overrides = dict(base_overrides or {})
         self.policy = ResidualPolicy(obs_dim, action_dim, None, hidden, act=act, head="gaussian",
