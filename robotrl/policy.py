@@ -52,7 +52,7 @@ def act(policy: nn.Module, obs: np.ndarray | Mapping) -> np.ndarray:
     """Run ``policy`` on NumPy observations ``(B, Do)`` or ``(Do,)``; returns float32 actions.
 
     A camera observation (a ``Dict``: :class:`robotrl.envs.pixels.PixelObservation`) goes to the pixel
-    policy's own ``act_observation`` (:class:`robotrl.vision.frontend.PixelPolicyFrontend`), which splits
+    policy's own ``act_observation`` (:class:`robotrl.vision.frontend.ObservationFrontend`), which splits
     it into the state and the frames with the layout saved in the policy.
 
     Raises:

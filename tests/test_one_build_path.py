@@ -96,3 +96,39 @@ def test_a_wrong_type_fails_when_the_config_is_composed(demos, tmp_path):
         _train_cfg(demos, tmp_path, "trainer.utd=fast")
     with pytest.raises(Exception, match="ofline_steps"):
         _train_cfg(demos, tmp_path, "trainer.ofline_steps=100")
+
+
+def test_the_learner_command_encrypts_its_link_with_curvezmq_when_given_certificates(demos, tmp_path):
+    """``robotrl learner curve_secret_file=... curve_clients_dir=...`` (built by build_learner): an actor with a listed
+    certificate is heard, one without is not (issue 45: CurveZMQ from the commands, not only the library)."""
+    import time
+
+    import zmq.auth
+
+    from robotrl.real_robot.learner_link import ActorLink
+
+    for d in ("learner", "clients", "actor", "stranger"):
+        (tmp_path / d).mkdir()
+    zmq.auth.create_certificates(tmp_path / "learner", "learner")
+    zmq.auth.create_certificates(tmp_path / "actor", "actor0")
+    zmq.auth.create_certificates(tmp_path / "stranger", "actor1")
+    (tmp_path / "clients" / "actor0.key").write_bytes((tmp_path / "actor" / "actor0.key").read_bytes())
+    learner, _, key = build_learner(_learner_cfg(demos, tmp_path, f"curve_secret_file={tmp_path / 'learner' / 'learner.key_secret'}",
+                                                 f"curve_clients_dir={tmp_path / 'clients'}"))
+    links = {name: ActorLink(learner.ep.endpoint, key, name, {"name": "x"}, tmp_path / f"spill-{name}",
+                             curve_cert_file=tmp_path / d / f"{name}.key_secret",
+                             curve_server_public_file=tmp_path / "learner" / "learner.key")
+             for name, d in (("actor0", "actor"), ("actor1", "stranger"))}
+    try:
+        heard: set[str] = set()
+        end = time.monotonic() + 10
+        while time.monotonic() < end and "actor0" not in heard:
+            heard |= {msg["body"]["actor_id"] for _, msg in learner.ep.recv(20)}
+        end = time.monotonic() + 1.5  # the stranger keeps saying hello: never heard
+        while time.monotonic() < end:
+            heard |= {msg["body"]["actor_id"] for _, msg in learner.ep.recv(20)}
+        assert heard == {"actor0"}
+    finally:
+        for link in links.values():
+            link.close()
+        learner.ep.close()

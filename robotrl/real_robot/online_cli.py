@@ -46,7 +46,8 @@ def check_bind(endpoint: str, allow_remote: bool) -> None:
     host = endpoint[6:].rsplit(":", 1)[0]
     if host not in ("127.0.0.1", "localhost", "[::1]", "::1") and not allow_remote:
         raise ConfigError(f"endpoint {endpoint} is reachable from other machines; set allow_remote=true to bind it "
-                          "(every message is still authenticated with the key)")
+                          "(every message is still authenticated with the key; add curve_secret_file= and "
+                          "curve_clients_dir= to encrypt the link, docs/protocol.md)")
 
 
 def _stop_flag() -> dict:
@@ -139,7 +140,8 @@ def build_learner(cfg: DictConfig):
     t = cfg.trainer
     limits = link_limits(int(cfg.max_message_bytes))
     endpoint = LearnerEndpoint(cfg.endpoint, key, learner_id=cfg.learner_id,
-                               limits=camera_link_limits(robot.cameras, limits) if pixels else limits)
+                               limits=camera_link_limits(robot.cameras, limits) if pixels else limits,
+                               curve_secret_file=cfg.get("curve_secret_file"), curve_clients_dir=cfg.get("curve_clients_dir"))
     learner = OnlineLearner(agent, endpoint, robot, demos=demos, online_capacity=int(t.online_buffer_size),
                             run_dir=cfg.run_dir, batch_size=int(t.batch_size), utd=int(t.utd),
                             offline_ratio=float(t.offline_ratio), warmup=int(t.online_warmup_steps),
@@ -255,7 +257,8 @@ def run_actor(cfg: DictConfig) -> dict:
     link = ActorLink(cfg.learner, key, cfg.actor_id, spec.to_dict(), work / "spill", learner_id=cfg.learner_id,
                      batch_size=int(cfg.batch_size), flush_s=float(cfg.flush_s), ack_timeout_s=float(cfg.ack_timeout_s),
                      link_timeout_s=float(cfg.link_timeout_s), limits=link_limits(int(cfg.max_message_bytes)),
-                     weights_file=work / "weights.npz")
+                     weights_file=work / "weights.npz", curve_cert_file=cfg.get("curve_cert_file"),
+                     curve_server_public_file=cfg.get("curve_server_public_file"))
     recorder = EpisodeRecorder(work, spec)
     rate = float(spec.control_rate_hz if cfg.rate_hz is None else cfg.rate_hz)
     reward_fn = None

@@ -33,7 +33,7 @@ from robotrl.vision.encoders import PixelEncoder
 from robotrl.vision.obs import PixelLayout
 from robotrl.vision.stack import FrameHistory, stacked_shapes
 
-__all__ = ["ObservationFrontend", "PixelPolicyFrontend"]
+__all__ = ["ObservationFrontend"]
 
 
 class ObservationFrontend(nn.Module):
@@ -189,23 +189,3 @@ class ObservationFrontend(nn.Module):
     def spec(self) -> dict:
         """Constructor kwargs (JSON-able)."""
         return dict(self._spec)
-
-
-class _CameraPolicyMeta(type):
-    """Transitional: ``isinstance(p, PixelPolicyFrontend)`` is also true for every
-    :class:`ObservationFrontend` with cameras (a merged class such as ``BCPolicy(..., image_shapes=...)``), so the
-    sites that still ask for a pixel policy that way take the merged classes' camera policies."""
-
-    def __instancecheck__(cls, obj) -> bool:
-        return type.__instancecheck__(cls, obj) or (isinstance(obj, ObservationFrontend) and obj.has_cameras)
-
-
-class PixelPolicyFrontend(ObservationFrontend, metaclass=_CameraPolicyMeta):
-    """Transitional: the former camera-only front end, ``(image_shapes, state_dim, action_dim)`` first; its
-    spec keeps ``state_dim``. Goes with the last ``Pixel*`` policy class. ``isinstance(p, PixelPolicyFrontend)``
-    holds for every camera policy (:class:`_CameraPolicyMeta`)."""
-
-    def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int, action_dim: int, **kwargs):
-        super().__init__(state_dim, action_dim, image_shapes=image_shapes, **kwargs)
-        self._spec["state_dim"] = self._spec.pop("obs_dim")
-        self._spec.setdefault("state_layout", None)
