@@ -3,7 +3,7 @@
 Per run, two real processes on this machine: ``robotrl learner`` (SAC, small networks, CPU)
 and ``robotrl actor`` (the twin in the actor's process behind the safety supervisor, paced
 at ``--rate`` Hz, the twin itself unpaced). The actor explores with the pushed weights for
-``--episodes`` episodes of ``--max-steps`` steps; the learner updates ``--upt`` times per
+``--episodes`` episodes of ``--max-steps`` steps; the learner makes ``--utd`` critic updates per
 transition received and pushes weights every ``--push`` s, saving every pushed version.
 Once the actor is done and the learner has caught up (the updates its schedule allows for
 the transitions it holds), both stop, and every saved version near each ``--eval-every``
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--episodes", type=int, default=40)
     p.add_argument("--max-steps", type=int, default=150)
     p.add_argument("--rate", type=float, default=100.0, help="actor control rate (Hz)")
-    p.add_argument("--upt", type=float, default=1.0, help="learner updates per transition")
+    p.add_argument("--utd", type=float, default=1.0, help="learner critic updates per transition received (trainer.utd)")
     p.add_argument("--push", type=float, default=1.0, help="weights push period (s)")
     p.add_argument("--every", type=int, default=2, help="the scripted human drives every n-th episode")
     p.add_argument("--maze", default="open", choices=sorted(MAZES))
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in a.seeds:
             with tempfile.TemporaryDirectory(prefix="bench-online-") as d:
                 r = run_twin_trial(Path(d), mode=mode, seed=seed, episodes=a.episodes, max_steps=a.max_steps,
-                                   rate=a.rate, upt=a.upt, push_s=a.push, every=a.every, maze=a.maze, reward=a.reward,
+                                   rate=a.rate, utd=a.utd, push_s=a.push, every=a.every, maze=a.maze, reward=a.reward,
                                    hidden=a.hidden, batch=a.batch, warmup=a.warmup, learner_overrides=a.learner,
                                    pretrain_steps=a.pretrain_steps, paced=paced)
                 ev = evaluate_trial(r, maze=a.maze, reward=a.reward, max_steps=a.max_steps, seeds=seeds,

@@ -24,12 +24,13 @@ class UpdateSchedule:
     """How a trainer feeds an agent.
 
     Attributes:
-        calls_per_step: ``agent.update`` calls per env step (online).
+        calls_per_step: ``agent.update`` calls per env step (online); a fraction below 1 for a UTD below 1
+            (the robot learner, which paces its updates to the transitions it receives).
         sampled_batch: transitions sampled for one call (``split × minibatch``).
         split: critic minibatches one call splits its batch into (1: no split).
     """
 
-    calls_per_step: int
+    calls_per_step: int | float
     sampled_batch: int
     split: int
 
@@ -39,12 +40,13 @@ def batch_split(agent: OffPolicyAgent) -> int:
     return int(agent.critic_utd or 1)
 
 
-def update_schedule(split: int, utd: int, minibatch: int) -> UpdateSchedule:
+def update_schedule(split: int, utd: int | float, minibatch: int) -> UpdateSchedule:
     """Derive the calls per env step and the sampled batch from the UTD and the minibatch size.
 
     Args:
         split: the agent's batch split (:func:`batch_split`).
-        utd: critic updates per env step (``trainer.utd``).
+        utd: critic updates per env step (``trainer.utd``; on the robot learner, per transition received,
+            where a fraction, e.g. 0.25, updates once every 4 transitions).
         minibatch: transitions per critic update (``trainer.batch_size``).
 
     Returns:
@@ -53,9 +55,18 @@ def update_schedule(split: int, utd: int, minibatch: int) -> UpdateSchedule:
 
     Raises:
         ConfigError: the agent's split does not divide ``utd`` (set ``agent.model.critic_utd``
-            from ``trainer.utd``, as ``configs/agent/sac.yaml`` does).
+            from ``trainer.utd``, as ``configs/agent/sac.yaml`` does), a fractional UTD with a split
+            above 1, or ``utd <= 0``.
     """
-    if split < 1 or utd % split:
-        raise ConfigError(f"agent.model.critic_utd={split} must divide trainer.utd={utd} "
-                          "(critic updates per env step; leave critic_utd at its default ${trainer.utd})")
-    return UpdateSchedule(calls_per_step=utd // split, sampled_batch=split * minibatch, split=split)
+    if utd <= 0:
+        raise ConfigError(f"trainer.utd={utd}: critic updates per env step must be > 0")
+    if float(utd).is_integer():
+        utd = int(utd)
+        if split < 1 or utd % split:
+            raise ConfigError(f"agent.model.critic_utd={split} must divide trainer.utd={utd} "
+                              "(critic updates per env step; leave critic_utd at its default ${trainer.utd})")
+        return UpdateSchedule(calls_per_step=utd // split, sampled_batch=split * minibatch, split=split)
+    if split != 1:
+        raise ConfigError(f"trainer.utd={utd} is fractional, so each update is one critic minibatch: set "
+                          "agent.model.critic_utd=1")
+    return UpdateSchedule(calls_per_step=float(utd), sampled_batch=minibatch, split=1)

@@ -60,7 +60,7 @@ def stop_all(*procs) -> None:
 
 #: a small SAC learner for tests (CPU, shared machine)
 SMALL_SAC = ["agent=sac", "agent.model.num_critics=2", "agent.model.hidden=[32,32]", "agent.model.critic_hidden=[32,32]",
-             "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.2"]
+             "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.utd=0.2"]
 
 #: an open 2×2 PointMaze (no inner walls): a straight line joins any two points
 OPEN_MAZE = "[[1,1,1,1],[1,0,0,1],[1,0,0,1],[1,1,1,1]]"

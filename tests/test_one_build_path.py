@@ -132,3 +132,28 @@ def test_the_learner_command_encrypts_its_link_with_curvezmq_when_given_certific
         for link in links.values():
             link.close()
         learner.ep.close()
+
+
+@pytest.mark.parametrize("utd, split, calls", [(2, 2, 1), (1, 1, 1), (0.25, 1, 0.25)])
+def test_the_robot_learner_reads_utd_as_critic_updates_per_transition(demos, tmp_path, utd, split, calls):
+    """One meaning of ``trainer.utd`` everywhere (robotrl.utd): on the robot, critic updates per transition received;
+    each update call makes ``critic_utd`` critic updates on ``critic_utd × B`` transitions, a fraction paces calls."""
+    learner, _, _ = build_learner(_learner_cfg(demos, tmp_path, f"trainer.utd={utd}"))
+    try:
+        s = learner.schedule
+        assert (s.split, s.calls_per_step, s.sampled_batch) == (split, calls, split * 16)
+        assert learner.agent.critic_utd == split
+        learner.warmup, learner.ingested = 1, 8  # 8 transitions received: utd × 8 critic updates are due
+        learner.online.size = max(learner.online.size, 1)
+        due = 0
+        while learner.updates < 100 and learner._can_update():
+            learner.updates += 1
+            due += 1
+        assert due * split == int(8 * utd)
+    finally:
+        learner.ep.close()
+
+
+def test_the_removed_updates_per_transition_is_refused_naming_utd(demos, tmp_path):
+    with pytest.raises(Exception, match="trainer.utd is the one knob.*trainer.utd=0.5"):
+        build_learner(_learner_cfg(demos, tmp_path, "trainer.updates_per_transition=0.5"))

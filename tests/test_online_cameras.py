@@ -35,7 +35,7 @@ CAM = [f"+robot.env_kwargs.maze_map={OPEN_MAZE}", "robot.realtime=false", "robot
 #: a tiny pixel RLPD (2 critics, 8-channel DrQ encoder, 16 features) for a shared 2-core CPU
 SMALL_PIXELS = ["agent=rlpd", "obs=pixels", "agent.model.init_alpha=0.1", "agent.model.num_critics=2", "agent.model.hidden=[32,32]",
                 "agent.model.critic_hidden=[32,32]", "agent.model.channels=8", "agent.model.feature_dim=16",
-                "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.25"]
+                "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.utd=0.25"]
 
 
 def _demos(root: Path, px: int = PX, cameras=("topdown",)) -> Path:
@@ -168,19 +168,19 @@ def _actor_args(tmp_path: Path, port: int, key: Path, px: int, work: Path, episo
             "wait_weights_s=60", "seed=7", f"dataset_id=robot/test/cams-{work.name}-v0"]
 
 
-def _finish(tmp_path: Path, learner, actor, actor_log: Path, warmup: int, upt: float) -> None:
+def _finish(tmp_path: Path, learner, actor, actor_log: Path, warmup: int, utd: float) -> None:
     """Wait for the actor, then for the updates the learner's schedule allows; stop the learner cleanly."""
     run_dir, llog = tmp_path / "learner", tmp_path / "learner.log"
     wait(lambda: actor.poll() is not None, "the actor to finish", [(learner, llog)], timeout=400)
     assert actor.returncode == 0, actor_log.read_text()[-3000:]
     held = status(run_dir)["ingested"]
-    wait(lambda: status(run_dir).get("updates", 0) >= int((held - warmup + 1) * upt) - 1, "the learner's updates",
+    wait(lambda: status(run_dir).get("updates", 0) >= int((held - warmup + 1) * utd) - 1, "the learner's updates",
          [(learner, llog)], timeout=300)
     learner.send_signal(signal.SIGTERM)
     assert learner.wait(timeout=120) == 0, llog.read_text()[-3000:]
 
 
-def _learn_online(tmp_path: Path, agent: list[str], episodes: int, max_steps: int, upt: float) -> Path:
+def _learn_online(tmp_path: Path, agent: list[str], episodes: int, max_steps: int, utd: float) -> Path:
     """A learner (``agent`` overrides, online data only) and a PX camera actor as real processes, run to the end
     (:func:`_finish`, 32 warm-up steps); returns the learner's log."""
     from robotrl.real_robot.protocol import write_key_file
@@ -193,7 +193,7 @@ def _learn_online(tmp_path: Path, agent: list[str], episodes: int, max_steps: in
     actor = None
     try:
         actor = start(_actor_args(tmp_path, port, key, PX, tmp_path / "actor", episodes, max_steps), actor_log, env)
-        _finish(tmp_path, learner, actor, actor_log, 32, upt)
+        _finish(tmp_path, learner, actor, actor_log, 32, utd)
     finally:
         stop_all(learner, actor)
     return llog
@@ -341,7 +341,7 @@ def test_pixel_residual_on_a_frozen_pixel_base_through_the_online_path(tmp_path)
              "agent.model.critic_hidden=[32,32]", "agent.model.num_critics=2", "agent.model.channels=8",
              "agent.model.feature_dim=16", "agent.model.actor_delay=1", "agent.model.critic_warmup_updates=0",
              "agent.model.base_noise_steps=0", "agent.model.actor_lr=1e-3", "trainer.batch_size=16",
-             "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.25"]
+             "trainer.online_warmup_steps=32", "trainer.utd=0.25"]
     llog = _learn_online(tmp_path, agent, 4, 40, 0.25)
     assert "ResidualOffPolicyAgent" in llog.read_text()
     ck = load_checkpoint(tmp_path / "learner" / "checkpoints" / "latest.pt")

@@ -252,7 +252,7 @@ def test_learner_and_actor_killed_mid_run_lose_and_duplicate_nothing(tmp_path):
     common = [f"key_file={key}", "robot.realtime=false", "robot.task=pointmaze-umaze"]
     learner_args = ["learner", *common, f"endpoint=tcp://127.0.0.1:{port}", f"run_dir={run_dir}", "agent=sac",
                     "agent.model.num_critics=2", "agent.model.hidden=[32,32]", "agent.model.critic_hidden=[32,32]",
-                    "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.updates_per_transition=0.2",
+                    "trainer.batch_size=16", "trainer.online_warmup_steps=32", "trainer.utd=0.2",
                     "push_period_s=0.3", "checkpoint_every_s=1.0", f"pushed_weights_dir={weights_dir}"]
     logs = {n: tmp_path / f"{n}.log" for n in ("learner1", "actor1", "learner2", "actor2")}
     learner = start(learner_args, logs["learner1"], env)  # starts while the robot server does

@@ -16,7 +16,7 @@ def test_online_demo_runs_all_three_processes(tmp_path):
     work = tmp_path / "demo"
     env = {**os.environ, "MINARI_DATASETS_PATH": str(tmp_path / "minari"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "robotrl.cli", "online-demo", f"work_dir={work}", "realtime=false", "episodes=3",
-           "max_steps=40", "learner_agent=sac", "warmup=32", "batch_size=16", "updates_per_transition=0.1",
+           "max_steps=40", "learner_agent=sac", "warmup=32", "batch_size=16", "utd=0.1",
            f"learner_port={free_port()}", f"robot_port={free_port()}"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -23,7 +23,7 @@ from robotrl.real_robot.online_eval import evaluate_trial, run_twin_trial
 
 @pytest.mark.slow
 def test_short_online_run_with_a_scripted_human_improves_success(tmp_path):
-    r = run_twin_trial(tmp_path, mode="human", seed=0, episodes=60, max_steps=150, upt=1.5)
+    r = run_twin_trial(tmp_path, mode="human", seed=0, episodes=60, max_steps=150, utd=1.5)
     s, st = r["summary"], r["status"]
     assert s["drained"] and st["ingested"] == s["steps"] and s["link"]["spilled"] == 0
     # every transition is held once: rows of a batch resent after an ack timeout or a reconnect are refused as

@@ -64,7 +64,7 @@ def test_learner_trains_a_residual_on_a_frozen_bc_base(tmp_path):
                     "agent.model.critic_hidden=[32,32]", "agent.model.num_critics=2", "agent.model.actor_delay=1",
                     "agent.model.critic_warmup_updates=0", "agent.model.base_noise_steps=0",
                     "agent.model.actor_lr=1e-3", "trainer.batch_size=32", "trainer.online_warmup_steps=64",
-                    "trainer.updates_per_transition=0.5", "trainer.offline_ratio=0", "push_period_s=0.3",
+                    "trainer.utd=0.5", "trainer.offline_ratio=0", "push_period_s=0.3",
                     "checkpoint_every_s=2", f"pushed_weights_dir={wdir}"]
     learner = start(learner_args, tmp_path / "learner.log", env)
     actor_log = tmp_path / "actor.log"

@@ -16,9 +16,10 @@ acting with its last weights (``on_learner_lost="continue"``) or holds the robot
 **Learner** (:class:`OnlineLearner`): any off-policy agent (``QLAgent``: RLPD, WSRL, SAC
 configs) with offline demonstrations in one buffer and the robot's experience in another,
 sampled at ``offline_ratio`` (RLPD 50/50) by :class:`~robotrl.data.mixing.MixedSampler`;
-intervention steps also enter the demonstration buffer (HIL-SERL). ``updates_per_transition``
-agent updates (each of ``utd`` critic minibatches) per transition received; weights pushed
-every ``push_period_s``; TensorBoard in ``run_dir/tb``; one atomic checkpoint file
+intervention steps also enter the demonstration buffer (HIL-SERL). ``trainer.utd`` critic
+updates per transition received (the one meaning of UTD, :mod:`robotrl.utd`; a fraction updates
+less often); weights pushed every ``push_period_s``; the one :class:`~robotrl.runner.Runner` drives
+it: TensorBoard in ``run_dir/tb``, the report, one atomic checkpoint file
 ``run_dir/checkpoints/latest.pt`` (agent, both buffers, per-actor delivery state) every
 ``checkpoint_every_s`` and when an actor asks (``sync``); a restarted learner resumes
 from it and the actors resend whatever it does not hold.

@@ -132,6 +132,13 @@ def build_learner(cfg: DictConfig):
         raise ConfigError(f"agent={cfg.agent.name} trains a residual on a frozen base: set agent.model.base=<BC or "
                           "diffusion checkpoint / run dir> (a chunked base also needs agent.model.base_overrides="
                           "{act_steps: 1})")
+    utd = float(cfg.trainer.utd)
+    if cfg.trainer.get("updates_per_transition") is not None:
+        raise ConfigError(f"trainer.updates_per_transition={cfg.trainer.updates_per_transition} is gone: trainer.utd is the "
+                          "one knob, critic updates per robot transition received (a fraction updates less often): "
+                          f"pass trainer.utd={utd * float(cfg.trainer.updates_per_transition):g}")
+    if "critic_utd" in cfg.agent.model:  # the batch split follows the UTD (robotrl.utd): whole critic updates per call
+        cfg.agent.model.critic_utd = int(utd) if float(utd).is_integer() else 1
     agent = build_agent(cfg.agent.model, spec, obs_normalizer=observation_normalizer(data, do, cfg.agent.model.get("obs_clip")),
                         action_scaler=ActionScaler(low, high), device=device, seed=int(cfg.seed))
     demos = replay_buffer(cfg.agent, spec, data, device=device, seed=int(cfg.seed) + 1,
@@ -143,9 +150,8 @@ def build_learner(cfg: DictConfig):
                                limits=camera_link_limits(robot.cameras, limits) if pixels else limits,
                                curve_secret_file=cfg.get("curve_secret_file"), curve_clients_dir=cfg.get("curve_clients_dir"))
     learner = OnlineLearner(agent, endpoint, robot, demos=demos, online_capacity=int(t.online_buffer_size),
-                            run_dir=cfg.run_dir, batch_size=int(t.batch_size), utd=int(t.utd),
+                            run_dir=cfg.run_dir, batch_size=int(t.batch_size), utd=utd,
                             offline_ratio=float(t.offline_ratio), warmup=int(t.online_warmup_steps),
-                            updates_per_transition=float(t.updates_per_transition),
                             push_period_s=float(cfg.push_period_s), checkpoint_every_s=float(cfg.checkpoint_every_s),
                             interventions_to_demos=bool(cfg.interventions_to_demos), reward_scale=r_scale,
                             reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=float(cfg.agent.get("gamma", 0.99)),
@@ -350,7 +356,7 @@ def run_demo(cfg: DictConfig) -> int:
     learner_cmd = py + ["robotrl.real_robot.online_cli", "learner", f"key_file={key}", *robot, f"agent={cfg.learner_agent}",
                         f"endpoint=tcp://127.0.0.1:{cfg.learner_port}", f"run_dir={work / 'learner'}",
                         f"ready_file={work / 'learner.ready'}",
-                        f"trainer.updates_per_transition={cfg.updates_per_transition}",
+                        f"trainer.utd={cfg.utd}",
                         f"trainer.batch_size={cfg.batch_size}", f"trainer.online_warmup_steps={cfg.warmup}"]
     actor_cmd = py + ["robotrl.real_robot.online_cli", "actor", f"key_file={key}", *robot, "robot_link=remote",
                       f"robot_endpoint=tcp://127.0.0.1:{cfg.robot_port}", f"learner=tcp://127.0.0.1:{cfg.learner_port}",

@@ -186,7 +186,7 @@ def env_kwargs(maze: str, reward: str) -> dict:
 
 
 def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: int = 30, max_steps: int = 150,
-                   rate: float = 100.0, upt: float = 1.0, push_s: float = 1.0, every: int = 2, maze: str = "open",
+                   rate: float = 100.0, utd: float = 1.0, push_s: float = 1.0, every: int = 2, maze: str = "open",
                    reward: str = "dense", hidden: int = 64, batch: int = 128, warmup: int = 500,
                    learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0,
                    demo_episodes: int = 20, pretrain_steps: int = 1000, paced: bool = False) -> dict:
@@ -208,7 +208,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
         rate: actor control rate (Hz).
         paced: the actor's twin keeps to wall-clock time (``robot.realtime=true``); else it is unpaced and
             only the actor's loop sets the rate.
-        upt: learner updates per transition received.
+        utd: the learner's critic updates per transition received (``trainer.utd``).
         push_s: weights push period (s).
         maze, reward: :data:`MAZES` key and ``"dense"``/``"sparse"`` (the twin's reward).
         hidden, batch, warmup: SAC width (2 critics), batch size, transitions before updates.
@@ -239,7 +239,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
                     f"ready_file={work / 'learner.ready'}", f"agent={'calql' if mode == 'pretrained' else 'sac'}",
                     "agent.model.num_critics=2",
                     f"agent.model.hidden={h}", f"agent.model.critic_hidden={h}", f"trainer.batch_size={batch}",
-                    f"trainer.online_warmup_steps={warmup}", f"trainer.updates_per_transition={upt}",
+                    f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
                     f"trainer.offline_ratio={0.0 if mode == 'none' else 0.5}", *demos, f"push_period_s={push_s}",
                     "checkpoint_every_s=10", f"pushed_weights_dir={wdir}", f"seed={seed}", *learner_overrides]
     if mode == "pretrained":
@@ -264,7 +264,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
             raise RuntimeError(f"actor failed: {(work / 'actor.log').read_text()[-2000:]}")
         t_actor = time.time() - t0
         st = _status(run_dir)  # the learner catches up with the updates its schedule allows
-        target = int((st["ingested"] - warmup + 1) * upt) - 1
+        target = int((st["ingested"] - warmup + 1) * utd) - 1
         end = time.monotonic() + catch_up_s
         while _status(run_dir).get("updates", 0) < target and time.monotonic() < end:
             time.sleep(0.5)

@@ -24,6 +24,7 @@ from robotrl.checkpoint import save_arrays
 from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import CheckpointError, ConfigError
 from robotrl.real_robot.interface import ProtocolError, RobotSpec
+from robotrl.utd import batch_split, update_schedule
 from robotrl.real_robot.learner_link import (
     Dedup,
     LearnerEndpoint,
@@ -80,11 +81,12 @@ class OnlineLearner:
         online_capacity: capacity of the robot-experience buffer (transitions).
         run_dir: the Runner's checkpoints (``checkpoints/latest.pt``), TensorBoard (``tb/``), report; and
             ``status.json``, ``version.json``.
-        batch_size: ``B``; each update samples ``utd · B`` transitions (the agent splits them).
-        utd: critic minibatches per update (the agent's ``critic_utd``).
+        batch_size: ``B``, the transitions of one critic update.
+        utd: critic updates per robot transition received (the one meaning of UTD, :mod:`robotrl.utd`; a
+            fraction, e.g. 0.25, updates once every 4 transitions). Each ``agent.update`` call makes the agent's
+            ``critic_utd`` critic updates on ``critic_utd · B`` sampled transitions and one actor update.
         offline_ratio: share of each batch from ``demos`` (RLPD 0.5).
         warmup: robot transitions held before the first update.
-        updates_per_transition: agent updates per transition received (``0``: update continuously).
         push_period_s: weights push period (s).
         checkpoint_every_s: checkpoint period (s).
         interventions_to_demos: add takeover steps to ``demos`` too (HIL-SERL).
@@ -108,8 +110,8 @@ class OnlineLearner:
     """
 
     def __init__(self, agent, endpoint: LearnerEndpoint, spec: RobotSpec, *, demos: ReplayBuffer | None,
-                 online_capacity: int, run_dir: str | os.PathLike, batch_size: int = 256, utd: int = 1,
-                 offline_ratio: float = 0.5, warmup: int = 256, updates_per_transition: float = 1.0,
+                 online_capacity: int, run_dir: str | os.PathLike, batch_size: int = 256, utd: float = 1.0,
+                 offline_ratio: float = 0.5, warmup: int = 256,
                  push_period_s: float = 2.0, checkpoint_every_s: float = 30.0, interventions_to_demos: bool = True,
                  reward_scale: float = 1.0, reward_bias: float = 0.0, max_actors: int = 4, gamma: float = 0.99,
                  seed: int = 0, pushed_weights_dir: str | os.PathLike | None = None, pixels: bool = False,
@@ -139,8 +141,9 @@ class OnlineLearner:
                                    frame_stack=int(agent.frame_stack))  # stacks by index, per actor
         self.online_keys = np.full((online_capacity, 2), -1, np.int64)  # (episode, step) per online slot, for audits
         self.sampler = MixedSampler(demos if demos is not None else self.online, self.online, offline_ratio)
-        self.batch_size, self.utd = int(batch_size), int(utd)
-        self.warmup, self.updates_per_transition = int(warmup), float(updates_per_transition)
+        self.batch_size, self.utd = int(batch_size), float(utd)
+        self.schedule = update_schedule(batch_split(agent), self.utd, self.batch_size)  # robotrl.utd, as in simulation
+        self.warmup = int(warmup)
         self.push_period_s, self.checkpoint_every_s = float(push_period_s), float(checkpoint_every_s)
         self.interventions_to_demos = bool(interventions_to_demos)
         self.reward_scale, self.reward_bias = float(reward_scale), float(reward_bias)
@@ -423,12 +426,10 @@ class OnlineLearner:
     def _can_update(self) -> bool:
         if self.online.size < max(1, self.warmup):
             return False
-        n_off, _ = self.sampler.split(self.utd * self.batch_size, self.updates)
+        n_off, _ = self.sampler.split(self.schedule.sampled_batch, self.updates)
         if n_off > 0 and (self.demos is None or self.demos.size < n_off):
             return False  # the demonstration buffer (maybe filling with interventions) cannot give its share yet
-        if self.updates_per_transition <= 0:
-            return True
-        return self.updates < (self.ingested - self.warmup + 1) * self.updates_per_transition
+        return self.updates < (self.ingested - self.warmup + 1) * self.schedule.calls_per_step
 
     def pretrain(self, steps: int) -> dict:
         """Offline pretraining before any actor connects: ``steps`` agent updates on demonstration batches alone.
@@ -439,7 +440,7 @@ class OnlineLearner:
         as the first version and checkpointed, so a resumed learner does not pretrain again.
 
         Args:
-            steps: offline updates, each on ``utd · B`` demonstration transitions.
+            steps: offline updates, each on the schedule's ``critic_utd · B`` demonstration transitions.
 
         Returns:
             the last update's metrics.
@@ -447,7 +448,7 @@ class OnlineLearner:
         Raises:
             ConfigError: no demonstrations, or fewer than one batch of them.
         """
-        n = self.utd * self.batch_size
+        n = self.schedule.sampled_batch
         if self.demos is None or self.demos.size < n:
             have = 0 if self.demos is None else self.demos.size
             raise ConfigError(f"offline pretraining (trainer.offline_steps={steps}) needs demonstrations: {have} held, "
@@ -463,8 +464,8 @@ class OnlineLearner:
         return m
 
     def update(self) -> dict:
-        """One agent update on a mixed batch of ``utd · B`` transitions."""
-        batch = self.sampler.sample(self.utd * self.batch_size, step=self.updates)
+        """One agent update on a mixed batch of ``critic_utd · B`` transitions."""
+        batch = self.sampler.sample(self.schedule.sampled_batch, step=self.updates)
         m = self.agent.update(batch, self.updates)
         self.updates += 1
         self._policy_changed = True
