@@ -40,7 +40,7 @@ DATA = [f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=600", "datase
 def camera_data(minari_module_root):
     from robotrl.experiment import ensure_dataset
 
-    return load_dataset(ensure_dataset(compose_train(["experiment=bc", "obs=pixels", *DATA]).dataset))
+    return load_dataset(ensure_dataset(compose_train(["experiment=bc", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA]).dataset))
 
 
 def _frame_of_step(data, start: int, u: int) -> np.ndarray:
@@ -187,7 +187,7 @@ def test_rlpd_pixels_with_frame_stack_trains_evaluates_exports_and_deploys(camer
     small = ["trainer.eval_episodes=1", "trainer.eval_envs=1", "trainer.batch_size=8", "trainer.log_every=8",
              "trainer.progress=false", "torch_threads=1", "agent.model.channels=4", "agent.model.hidden=[16,16]",
              "agent.model.critic_hidden=[16,16]", "agent.model.num_critics=2", "agent.model.feature_dim=8"]
-    res = run_robotrl(["train", "experiment=rlpd", "obs=pixels", *DATA, *small, "obs.frame_stack=3",
+    res = run_robotrl(["train", "experiment=rlpd", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *small, "obs.frame_stack=3",
                        "trainer.online_steps=16", "trainer.online_warmup_steps=8", "trainer.num_envs=1", "trainer.utd=1",
                        "trainer.eval_every=16", "trainer.checkpoint_every=16", f"run_dir={run_dir}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -36,7 +36,7 @@ DATA = ["dataset.id=robotrl/pointmaze/umaze-slow-pixdiff-v1", "dataset.recipe_ar
 SMALL = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=16", "trainer.log_every=10",
          "trainer.progress=false", "torch_threads=1", "device=cpu", "agent.model.channels=8",
          "agent.model.denoiser_kwargs.hidden=[32,32]", "agent.model.denoising_steps=5"]
-DP = ["experiment=diffusion", "obs=pixels", *DATA, *SMALL]
+DP = ["experiment=diffusion", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL]
 
 
 @pytest.mark.slow

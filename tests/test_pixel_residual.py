@@ -38,7 +38,7 @@ DATA = ["dataset.id=robotrl/pointmaze/umaze-slow-pixres-v1", "dataset.recipe_arg
 RUN = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=16", "trainer.log_every=10",
        "trainer.progress=false", "torch_threads=1", "device=cpu"]
 NETS = ["agent.model.channels=8", "agent.model.hidden=[32,32]"]
-RES = ["experiment=residual-offpolicy", "obs=pixels", *DATA, *RUN, *NETS, "agent.model.critic_hidden=[32,32]",
+RES = ["experiment=residual-offpolicy", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *RUN, *NETS, "agent.model.critic_hidden=[32,32]",
        "agent.model.num_critics=2"]
 # online from the first step, one actor update per critic update: the residual moves within a few steps
 SHORT = ["trainer.online_warmup_steps=4", "agent.model.base_noise_steps=4", "agent.model.critic_warmup_updates=0",
@@ -49,7 +49,7 @@ SHORT = ["trainer.online_warmup_steps=4", "agent.model.base_noise_steps=4", "age
 def pixel_base(minari_module_root, tmp_path_factory):
     """A bc-pixels run through `robotrl train` (its camera dataset generated on first use)."""
     run_dir = tmp_path_factory.mktemp("pixres") / "bc-pixels"
-    res = run_robotrl(["train", "experiment=bc", "obs=pixels", *DATA, *RUN, *NETS, "trainer.offline_steps=20",
+    res = run_robotrl(["train", "experiment=bc", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *RUN, *NETS, "trainer.offline_steps=20",
                        "trainer.eval_every=20", "trainer.checkpoint_every=20", f"run_dir={run_dir}"], minari_module_root)
     assert res.returncode == 0, res.stderr[-3000:]
     return run_dir

@@ -36,8 +36,8 @@ SMALL = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=1
          "trainer.progress=false", "torch_threads=1", "device=cpu", "agent.model.channels=8",
          "agent.model.hidden=[32,32]", "agent.model.critic_hidden=[32,32]", "agent.model.num_critics=2",
          "agent.model.cql_n_actions=2"]
-CALQL = ["experiment=calql", "obs=pixels", *DATA, *SMALL]
-WSRL = ["experiment=wsrl", "obs=pixels", *DATA, *SMALL]
+CALQL = ["experiment=calql", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL]
+WSRL = ["experiment=wsrl", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL]
 PRETRAIN_STEPS = 20
 
 
@@ -153,7 +153,7 @@ def test_a_pretraining_run_with_other_networks_or_cameras_is_refused(pretrained,
         build_trainer(compose_train([*WSRL, f"trainer.init_from={other}", "trainer.online_steps=10"]), tmp_path / "c")
     # pixel BC cannot be warm-started
     with pytest.raises(ConfigError, match="cannot be warm-started"):
-        build_trainer(compose_train(["experiment=bc", "obs=pixels", *DATA, *SMALL[:-4], f"trainer.init_from={pretrained}",
+        build_trainer(compose_train(["experiment=bc", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL[:-4], f"trainer.init_from={pretrained}",
                                 "trainer.offline_steps=10"]), tmp_path / "d")
     assert not (tmp_path / "a" / "checkpoints").exists()
 

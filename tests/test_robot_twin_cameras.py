@@ -253,7 +253,7 @@ def test_robotrl_deploy_raises_its_limits_and_records_the_frames(cam_server, tmp
 
 # ---- a pixel policy deployed end to end: camera dataset -> pixel BC -> `robotrl export` -> `robotrl deploy` ----------
 PIX = 32  # the policy's frames: 32 px top-down renders
-PIX_TRAIN = ["experiment=bc", "obs=pixels", "dataset.id=robotrl/pointmaze/umaze-slow-pixdeploy-v1",
+PIX_TRAIN = ["experiment=bc", "obs=pixels", "dataset=pointmaze-umaze-topdown", "dataset.id=robotrl/pointmaze/umaze-slow-pixdeploy-v1",
              "dataset.recipe_args.num_steps=1500", f"dataset.recipe_args.image_size={PIX}", "+dataset.recipe_args.ref_episodes=2",
              "trainer.offline_steps=300", "trainer.eval_every=100000", "trainer.checkpoint_every=300", "trainer.eval_episodes=1",
              "trainer.eval_envs=1", "trainer.batch_size=16", "trainer.progress=false", "torch_threads=1",

@@ -31,8 +31,8 @@ DATA = [f"dataset.id={DATASET_ID}", "dataset.recipe_args.num_steps=1500", "datas
         "+dataset.recipe_args.ref_episodes=3"]
 SMALL = ["trainer.eval_episodes=2", "trainer.eval_envs=2", "trainer.batch_size=16", "trainer.log_every=10",
          "trainer.progress=false", "torch_threads=1", "agent.model.channels=8", "agent.model.hidden=[64,64]"]
-BC = ["experiment=bc", "obs=pixels", *DATA, *SMALL]
-RLPD = ["experiment=rlpd", "obs=pixels", *DATA, *SMALL, "agent.model.critic_hidden=[64,64]"]
+BC = ["experiment=bc", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL]
+RLPD = ["experiment=rlpd", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL, "agent.model.critic_hidden=[64,64]"]
 
 
 def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(minari_module_root, tmp_path):
@@ -78,14 +78,14 @@ def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(mina
 
 
 def test_other_cameras_than_the_datas_are_refused_clearly(minari_module_root, tmp_path):
-    res = run_robotrl(["train", *BC, "env.cameras=[free]", "trainer.offline_steps=10", f"run_dir={tmp_path / 'x'}"],
+    res = run_robotrl(["train", *BC, "obs.cameras=[free]", "trainer.offline_steps=10", f"run_dir={tmp_path / 'x'}"],
                    minari_module_root)
     assert res.returncode == 2
-    assert "env.cameras=['free'] differs from the cameras dataset" in res.stderr and "env.cameras=[topdown]" in res.stderr
+    assert "obs.cameras=['free'] differs from the cameras dataset" in res.stderr and "obs.cameras=[topdown]" in res.stderr
     assert not (tmp_path / "x" / "checkpoints").exists()
-    with pytest.raises(ConfigError, match=r"env.image_size=64 differs from the frame size \[32, 32\]"):
-        build_trainer(compose_train([*BC, "env.image_size=64", "device=cpu"]), tmp_path / "y")
-    build_trainer(compose_train([*BC, "env.cameras=[topdown]", "env.image_size=32", "device=cpu"]), tmp_path / "z")  # equal: fine
+    with pytest.raises(ConfigError, match=r"obs.image_size=64 differs from the frame size \[32, 32\]"):
+        build_trainer(compose_train([*BC, "obs.image_size=64", "device=cpu"]), tmp_path / "y")
+    build_trainer(compose_train([*BC, "obs.cameras=[topdown]", "obs.image_size=32", "device=cpu"]), tmp_path / "z")  # equal: fine
 
 
 @pytest.mark.slow
