@@ -232,7 +232,7 @@ def test_actor_maximises_the_min_over_heads_except_rlpd(mode):
         alpha = agent.log_alpha.exp()
     assert q.shape[0] == 4 and float((q.max(0).values - q.min(0).values).mean()) > 1e-3  # heads differ
     want = {"min": float((alpha * logp - q.min(0).values).mean()), "mean": float((alpha * logp - q.mean(0)).mean())}
-    got = float(agent._sac_actor(SimpleNamespace(observations=obs))["actor_loss"])
+    got = float(agent._sac_actor(SimpleNamespace(observations=obs), None, nobs)["actor_loss"])  # the critic step's features
     used = "mean" if mode == "rlpd" else "min"
     assert got == pytest.approx(want[used], rel=1e-5, abs=1e-6), (mode, got, want)
     assert abs(want["min"] - want["mean"]) > 1e-4  # the other reduction would have been told apart

@@ -103,6 +103,8 @@ def test_online_and_eval_envs_are_the_datas_mdp(recipe, minari_root, tmp_path):
     dataset_id = collect(recipe, progress=False, **extra, **args).relative_to(minari_root).as_posix()
     cfg = _compose(["agent=sac", f"env={env_name}", f"dataset={ds_name}", f"dataset.id={dataset_id}",
                     "dataset.generate=false", "trainer.offline_steps=0", "trainer.online_steps=10",
+                    # the run names the recipe arguments its dataset was made with (a reuse with others is refused)
+                    *[f"++dataset.recipe_args.{k}={v}" for k, v in {**extra, **args}.items()],
                     "agent.model.num_critics=2", "agent.model.hidden=[32]", "agent.model.critic_hidden=[32]"])
     trainer = build_trainer(cfg, tmp_path / "run")
     recorded = _recorded_spec(dataset_id)
