@@ -163,7 +163,7 @@ def test_policy_history_reproduces_the_buffers_stacks_along_a_rollout():
 def test_a_residual_refuses_a_pixel_base_with_another_frame_stack():
     shapes = {KEY: (16, 16, 3)}
     base = BCPolicy(4, 2, image_shapes=shapes, hidden=[8], channels=4, feature_dim=8, frame_stack=1)
-    with pytest.raises(ConfigError, match=r"frame_stack=1 frames per camera, this run 3: set agent.model.frame_stack=1"):
+    with pytest.raises(ConfigError, match=r"frame_stack=1 frames per camera, this run 3: set obs.frame_stack=1"):
         ResidualPolicy(4, 2, base=base, hidden=[8], head="tanh", image_shapes=shapes, channels=4, feature_dim=8,
                        frame_stack=3)
     same = BCPolicy(4, 2, image_shapes=shapes, hidden=[8], channels=4, feature_dim=8, frame_stack=3)

@@ -25,7 +25,7 @@ from robotrl.agents.qlearning import QLAgent  # noqa: E402
 from robotrl.checkpoint import load_arrays, load_checkpoint, save_checkpoint  # noqa: E402
 from robotrl.data import ActionScaler, ObservationNormalizer, ReplayBuffer  # noqa: E402
 from robotrl.envs import osmesa_available  # noqa: E402
-from robotrl.errors import ConfigError  # noqa: E402
+from robotrl.errors import CheckpointError, ConfigError  # noqa: E402
 from robotrl.experiment import build_trainer  # noqa: E402
 
 needs_osmesa = pytest.mark.skipif(not osmesa_available(), reason="headless MuJoCo rendering needs libosmesa6")
@@ -141,20 +141,26 @@ def test_a_killed_wsrl_pixels_run_resumes(pretrained, minari_module_root, tmp_pa
 @needs_osmesa
 def test_a_pretraining_run_with_other_networks_or_cameras_is_refused(pretrained, minari_module_root, tmp_path):
     wsrl = [*WSRL, f"trainer.init_from={pretrained}", "trainer.online_steps=10"]
-    with pytest.raises(ConfigError, match=r"'agent.model.channels': \(8, 4\).*set agent.model.channels=8"):
-        build_trainer(compose_train([*wsrl, "agent.model.channels=4"]), tmp_path / "a")
-    with pytest.raises(ConfigError, match=r"agent.model.critic_hidden.*set agent.model.critic_hidden=\[32,32\]"):
-        build_trainer(compose_train([*wsrl, "agent.model.critic_hidden=[64,64]"]), tmp_path / "b")
+    # one architecture rule for states and cameras: an explicit override that contradicts the checkpoint is refused
+    # (robotrl.experiment.warm_start_architecture), a default is adopted from it
+    with pytest.raises(ConfigError, match=r"agent.model.channels=4 conflicts with the warm-start checkpoint.*"
+                                          r"agent.model.channels=8"):
+        build_trainer(compose_train([*wsrl, "agent.model.channels=4"]), tmp_path / "a", overrides=["agent.model.channels=4"])
+    with pytest.raises(ConfigError, match=r"agent.model.critic_hidden=\[64, 64\] conflicts.*critic_hidden=\[32, 32\]"):
+        build_trainer(compose_train([*wsrl, "agent.model.critic_hidden=[64,64]"]), tmp_path / "b",
+                      overrides=["agent.model.critic_hidden=[64,64]"])
+    adopted = build_trainer(compose_train([*wsrl, "agent.model.channels=4"]), tmp_path / "a2", overrides=[])
+    assert adopted.run_config["agent"]["model"]["channels"] == 8  # not on the command line: the checkpoint's
     # a pretraining run on a 64 px camera (its recorded config says so) cannot start a 32 px run
     state = load_checkpoint(pretrained)
     state["config"]["derived"]["image_shapes"] = {"pixels/topdown": [64, 64, 3]}
     other = save_checkpoint(tmp_path / "other64.pt", state)
     with pytest.raises(ConfigError, match=r"cameras \{key: \[H, W, C\]\}.*\[64, 64, 3\].*\[32, 32, 3\].*dataset.id="):
         build_trainer(compose_train([*WSRL, f"trainer.init_from={other}", "trainer.online_steps=10"]), tmp_path / "c")
-    # pixel BC cannot be warm-started
-    with pytest.raises(ConfigError, match="cannot be warm-started"):
-        build_trainer(compose_train(["experiment=bc", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL[:-4], f"trainer.init_from={pretrained}",
-                                "trainer.offline_steps=10"]), tmp_path / "d")
+    # pixel BC cannot be warm-started from a Q-learning run: its weights do not fit (refused before any update)
+    with pytest.raises(CheckpointError):
+        build_trainer(compose_train(["experiment=bc", "obs=pixels", "dataset=pointmaze-umaze-topdown", *DATA, *SMALL[:-4],
+                                     f"trainer.init_from={pretrained}", "trainer.offline_steps=10"]), tmp_path / "d").fit()
     assert not (tmp_path / "a" / "checkpoints").exists()
 
 

@@ -108,7 +108,8 @@ def test_rlpd_pixels_stores_camera_frames_online_and_its_checkpoint_evaluates(mi
                     f"trainer.num_envs={n_envs}", "trainer.eval_every=40", "trainer.checkpoint_every=40", "device=cpu"])
     trainer = build_trainer(cfg, run_dir)
     summary = trainer.fit()
-    assert summary["gradient_updates"] == (steps - warmup) * 2  # trainer.utd=2
+    # trainer.utd=2 critic updates per env step: one update call of critic_utd=2 critic steps (+ one actor step)
+    assert summary["gradient_updates"] == (steps - warmup) and trainer.agent.critic_utd == 2
     online = trainer.online
     assert online.size == steps * n_envs and online.image_shapes == {"pixels/topdown": (32, 32, 3)}
     frames = online.frames["pixels/topdown"][: online.size]
@@ -135,7 +136,7 @@ def test_rlpd_pixels_run_resumes_with_its_online_frames(minari_module_root, tmp_
     saved = first.online.frames[key][: first.online.size].copy()
     second = build_trainer(compose_train([*base, "trainer.online_steps=30"]), tmp_path / "r")
     summary = second.fit()
-    assert summary["resumed"] is True and summary["gradient_updates"] == (30 - 5) * 2
+    assert summary["resumed"] is True and summary["gradient_updates"] == (30 - 5)  # update calls (utd 2: 2 critic steps each)
     assert second.online.size == 30
     np.testing.assert_array_equal(second.online.frames[key][:15], saved)
 
