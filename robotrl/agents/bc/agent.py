@@ -36,8 +36,8 @@ class BCAgent(OffPolicyAgentBase):
         obs_normalizer, action_scaler: statistics from the dataset / env bounds (``obs_normalizer`` ``None``:
             no state).
         hidden, act, gaussian, dropout, layer_norm, obs_clip: policy architecture.
-        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
-            frame_stack, state_layout: the observation spec's cameras and their encoder
+        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad, frame_stack, state_layout:
+            the observation spec's cameras and their encoder
             (:class:`~robotrl.vision.frontend.ObservationFrontend`; ``image_shapes=None``: a state agent, the
             other camera options unused).
         lr, weight_decay: AdamW settings.

@@ -109,8 +109,8 @@ class QLAgent(OffPolicyAgentBase):
             networks, numbers and checkpoints are exactly those of a build without these options).
             ``obs_dim`` is then the flat state beside the frames (0: frames only; ``obs_normalizer``
             may then be ``None``).
-        encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
-            state_layout, frame_stack: the camera encoder and observation spec, as
+        encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad, state_layout, frame_stack:
+            the camera encoder and observation spec, as
             :class:`~robotrl.vision.frontend.ObservationFrontend` (ignored without cameras; random
             shift ``augment_pad = 4`` by default, DrQ/SERL).
         cache_features: cache a frozen trunk's output per stored frame (needs ``freeze_encoder``,
