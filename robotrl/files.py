@@ -21,7 +21,7 @@ __all__ = ["atomic_path", "atomic_write"]
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, mode: int = 0o600) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, *, mode: int = 0o600, make_dirs: bool = True) -> Iterator[Path]:
     """Write a file atomically through a temporary sibling path: a reader sees the old file or the new one,
     never half of one, and a kill leaves at most a hidden ``.<name>.<random>.tmp<suffix>`` file beside it.
 
@@ -30,15 +30,18 @@ def atomic_path(path: str | os.PathLike, *, mode: int = 0o600) -> Iterator[Path]
     leave the block: the file is fsynced and moved over ``path`` with ``os.replace``. On any error it is removed.
 
     Args:
-        path: the final file; its folder is created.
+        path: the final file; its folder is created (``make_dirs``).
         mode: permission bits of a new file: ``0o600`` (owner only: checkpoints, robot state) or ``0o666``
             (as ``open`` creates files: results, tables, videos).
+        make_dirs: create a missing folder; ``False``: a missing folder is an error (the e-stop latch: a folder
+            that does not exist is a typo or a removed mount, never created behind the operator's back).
 
     Raises:
         OSError: the folder is not writable (nothing is left behind).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_dirs:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp{path.suffix}")
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
     try:
@@ -55,7 +58,7 @@ def atomic_path(path: str | os.PathLike, *, mode: int = 0o600) -> Iterator[Path]
 
 
 def atomic_write(path: str | os.PathLike, content: bytes | str | Callable[[IO[bytes]], Any], *,
-                 mode: int = 0o600) -> Path:
+                 mode: int = 0o600, make_dirs: bool = True) -> Path:
     """Write ``content`` to ``path`` atomically (:func:`atomic_path`: temporary sibling, fsync, ``os.replace``).
 
     The one atomic file write of robotrl: checkpoints and array files (:mod:`robotrl.checkpoint`), the e-stop
@@ -66,6 +69,7 @@ def atomic_write(path: str | os.PathLike, content: bytes | str | Callable[[IO[by
         content: bytes, text (written UTF-8), or ``write(binary file)`` that writes the file (e.g.
             ``lambda f: torch.save(state, f)``).
         mode: permission bits of a new file (:func:`atomic_path`; default owner-only).
+        make_dirs: create a missing folder (:func:`atomic_path`).
 
     Returns:
         ``Path(path)``.
@@ -73,7 +77,7 @@ def atomic_write(path: str | os.PathLike, content: bytes | str | Callable[[IO[by
     Raises:
         OSError: the folder is not writable; anything ``write`` raises (nothing is left behind either way).
     """
-    with atomic_path(path, mode=mode) as tmp, open(tmp, "r+b") as f:
+    with atomic_path(path, mode=mode, make_dirs=make_dirs) as tmp, open(tmp, "r+b") as f:
         if callable(content):
             content(f)
         else:

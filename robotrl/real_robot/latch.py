@@ -45,9 +45,9 @@ def write_json_atomic(path: Path, payload: dict) -> None:
     """Write ``payload`` as JSON to ``path`` atomically (temporary sibling, fsync, ``os.replace``), mode 0600.
 
     Raises:
-        OSError: the directory is not writable (the temporary file is removed).
+        OSError: the directory does not exist or is not writable (the temporary file is removed).
     """
-    atomic_write(path, json.dumps(payload, sort_keys=True) + "\n", mode=0o600)
+    atomic_write(path, json.dumps(payload, sort_keys=True) + "\n", mode=0o600, make_dirs=False)  # never a typo's folder
 
 
 def latch_slug(latch_id: str) -> str:
