@@ -21,7 +21,6 @@ and the EMA covers both), and the network initialisation is seeded by ``seed`` (
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ import torch
 from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
-from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
+from robotrl.agents.diffusion.training import ema_trainer, chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 
@@ -82,11 +81,8 @@ class DiffusionAgent(OffPolicyAgentBase):
         self.frame_stack = 1
         # trained: the denoiser (a state policy, as before cameras were an option) or the whole policy, encoder
         # included; the deployed self.policy (or its denoiser) is the EMA
-        self.ema_target: torch.nn.Module = self.policy if self.policy.has_cameras else self.policy.denoiser
-        self.model = copy.deepcopy(self.ema_target).train()
-        self.ema_target.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW([q for q in self.model.parameters() if q.requires_grad], lr=lr,
-                                           weight_decay=weight_decay)
+        self.ema_target, self.model, self.optimizer = ema_trainer(self.policy, self.policy.denoiser, lr=lr,
+                                                                  weight_decay=weight_decay)
         self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
         self.num_updates = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)

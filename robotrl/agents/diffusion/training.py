@@ -8,6 +8,7 @@ horizon / size, ``Ta``/``Da`` chunk length / action size.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,6 +40,21 @@ def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: di
 
 
 @torch.no_grad()
+def ema_trainer(policy, net: nn.Module, *, lr: float, weight_decay: float
+                ) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
+    """The EMA training parts of a chunk agent (diffusion, flow): ``(ema_target, model, optimizer)``.
+
+    The EMA target is what is deployed: the whole policy with cameras (its encoder trained end to end) or, on
+    states, its network ``net`` (the denoiser / velocity net), as before cameras were an option; ``model`` is its
+    trained copy and ``optimizer`` AdamW over the copy's trainable parameters (a frozen encoder's excluded).
+    """
+    ema_target = policy if policy.has_cameras else net
+    model = copy.deepcopy(ema_target).train()
+    ema_target.requires_grad_(False)
+    optimizer = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=lr, weight_decay=weight_decay)
+    return ema_target, model, optimizer
+
+
 def ema_update(target: nn.Module, source: nn.Module, decay: float) -> None:
     """``θ_target ← decay·θ_target + (1−decay)·θ_source`` (parameters); buffers copied."""
     for pe, pm in zip(target.parameters(), source.parameters()):

@@ -28,7 +28,6 @@ agent does (:mod:`robotrl.agents.diffusion.agent`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -36,7 +35,7 @@ import torch
 
 from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.agent import camera_options, seeded_init, step_frames
-from robotrl.agents.diffusion.training import chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
+from robotrl.agents.diffusion.training import ema_trainer, chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
 from robotrl.agents.flow.loss import flow_matching_loss, shortcut_loss
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.agents.flow.sampling import interpolate
@@ -100,11 +99,8 @@ class FlowAgent(OffPolicyAgentBase):
         self.frame_stack = 1
         # trained: the velocity net (a state policy, as before cameras were an option) or the whole policy,
         # encoder included; the deployed self.policy (or its velocity net) is the EMA
-        self.ema_target: torch.nn.Module = self.policy if self.policy.has_cameras else self.policy.velocity
-        self.model = copy.deepcopy(self.ema_target).train()
-        self.ema_target.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW([q for q in self.model.parameters() if q.requires_grad], lr=lr,
-                                           weight_decay=weight_decay)
+        self.ema_target, self.model, self.optimizer = ema_trainer(self.policy, self.policy.velocity, lr=lr,
+                                                                  weight_decay=weight_decay)
         self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
         self.num_updates = 0
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
