@@ -7,7 +7,7 @@
 
 Usage (single thread, as on a shared 2-core machine)::
 
-    python benchmarks/bench_dppo.py --envs 8 --steps 64 --threads 1 --out benchmarks/results/dppo_throughput.json
+    python benchmarks/bench_dppo.py --envs 8 --steps 64 --threads 1 --out benchmarks/results/full/dppo_throughput.json
 """
 
 from __future__ import annotations

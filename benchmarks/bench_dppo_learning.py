@@ -37,7 +37,7 @@ Output: ``--out`` (JSON) in the normalised learning form of ``robotrl.bench.sche
 Usage (single torch thread, shared 2-core machine)::
 
     python benchmarks/bench_dppo_learning.py --seeds 0 1 2 3 4 --env-steps 100000 \
-        --out benchmarks/results/dppo_learning.json
+        --out benchmarks/results/full/dppo_learning.json
     python benchmarks/bench_dppo_learning.py --seeds 0 --env-steps 2000 --bc-updates 50 --data-steps 2000 \
         --out /tmp/dppo_smoke.json            # plumbing check, ~30 s (SB3 still does one 20,480-step rollout)
     python benchmarks/bench_dppo_learning.py ... --skip sb3   # without the SB3 PPO peer
@@ -232,7 +232,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--minari-root", default=None, help="default: a temporary directory")
     ap.add_argument("--skip", nargs="*", default=[], choices=["sb3"], help="contenders to leave out (sb3: SB3 PPO)")
-    ap.add_argument("--out", default="benchmarks/results/dppo_learning.json")
+    ap.add_argument("--out", default="benchmarks/results/full/dppo_learning.json")
     ap.add_argument("--dppo", nargs="*", default=[], metavar="KEY=VALUE",
                     help="override a DPPOAgent argument of DPPO_ARGS / its defaults (YAML value), recorded in setting")
     a = ap.parse_args()

@@ -160,7 +160,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=20000)
     p.add_argument("--pushes", type=int, default=50)
-    p.add_argument("--out", default="online_link.json")
+    p.add_argument("--out", default="full/online_link.json")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         link = link_case(a.n, a.pushes, Path(d))

@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--cpu-sized", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--root", default="runs/bench_pixel_learning", help="where the runs go (finished ones are kept)")
-    ap.add_argument("--out", default="pixel_learning.json", help="under benchmarks/results/")
+    ap.add_argument("--out", default="studies/pixels/learning.json", help="under benchmarks/results/")
     ap.add_argument("--smoke", action="store_true", help="1 seed, tiny budgets")
     args = ap.parse_args()
     if args.smoke:

@@ -34,7 +34,7 @@ Contenders (the online phase starts at env step 0 for all):
   (WSRL: one per env step).
 - ``sb3-sac``: stable-baselines3 SAC from scratch (no data), default hyper-parameters.
 
-Writes ``benchmarks/results/qlearning_learning.json``: per contender and seed the curve
+Writes ``benchmarks/results/full/qlearning_learning.json``: per contender and seed the curve
 ``[(env_steps, return_mean, success_rate, online wall s)]`` plus the mean over seeds at each budget,
 the onset dip (first online evaluation minus the offline one), wall time, and the ``threshold``
 (``--threshold``, success 0.9) of the tables' time-to-threshold column.
@@ -373,7 +373,7 @@ def main() -> None:
                               "agent.model.critic_hidden=[64,64]", "agent.model.cql_n_actions=4"]
     set_threads(args.threads)
     _setup(args)  # generate the dataset once, before the seed processes start
-    out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json")
+    out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "full/qlearning_learning.json")
     t0 = time.time()
     per_seed: dict[str, list[dict]] = {}
     for res in seed_results(args):

@@ -22,7 +22,7 @@ What it does (see ``benchmarks/README.md`` for the meaning of every row):
 
 All contenders are timed side by side, round-robin, with warmup, several repeats and
 the median (``time.perf_counter``), with ``torch.set_num_threads(2)``. The table goes to
-stdout, the full results to ``benchmarks/results/replay.json``.
+stdout, the full results to ``benchmarks/results/full/replay.json``.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=float, default=None, help="seconds per timed sampling block (default 0.15, 0.05 with --quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch threads (machine.md: 2)")
-    p.add_argument("--out", type=str, default="replay.json", help="file name under benchmarks/results/")
+    p.add_argument("--out", type=str, default="full/replay.json", help="file name under benchmarks/results/")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary MINARI_DATASETS_PATH")
     args = p.parse_args(argv)
     steps = args.steps or (3000 if args.quick else 20000)

@@ -47,7 +47,7 @@ tuning file: α 0.5, HER 0.8, γ 0.98), residual PPO with α 0.5 and the full-PP
 ``--utd``, ``--critic-n`` and ``--hidden`` override the off-policy experiment's own values (unset: the experiment's).
 
 The off-policy residual that lifts a 200-demonstration BC base (0.25 -> 0.56 final-step success in 20k env steps,
-~48 CPU-minutes per seed; ``benchmarks/results/residual_fetch_push_offpolicy.json``, README)::
+~48 CPU-minutes per seed; ``benchmarks/results/studies/residual-fetch-push/offpolicy.json``, README)::
 
     python benchmarks/bench_residual.py --task push --demos 200 --seeds 0 1 2 --methods residual_offpolicy \
         --budget 20000 --warmup 2000 --offpolicy-eval-every 2500 --no-success-termination \
@@ -412,7 +412,7 @@ def _write(args, results: dict, partial: bool) -> None:
                      f"{statistics.mean(w):.0f} |")
     if not partial:
         print("\n".join(table))
-    out = RESULTS_DIR / (args.out or f"residual_fetch_{args.task}.json")
+    out = RESULTS_DIR / (args.out or f"full/residual_fetch_{args.task}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_method": the raw figures
     task = ("PointMaze open room, biased PD base (robotrl.agents.residual.room)" if args.task == "room"

@@ -34,9 +34,9 @@ scale: 10k CQL updates cannot propagate a ~160-return horizon from a zero start,
 ``--matmul-dtype bfloat16`` where the CPU has native bf16 (same learning, ``qlearning_precision``).
 
 Commands (this machine, 2 cores):
-    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --out wsrl_warmstart_hopper.json   # ~1 h
+    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --out studies/wsrl-hopper/adam_state.json   # ~1 h
     python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --arms 0 2 3 --matmul-dtype bfloat16 \
-        --online-steps 25000 --out wsrl_layernorm_hopper.json                                                # ~1.5 h
+        --online-steps 25000 --out studies/wsrl-hopper/layernorm_25k.json                                                # ~1.5 h
     # issue 43: WSRL's 10-head network on Hopper, an independent CQL pretraining per seed, best policy kept,
     # 50 held-out episodes (GPU-sized: ~3 GPU-hours or ~20 CPU-hours for the three seeds)
     python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --arms 2 --online-steps 105000 \
@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=5_000,
                     help="online steps between checkpoints (smaller on short GPU leases: a killed run resumes from its last)")
     ap.add_argument("--root", default="runs/bench_wsrl_warmstart", help="where the runs go (resumable)")
-    ap.add_argument("--out", default="wsrl_warmstart_hopper.json", help="under benchmarks/results/")
+    ap.add_argument("--out", default="studies/wsrl-hopper/adam_state.json", help="under benchmarks/results/")
     ap.add_argument("--arms", type=int, nargs="+", default=[0, 1],
                     help="indices of ARMS to run (0: pretrained Adam, 1: fresh Adam, 2: LayerNorm critic and actor, "
                          "3: LayerNorm critic only)")
