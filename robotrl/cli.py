@@ -392,7 +392,8 @@ def _pretrain_hint(cfg, overrides: list[str]) -> ConfigError | None:
 
 
 def _official_dataset_hint(cfg) -> ConfigError | None:
-    """An official Minari dataset (no recipe) that is not downloaded: the download command."""
+    """An official Minari dataset (no recipe) that is not here: downloaded with ``minari.download_dataset`` when
+    the network allows (into ``$MINARI_DATASETS_PATH``), else one line with the reason and the download command."""
     ds = cfg.get("dataset")
     if not isinstance(ds, DictConfig) or ds.get("recipe") or not ds.get("id"):
         return None
@@ -409,9 +410,35 @@ def _official_dataset_hint(cfg) -> ConfigError | None:
         pass
     except Exception:  # noqa: BLE001  (the run reports anything else itself)
         return None
-    return ConfigError(f"dataset {ds_id!r} is an official Minari dataset that is not downloaded: run "
-                       f"`minari download {ds_id}` (needs network access), or train on a generated one "
-                       "(`robotrl collect list=true` lists the recipes; e.g. env=hopper dataset=hopper-medium)")
+    why = download_official_dataset(ds_id)
+    if why is None:
+        return None
+    return ConfigError(f"dataset {ds_id!r} is an official Minari dataset that is not downloaded, and {why}: run "
+                       f"`minari download {ds_id}` where the network allows (then copy it into $MINARI_DATASETS_PATH), "
+                       "or train on a generated one (`robotrl collect list=true` lists the recipes; e.g. env=hopper "
+                       "dataset=hopper-medium)")
+
+
+def download_official_dataset(ds_id: str) -> str | None:
+    """Download the official Minari dataset ``ds_id`` with ``minari.download_dataset`` (into the local Minari
+    directory, ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``).
+
+    Returns:
+        None when the dataset is there now; else why not, as a clause for a one-line error (Minari's download
+        needs ``huggingface_hub``, the ``download`` extra, and network access to the Hugging Face Hub).
+    """
+    import minari
+
+    log.info("dataset %s is an official Minari dataset: downloading it with minari.download_dataset", ds_id)
+    try:
+        minari.download_dataset(ds_id)
+    except ImportError as exc:  # minari's remote needs huggingface_hub (minari[hf])
+        return f'its download needs {getattr(exc, "name", None) or "huggingface_hub"}: pip install "robotrl[download]"'
+    except Exception as exc:  # noqa: BLE001  (no network, unknown id, server error: the line says which)
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"the download failed ({type(exc).__name__}: {first})"
+    log.info("downloaded %s", ds_id)
+    return None
 
 
 def _check_values(cmd: str, cfg, base, key_overrides) -> None:

@@ -41,6 +41,7 @@ import torch
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
 from robotrl.errors import CheckpointError
 from robotrl.evaluation import evaluate
+from robotrl.logging_wandb import logger_name
 from robotrl.policy import act, policy_state
 from robotrl.progress import Progress, emit
 from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
@@ -138,6 +139,7 @@ class Runner:
         self.wall_time = 0.0
         self._t0 = time.time()
         self._writer = None
+        self._wandb: Any = None  # logger=wandb: a robotrl.logging_wandb.WandbLogger, opened with the writer
         self.progress: Progress | None = None
 
     def __getattr__(self, name: str):
@@ -168,15 +170,24 @@ class Runner:
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.loop.step or None)
+            if logger_name(self.run_config) == "wandb":  # logger=wandb: every scalar to W&B as well
+                from robotrl.logging_wandb import WandbLogger
+
+                self._wandb = WandbLogger(self.run_dir, self.run_config)
         return self._writer
 
     def log(self, prefix: str, metrics: dict, step: int | None = None) -> None:
         """Log finite scalar ``metrics`` (floats or 0-d tensors) as ``prefix/name`` at ``step``
-        (default: the loop's step)."""
+        (default: the loop's step), to TensorBoard and, with ``logger=wandb``, to W&B."""
+        step = self.loop.step if step is None else step
+        out = {}
         for k, v in metrics.items():
             v = float(v.item() if torch.is_tensor(v) else v)
             if np.isfinite(v):
-                self.writer.add_scalar(f"{prefix}/{k}", v, self.loop.step if step is None else step)
+                self.writer.add_scalar(f"{prefix}/{k}", v, step)
+                out[f"{prefix}/{k}"] = v
+        if self._wandb is not None:
+            self._wandb.log(out, step)
 
     def print(self, line: str) -> None:
         """Print ``line`` when progress output is on (above the progress bar if one is shown)."""
@@ -355,10 +366,14 @@ class Runner:
         self.save()
         summary = self._summary(resumed)
         # the composed config as text and the hyper-parameters against the summary, in the run's one event file
-        log_run_config(self.writer, self.run_config, {f"summary/{k}": float(v) for k, v in summary.items()
-                                                      if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                      and np.isfinite(v)}, step=self.loop.step)
+        scalars = {f"summary/{k}": float(v) for k, v in summary.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)}
+        log_run_config(self.writer, self.run_config, scalars, step=self.loop.step)
         self.writer.close()
+        if self._wandb is not None:
+            self._wandb.summary(scalars)
+            self._wandb.finish()
+            self._wandb = None
         paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
         summary["report_paths"] = {k: str(v) for k, v in paths.items()}
         return summary
