@@ -93,6 +93,24 @@ def test_package_ships_py_typed_and_license_metadata():
     assert "Apache License" in (ROOT / "LICENSE").read_text() and "docs" in meta["optional-dependencies"]
 
 
+def test_the_supported_pythons_agree_everywhere_and_the_extras_name_only_optional_libraries():
+    """requires-python's lower bound is the oldest classifier and the version ruff and mypy check against
+    (tools/check_python_versions.sh compiles every module with the oldest and newest ones where they are installed)."""
+    import tomllib
+
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    meta = doc["project"]
+    oldest = meta["requires-python"].removeprefix(">=")
+    versions = sorted((c.rsplit(" :: ", 1)[1] for c in meta["classifiers"]
+                       if c.startswith("Programming Language :: Python :: 3.")), key=lambda v: int(v.split(".")[1]))
+    assert versions[0] == oldest and len(versions) >= 2
+    assert doc["tool"]["ruff"]["target-version"] == "py" + oldest.replace(".", "")
+    assert doc["tool"]["mypy"]["python_version"] == oldest
+    core = " ".join(meta["dependencies"])
+    for optional in ("stable-baselines3", "onnx", "pyzmq", "msgpack", "wandb", "ray", "huggingface"):
+        assert optional not in core, optional
+
+
 # ----------------------------------------------------------------------------- errors: one line, the way out
 def test_unknown_config_key_names_the_closest_key(tmp_path):
     line = _one_error_line(_robotrl(["train", "trainer.ofline_steps=100"], tmp_path))
