@@ -63,6 +63,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Case, environment, format_table, paired_ratio, run_interleaved, set_threads, write_json  # noqa: E402
+from _formats import as_result  # noqa: E402
 
 TARGETS = {"sac": 2.0, "iql": 2.0, "cql": 3.0, "calql": 3.0}
 
@@ -269,7 +270,8 @@ def main() -> None:
 
     env = environment()
     env["d3rlpy"] = d3rlpy.__version__
-    path = write_json(args.out, {"environment": env, "batch_size": 256, "results": results})
+    path = write_json(args.out, as_result({"environment": env, "batch_size": 256, "results": results}, Path(args.out).stem,
+                                          "qlearning_throughput"))
     print(f"results: {path}")
 
 

@@ -50,6 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Case, command_line, environment, learning_result, paired_ratio, run_interleaved, set_threads, write_json  # noqa: E402,I001
+from _formats import as_result  # noqa: E402
 
 NET = {"hidden": [512, 512, 512], "time_dim": 16, "act": "mish"}
 SIZES = dict(obs_dim=11, action_dim=3)
@@ -447,7 +448,8 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     res = {"latency": latency, "learning": learning, "shortcut": shortcut_quality}[args.mode](args)
-    print("wrote", write_json(Path(args.out).resolve(), res))
+    kind = {"latency": "reinflow_latency", "shortcut": "shortcut_quality"}.get(args.mode)  # learning: already the form
+    print("wrote", write_json(Path(args.out).resolve(), as_result(res, Path(args.out).stem, kind) if kind else res))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Case, environment, fmt_rate, format_table, paired_ratio, run_interleaved, set_threads, write_json  # noqa: E402
+from _formats import as_result  # noqa: E402
 
 ENV_ID = "Hopper-v5"
 BATCH = 256
@@ -324,7 +325,7 @@ def _run(args, steps, repeats, block, load_repeats, root: Path) -> int:
         "target": {"x_minari_required": TARGET_X_MINARI, "x_minari_hdf5": x_vs["hdf5"], "x_minari_arrow": x_vs["arrow"],
                    "met": target_met},
     }
-    path = write_json(args.out, payload)
+    path = write_json(args.out, as_result(payload, Path(args.out).stem, "replay"))
     print(f"results written to {path}")
     return 0
 
