@@ -29,7 +29,7 @@ from robotrl.errors import ConfigError, RobotRLError
 
 CONFIG_PATH = "pkg://robotrl.configs"
 USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,online-demo} [hydra overrides ...]
-       robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-readme] [--record]
+       robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-docs] [--record]
        robotrl convert --from {lerobot,minari} SRC --to {minari,lerobot} DST [--root DIR] [--fps F] [--codec C] [--overwrite]
        robotrl export CHECKPOINT OUT_DIR [--formats {torchscript,onnx} ...] [--opset N] [--overwrite]
 
@@ -41,7 +41,7 @@ USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,
   actor         online RL, robot side: robotrl actor robot=sim learner=tcp://<host>:5600 key_file=online.key
   learner       online RL, learner: robotrl learner robot=sim agent=rlpd demos=<Minari id> key_file=online.key
   online-demo   robot server (twin) + learner + actor on this machine: robotrl online-demo
-  bench     benchmark suite: quick (< 30 min) or full tier, tables, plots, README block, regression check
+  bench     benchmark suite: quick or full tier, tables, plots, the docs results pages, regression check
   convert   LeRobotDataset (v3.0: parquet + mp4) <-> Minari dataset; robotrl convert --help lists its options
   export    a checkpoint's policy as a deploy bundle (TorchScript + ONNX + policy_meta.json; pixel policies with their cameras)
 
