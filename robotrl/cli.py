@@ -430,6 +430,13 @@ def download_official_dataset(ds_id: str) -> str | None:
     import minari
 
     log.info("dataset %s is an official Minari dataset: downloading it with minari.download_dataset", ds_id)
+    try:  # huggingface_hub's retry warnings would be lines beside the one error line: quiet while it tries
+        from huggingface_hub.utils import logging as hub_logging
+
+        level = hub_logging.get_verbosity()  # (its own set-up runs first, so it does not reset the level later)
+        hub_logging.set_verbosity_error()
+    except ImportError:
+        hub_logging = None
     try:
         minari.download_dataset(ds_id)
     except ImportError as exc:  # minari's remote needs huggingface_hub (minari[hf])
@@ -437,6 +444,9 @@ def download_official_dataset(ds_id: str) -> str | None:
     except Exception as exc:  # noqa: BLE001  (no network, unknown id, server error: the line says which)
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         return f"the download failed ({type(exc).__name__}: {first})"
+    finally:
+        if hub_logging is not None:
+            hub_logging.set_verbosity(level)
     log.info("downloaded %s", ds_id)
     return None
 
