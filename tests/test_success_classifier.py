@@ -142,16 +142,17 @@ def test_binary_metrics_count_and_rank_like_their_definitions():
 @camera
 def test_camera_classifier_reaches_the_heldout_bar_on_twin_frames(camera_classifier):
     """Held-out goals (whole episodes the classifier never trained on; the threshold chosen on other held-out goals):
-    AUC >= 0.75, recall >= 0.7, precision >= 0.55 where chance is AUC 0.5 and precision 0.5 (balanced classes).
+    AUC >= 0.7, recall >= 0.7, precision >= 0.55 where chance is AUC 0.5 and precision 0.5 (balanced classes).
 
     The bar: with a seeded random (not ImageNet-pretrained) frozen trunk at 48 px, where the ball and goal are ~2 px,
-    this set-up measured AUC 0.85, precision 0.65, recall 1.0 on the held-out goals (seed 0); the bar sits below
-    that by the spread of 4 held-out goals (48 frames), well above chance. On the training goals it fits (AUC > 0.9),
-    so the gap is generalisation to unseen goal positions, not under-fitting."""
+    this set-up measured on the held-out goals, seeds 0 / 1 / 2 (frames, split and initialisation):
+    AUC 0.847 / 0.745 / 0.858, precision 0.69 / 0.615 / 0.72, recall 0.833 / 1.0 / 0.75 (this test is seed 0). The
+    bar sits under the lowest seed (4 held-out goals, 48 frames, are a noisy estimate), well above chance. On the
+    training goals it fits (AUC 0.955-0.977), so the gap is generalisation to unseen goal positions."""
     clf, m, _ = camera_classifier
     h = m["heldout"]
     assert m["episodes"]["heldout"] >= 4 and h["positives"] >= 20 and h["negatives"] >= 20, m
-    assert h["auc"] >= 0.75 and h["recall"] >= 0.7 and h["precision"] >= 0.55, m
+    assert h["auc"] >= 0.7 and h["recall"] >= 0.7 and h["precision"] >= 0.55, m
     assert m["train"]["auc"] > 0.9, m
 
 

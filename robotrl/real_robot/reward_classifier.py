@@ -347,10 +347,11 @@ def fit_success_classifier(clf: SuccessClassifier, frames: LabelledFrames, *, st
     """Train ``clf``'s head (and its projection; a frozen trunk stays fixed) with class-balanced binary
     cross-entropy, choose the threshold and evaluate on held-out episodes.
 
-    Whole episodes are held out (``holdout`` of them, at least 2 when there are ≥ 4 episodes, else frames):
-    alternately to a threshold set, where the threshold with the best F1 is chosen (unless ``threshold`` is given),
-    and an evaluation set, where :func:`binary_metrics` reports precision / recall / F1 / AUC at it. A frozen
-    trunk without random shift is run once per frame (:meth:`PixelEncoder.stem`), not per step.
+    Whole episodes are held out, stratified: ``holdout`` of the episodes with a success and of those without (at
+    least one of each group of ≥ 2, never all of it), alternately to a threshold set, where the threshold with the
+    best F1 is chosen (unless ``threshold`` is given), and an evaluation set, where :func:`binary_metrics` reports
+    precision / recall / F1 / AUC at it; with too few episodes for both sets, frames are held out the same way. A
+    frozen trunk without random shift is run once per frame (:meth:`PixelEncoder.stem`), not per step.
 
     Args:
         clf: the classifier (its state normaliser is set from the training frames).
