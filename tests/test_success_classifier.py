@@ -322,6 +322,15 @@ def test_a_classifier_for_other_cameras_or_state_is_refused_naming_the_fix():
         state.check_inputs({}, 4, "robot")
     with pytest.raises(ConfigError, match="needs cameras or a state"):
         SuccessClassifier(0, 2)
+    from omegaconf import OmegaConf
+
+    from robotrl.real_robot.reward_classifier import LabelledFrames, build_classifier
+
+    frames = LabelledFrames(np.zeros((4, 0), np.float32), {"pixels/topdown": np.zeros((4, PX, PX, 3), np.uint8)},
+                            np.array([0, 1, 0, 1], bool), np.arange(4))
+    with pytest.raises(ConfigError) as e:  # the pretrained encoder without its local weights file
+        build_classifier(OmegaConf.create({"hidden": [8], "encoder": "resnet10", "encoder_weights": None}), frames, 2, 0)
+    assert "\n" not in str(e.value) and "agent.model.encoder_weights=" in str(e.value)
 
 
 @camera

@@ -516,9 +516,17 @@ class ClassifierReward:
 
 # ----------------------------------------------------------------------------- robotrl train agent=reward-classifier
 def build_classifier(cfg_model, frames: LabelledFrames, action_dim: int, seed: int) -> SuccessClassifier:
-    """The :class:`SuccessClassifier` of ``agent.model`` for ``frames`` (their cameras and state size)."""
+    """The :class:`SuccessClassifier` of ``agent.model`` for ``frames`` (their cameras and state size).
+
+    Raises:
+        ConfigError: cameras with the pretrained ``resnet10`` encoder and no ``encoder_weights`` file.
+    """
     kw = {k: cfg_model[k] for k in ("encoder", "pooling", "feature_dim", "channels", "encoder_weights",
                                     "freeze_encoder", "augment_pad") if k in cfg_model}
+    if frames.images and kw.get("encoder", "resnet10") == "resnet10" and not kw.get("encoder_weights"):
+        raise ConfigError("the camera classifier's encoder is a pretrained ResNet-10: set agent.model.encoder_weights="
+                          "<a local file with its state_dict, torch.save(ResNet10(3, width).state_dict(), path)> "
+                          "(nothing is downloaded), or agent.model.encoder=drq to train a small encoder from scratch")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return SuccessClassifier(frames.state.shape[1], action_dim, hidden=list(cfg_model.hidden),
@@ -591,8 +599,13 @@ class RewardClassifierAgent:
         obs_dim, action_dim: ``Do``, ``Da``.
         obs_normalizer, action_scaler, device, seed: accepted like every agent's (unused).
         **settings: the ``agent.model`` keys (see :func:`run_train`).
+
+    Attributes:
+        policy: a state :class:`SuccessClassifier` of ``Do`` with the configured head (``run_train`` builds the one
+            of the dataset's inputs: its cameras and state).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer=None, action_scaler=None, device="cpu",
                  seed: int = 0, **settings):
-        self.obs_dim, self.action_dim, self.settings = int(obs_dim), int(action_dim), dict(settings)
+        self.settings = dict(settings)
+        self.policy = SuccessClassifier(obs_dim, action_dim, hidden=list(settings.get("hidden") or (256, 256)))
