@@ -303,8 +303,9 @@ def best_f1_threshold(p: np.ndarray, y: np.ndarray) -> float:
 
 
 # ----------------------------------------------------------------------------- training
-def _split(frames: LabelledFrames, holdout: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Train / threshold / evaluation indices: whole held-out episodes, stratified (episodes with a success and
+def _split(frames: LabelledFrames, holdout: float,
+           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Train / threshold / evaluation indices and ``"episodes"`` or ``"frames"``: whole held-out episodes, stratified (episodes with a success and
     episodes without one are held out separately, each keeping at least one for training), alternately to the two
     held-out sets; by frame when there are fewer than 2 episodes to hold out."""
     def stratified(units: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -320,10 +321,10 @@ def _split(frames: LabelledFrames, holdout: float, rng: np.random.Generator) -> 
     hold, calib_e, eval_e = stratified(eps, np.array([frames.labels[frames.episode == e].any() for e in eps]))
     if calib_e.size and eval_e.size:
         return (np.flatnonzero(~np.isin(frames.episode, hold)), np.flatnonzero(np.isin(frames.episode, calib_e)),
-                np.flatnonzero(np.isin(frames.episode, eval_e)))
+                np.flatnonzero(np.isin(frames.episode, eval_e)), "episodes")
     idx = np.arange(len(frames))  # too few episodes: by frame
     hold, calib, ev = stratified(idx, frames.labels)
-    return np.setdiff1d(idx, hold), np.sort(calib), np.sort(ev)
+    return np.setdiff1d(idx, hold), np.sort(calib), np.sort(ev), "frames"
 
 
 @torch.no_grad()
@@ -363,8 +364,9 @@ def fit_success_classifier(clf: SuccessClassifier, frames: LabelledFrames, *, st
         log: ``log(step, scalars)`` every ``log_every`` steps and at the end (TensorBoard in :func:`run_train`).
 
     Returns:
-        ``{"threshold", "train": metrics, "heldout": metrics, "threshold_set": metrics, "frames", "episodes"}``
-        with :func:`binary_metrics` dicts (``heldout``: the evaluation episodes).
+        ``{"threshold", "split", "train": metrics, "heldout": metrics, "threshold_set": metrics, "frames",
+        "episodes"}`` with :func:`binary_metrics` dicts (``heldout``: the evaluation episodes; ``split``:
+        ``"episodes"``, or ``"frames"`` when there were too few episodes).
 
     Raises:
         ConfigError: ``threshold`` outside ``(0, 1)``, or the training split has one class only.
@@ -374,7 +376,7 @@ def fit_success_classifier(clf: SuccessClassifier, frames: LabelledFrames, *, st
     if threshold is not None and not 0 < threshold < 1:
         raise ConfigError(f"classifier threshold must be in (0, 1) or null (chosen on held-out frames), got {threshold}")
     rng = np.random.default_rng(seed)
-    train, calib, ev = _split(frames, holdout, rng)
+    train, calib, ev, split = _split(frames, holdout, rng)
     y_all = frames.labels
     if y_all[train].all() or not y_all[train].any():
         raise ConfigError("the training episodes hold one class only; record more successful and failed episodes "
@@ -412,7 +414,7 @@ def fit_success_classifier(clf: SuccessClassifier, frames: LabelledFrames, *, st
     clf.eval()
     p_calib, p_eval, p_train = (_probs(clf, frames, ix, stems) for ix in (calib, ev, train))
     thr = float(threshold) if threshold is not None else best_f1_threshold(p_calib, y_all[calib])
-    out = {"threshold": thr, "train": binary_metrics(p_train, y_all[train], thr),
+    out = {"threshold": thr, "split": split, "train": binary_metrics(p_train, y_all[train], thr),
            "threshold_set": binary_metrics(p_calib, y_all[calib], thr),
            "heldout": binary_metrics(p_eval, y_all[ev], thr),
            "frames": {"train": int(train.size), "threshold_set": int(calib.size), "heldout": int(ev.size)},
@@ -588,7 +590,10 @@ def _report_md(s: dict) -> str:
     return (f"# Success classifier\n\nDataset `{s['dataset']}`; inputs: cameras {s['inputs']['cameras'] or 'none'}, "
             f"state Do={s['inputs']['state_dim']}.\n\nThreshold {s['threshold']:.4f} (p(success) at and above which an "
             "observation is a success), chosen on the threshold episodes; the held-out episodes report the metrics "
-            "at it.\n\n" + "\n".join(rows) + "\n")
+            "at it.\n\n" + "\n".join(rows) + "\n"
+            + ("" if s["split"] == "episodes" else "\nToo few episodes with and without a success to hold whole episodes "
+               "out: frames were held out, so held-out frames have neighbours in training and the figures are "
+               "optimistic. Record more episodes.\n"))
 
 
 class RewardClassifierAgent:
