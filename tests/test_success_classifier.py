@@ -318,6 +318,7 @@ def test_a_classifier_for_other_cameras_or_state_is_refused_naming_the_fix():
         msg = str(e.value)
         assert "\n" not in msg and "robot.cameras=" in msg and "robot.image_size=" in msg, msg
     clf.check_inputs({"pixels/topdown": [PX, PX, 3]}, 8, "robot")  # cameras only: any state size
+    clf.check_inputs({"pixels/topdown": [PX, PX, 3], "pixels/wrist": [32, 32, 3]}, 8, "robot")  # an extra camera
     state = SuccessClassifier(8, 2, hidden=[8])
     with pytest.raises(ConfigError, match="Do=8 .* Do=4: train it on a recording of this robot"):
         state.check_inputs({}, 4, "robot")

@@ -158,7 +158,8 @@ class SuccessClassifier(ObservationFrontend):
         return float(p[0]) if single else p
 
     def check_inputs(self, cameras: Mapping[str, Sequence[int]], obs_dim: int, where: str) -> None:
-        """Refuse a robot (or dataset) whose cameras or state differ from what this classifier reads.
+        """Refuse a robot (or dataset) that lacks a camera this classifier reads, sends it at another frame size, or
+        has another state size (cameras the classifier does not read are ignored).
 
         Args:
             cameras: ``{"pixels/<camera>": [H, W, C]}`` the robot sends.
@@ -170,7 +171,7 @@ class SuccessClassifier(ObservationFrontend):
         """
         mine = self.camera_shapes()
         theirs = {str(k): [int(d) for d in v] for k, v in cameras.items()}
-        if mine and mine != theirs:
+        if any(theirs.get(k) != v for k, v in mine.items()):
             raise ConfigError(f"the success classifier reads cameras {mine} ({{key: [H, W, C]}}) and {where} sends "
                               f"{theirs}: give the robot the classifier's cameras and frame size (for the twin "
                               "robot.cameras=[...] robot.image_size=N), or train a classifier on frames recorded with "
