@@ -356,3 +356,45 @@ def test_robotrl_actor_refuses_a_classifier_for_another_frame_size_in_one_line(t
     assert r.returncode == 2, r.stderr
     assert len(lines) == 1 and lines[0].startswith("robotrl: error:"), r.stderr
     assert "[48, 48, 3]" in lines[0] and "[32, 32, 3]" in lines[0] and "robot.image_size=N" in lines[0]
+
+
+@camera
+def test_the_deploy_loop_records_the_operators_marks_as_labels(tmp_path, minari_root):
+    """``robotrl deploy``'s control loop over a real robot server (a thread with the camera twin, real ZeroMQ): the
+    operator's ``y`` ends an episode as a success, ``n`` cuts one as a failure, and the recording written by
+    :func:`robotrl.real_robot.recording.record_dataset` carries them as the labels the classifier trains on."""
+    import yaml
+
+    import robotrl.configs
+    from robotrl.data.dataset import load_dataset
+    from robotrl.real_robot.client import RobotClient
+    from robotrl.real_robot.control import ChunkScheduler, ControlLoop
+    from robotrl.real_robot.factory import make_supervisor
+    from robotrl.real_robot.launch import ServerThread
+    from robotrl.real_robot.protocol import camera_limits
+    from robotrl.real_robot.recording import record_dataset
+    from robotrl.real_robot.reward_classifier import LabelledFrames
+    from robotrl.real_robot.sim import MuJoCoTwin
+    from robotrl.real_robot.teleop import ScriptedTeleop
+
+    safety = yaml.safe_load((Path(robotrl.configs.__file__).parent / "robot" / "sim.yaml").read_text())["safety"]
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, cameras=("topdown",), image_size=24,
+                      env_kwargs={"maze_map": GOAL_MAZE, "continuing_task": True})
+    spec = twin.spec()
+    key = bytes(range(32))
+    marks = {5: True, 10: False}  # the operator's keys at the 6th and 11th poll (the loop does not restart its count)
+    human = ScriptedTeleop(lambda s: np.zeros(2, np.float32), lambda ep, k: False, spec.action.low, spec.action.high,
+                           label=lambda ep, k, s: marks.get(k))
+    with ServerThread(twin, make_supervisor({**safety, "rate_hz": 20, "watchdog_s": 30}, spec), key) as srv:
+        with RobotClient(srv.endpoint, key, timeout_s=10.0, link_timeout_s=30.0) as c:
+            c.use_limits(camera_limits(spec.cameras))
+            loop = ControlLoop(c, ChunkScheduler(lambda o: np.array([[0.3, -0.2]], np.float32)), rate_hz=20,
+                               hold_action=spec.hold_action, teleop=human, deadline_frac=0.9)
+            logs = [loop.run_episode(seed=s, max_steps=30) for s in (1, 2)]
+    assert [len(log.steps) for log in logs] == [6, 5] and [log.stopped for log in logs] == ["episode_end"] * 2
+    assert logs[0].steps[-1].terminated and logs[0].steps[-1].success and not logs[0].steps[-1].truncated
+    assert logs[1].steps[-1].truncated and not any(s.success or s.terminated for s in logs[1].steps)
+    record_dataset("robot/test/deploy-marks-v0", logs, spec)
+    frames = LabelledFrames.from_dataset(load_dataset("robot/test/deploy-marks-v0"))
+    assert frames.labels.tolist() == [False] * 5 + [True] + [False] * 5
+    assert frames.images["pixels/topdown"].shape == (11, 24, 24, 3)
