@@ -398,3 +398,40 @@ def test_the_deploy_loop_records_the_operators_marks_as_labels(tmp_path, minari_
     frames = LabelledFrames.from_dataset(load_dataset("robot/test/deploy-marks-v0"))
     assert frames.labels.tolist() == [False] * 5 + [True] + [False] * 5
     assert frames.images["pixels/topdown"].shape == (11, 24, 24, 3)
+
+
+def test_robotrl_learner_with_the_classifier_reward_relabels_its_demonstrations(tmp_path):
+    """``robotrl learner reward=classifier`` (its :func:`build_learner`, bound to a real loopback socket): the
+    demonstrations enter the buffer with the classifier's verdicts on their next observations as rewards (through
+    the agent's reward transform), as the actor rewards its online steps; terminations are kept."""
+    from hydra import compose, initialize_config_module
+
+    from robotrl.data.dataset import load_dataset
+    from robotrl.real_robot.online_cli import build_learner
+    from robotrl.real_robot.online_eval import record_controller_demos, robot_overrides
+    from robotrl.real_robot.reward_classifier import SuccessClassifier, save_classifier
+
+    demos = record_controller_demos(tmp_path / "demos", episodes=3, max_steps=40, maze="open", reward="sparse", seed=3)
+    data = load_dataset(demos)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        clf = SuccessClassifier(data.obs_dim, data.action_dim, hidden=[8])  # untrained: its own verdicts
+    p = clf.prob(data.next_observations)
+    thr = float(np.median(p))
+    save_classifier(tmp_path / "clf" / "classifier.pt", clf, thr)
+    want = (p >= thr).astype(np.float64)
+    assert (want != data.rewards).any()  # the relabelling is visible
+    with initialize_config_module("robotrl.configs", version_base="1.3"):
+        cfg = compose("online/learner", overrides=[
+            *robot_overrides("open", "sparse", 40), "agent=rlpd", "agent.model.num_critics=2", "agent.model.hidden=[16]",
+            "agent.model.critic_hidden=[16]", f"demos={demos}", f"run_dir={tmp_path / 'learner'}",
+            "endpoint=tcp://127.0.0.1:0", "key_create=true", f"key_file={tmp_path / 'k.key'}", "trainer.batch_size=16",
+            "reward=classifier", f"reward_classifier={tmp_path / 'clf'}"])
+    learner, _, _ = build_learner(cfg)
+    try:
+        n = data.num_transitions
+        scale, bias = float(cfg.agent.get("reward_scale", 1.0)), float(cfg.agent.get("reward_bias", 0.0))
+        np.testing.assert_allclose(learner.demos.rewards[:n], scale * want + bias, rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(learner.demos.terminated[:n], bool), data.terminated)
+    finally:
+        learner.ep.close()

@@ -119,6 +119,11 @@ def build_learner(cfg: DictConfig):
     if data is not None and (data.obs_dim, data.action_dim) != (do, da):
         raise SpaceMismatchError(f"demos {cfg.demos} have Do={data.obs_dim}, Da={data.action_dim} but robot {robot.name} "
                                  f"has Do={do}, Da={da}; record demonstrations on this robot")
+    reward_fn = make_reward(cfg, robot)  # reward=classifier: the demonstrations' rewards are its verdicts, as online
+    if data is not None and reward_fn is not None:
+        from robotrl.real_robot.reward_classifier import relabel_rewards
+
+        data = relabel_rewards(data, reward_fn)
     if data is not None:
         if pixels:
             check_demo_cameras(data, robot.cameras, robot.name, str(cfg.demos))
@@ -255,7 +260,7 @@ def make_reward(cfg: DictConfig, spec):
                           "(robotrl train agent=reward-classifier ...)")
     clf, thr = load_classifier(cfg.reward_classifier)
     clf.check_inputs(camera_shapes(spec.cameras), spec.observation.dim, f"robot {spec.name}")
-    return ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.end_on_success))
+    return ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.get("end_on_success", True)))
 
 
 def run_actor(cfg: DictConfig) -> dict:

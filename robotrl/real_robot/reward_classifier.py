@@ -53,7 +53,7 @@ FORMAT = 2
 
 __all__ = ["KIND", "RewardVerdict", "RewardFunction", "SuccessClassifier", "LabelledFrames", "binary_metrics",
            "fit_success_classifier", "train_success_classifier", "save_classifier", "load_classifier",
-           "ClassifierReward", "run_train", "RewardClassifierAgent"]
+           "ClassifierReward", "relabel_rewards", "run_train", "RewardClassifierAgent"]
 
 
 # ----------------------------------------------------------------------------- the reward interface
@@ -515,6 +515,39 @@ class ClassifierReward:
         p = float(torch.sigmoid(clf(x, imgs))[0])
         ok = p >= self.threshold
         return RewardVerdict(float(ok), bool(ok), p)
+
+
+def relabel_rewards(data, reward: ClassifierReward, chunk: int = 256):
+    """``data`` (an :class:`~robotrl.data.dataset.OfflineData`) with each transition's reward and success the
+    classifier's verdict on its next observation, as the actor computes them online (``robotrl learner
+    reward=classifier``: demonstrations recorded on a robot without a reward of its own). Terminations and episode
+    boundaries are kept (a demonstration is not cut at the classifier's first success).
+
+    Raises:
+        ConfigError: the classifier reads cameras the data lacks (or at another size), another state size, or
+            stacks frames (``frame_stack > 1``: relabel online only).
+    """
+    import dataclasses
+
+    from robotrl.real_robot.online_pixels import demo_cameras, with_policy_cameras
+
+    clf = reward.classifier
+    clf.check_inputs(demo_cameras(data), int(data.next_observations.shape[1]), "the demonstrations")
+    if clf.has_cameras and clf.frame_stack > 1:
+        raise ConfigError("the success classifier stacks frames (frame_stack > 1); relabelling demonstrations needs "
+                          "frame_stack=1")
+    d = with_policy_cameras(data)
+    nxt = None if d.image_index is None else np.asarray(d.image_index) + 1
+    p = np.empty(d.num_transitions, np.float64)
+    for s in range(0, p.size, chunk):
+        sl = slice(s, s + chunk)
+        images = None
+        if clf.has_cameras:
+            assert d.images is not None and nxt is not None
+            images = {k: np.asarray(d.images[k])[nxt[sl]] for k in clf.image_keys}
+        p[sl] = clf.prob(np.asarray(d.next_observations[sl], np.float32), images)
+    ok = p >= reward.threshold
+    return dataclasses.replace(data, rewards=ok.astype(np.asarray(data.rewards).dtype), success=ok)
 
 
 # ----------------------------------------------------------------------------- robotrl train agent=reward-classifier
