@@ -114,19 +114,13 @@ class DiffusionAgent(OffPolicyAgentBase):
 
     # ------------------------------------------------------------------ acting
     @property
-    def explore(self):
-        """``explore(obs (N, Do)) -> (N, Da)`` of a state agent (:meth:`_explore`).
-
-        Raises:
-            AttributeError: the agent reads cameras: it learns offline only, so ``hasattr(agent, "explore")`` is
-                false and the build path refuses online steps.
-        """
-        if self.policy.has_cameras:
-            raise AttributeError("diffusion BC from cameras learns offline only (no explore): set trainer.online_steps=0")
-        return self._explore
+    def explores_online(self) -> bool:
+        """``False`` from cameras: this agent's stateless :meth:`explore` keeps no frame history, so it learns
+        offline only there (the build path refuses online steps)."""
+        return not self.policy.has_cameras
 
     @torch.no_grad()
-    def _explore(self, obs: np.ndarray) -> np.ndarray:
+    def explore(self, obs: np.ndarray) -> np.ndarray:
         """Stateless exploration: first action of a fresh stochastic DDPM chunk per env ``(N, Da)`` raw.
 
         (``To = 1`` semantics; chunked, history-aware acting is ``agent.policy``'s job.)

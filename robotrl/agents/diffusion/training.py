@@ -9,35 +9,12 @@ horizon / size, ``Ta``/``Da`` chunk length / action size.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from robotrl import warmstart
 from robotrl.data.batch import Batch
 from robotrl.utils import set_generator_state
-
-#: The observation spec's keys a pretrained chunk policy and the agent fine-tuning it must share (``None``: no
-#: cameras, what a state policy's spec implies by leaving them out).
-CAMERA_ARCH_KEYS = ("image_shapes", "encoder", "pooling", "feature_dim", "channels")
-
-
-def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: dict, arch_keys: Sequence[str],
-                      what: str, arch_defaults: dict | None = None) -> tuple[str, dict]:
-    """:func:`robotrl.warmstart.pretrained_policy` with the cameras and their encoder
-    (:data:`CAMERA_ARCH_KEYS`) among the architecture keys, so a camera fine-tuning run refuses a state
-    checkpoint (and the reverse) instead of keeping a random encoder.
-
-    Raises:
-        CheckpointError: as :func:`robotrl.warmstart.pretrained_policy`.
-    """
-    cams = dict.fromkeys(CAMERA_ARCH_KEYS)
-    return warmstart.pretrained_policy(path, device, own=own, base=base, spec={**cams, **spec},
-                                       arch_keys=(*arch_keys, *CAMERA_ARCH_KEYS), what=what,
-                                       arch_defaults={**cams, **(arch_defaults or {})})
-
 
 @torch.no_grad()
 def ema_trainer(policy, net: nn.Module, *, lr: float, weight_decay: float
