@@ -111,6 +111,9 @@ class SuccessClassifier(ObservationFrontend):
         ConfigError: neither cameras nor state; or from the encoder (unknown encoder, unusable weights file).
     """
 
+    #: the frontend's architecture keys and the head's widths (:attr:`ObservationFrontend.ARCH_KEYS`)
+    ARCH_KEYS = (*ObservationFrontend.ARCH_KEYS, "hidden")
+
     def __init__(self, obs_dim: int, action_dim: int = 1, *, hidden: Sequence[int] = (256, 256),
                  image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "resnet10",
                  pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 64,
