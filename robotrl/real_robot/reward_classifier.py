@@ -25,7 +25,8 @@ the best F1 there, unless a fixed one is given), the other half report precision
 trains one (``configs/agent/reward-classifier.yaml``; ``agent=reward-classifier-pixels`` for cameras), writes
 ``<run_dir>/classifier.pt`` (plain tensors, loaded with ``weights_only=True``), ``report.json``, ``report.md`` and
 TensorBoard scalars under ``<run_dir>/tb``. On the robot (:class:`ClassifierReward`, ``robotrl actor
-reward=classifier``) it is the :class:`RewardFunction` of the actor.
+reward=classifier``) it is the :class:`RewardFunction` of the actor; ``robotrl learner reward=classifier`` rewards its
+demonstrations the same way (:func:`relabel_rewards`).
 
 Symbols: ``M`` labelled frames, ``B`` batch, ``Do`` state size, ``H, W, C`` frame size, ``F`` feature size.
 """
@@ -439,8 +440,8 @@ def train_success_classifier(states: np.ndarray, labels: np.ndarray, *, steps: i
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         clf = SuccessClassifier(states.shape[1], hidden=hidden)
-    frames = LabelledFrames(np.asarray(states, np.float32), {}, np.asarray(labels, bool), np.arange(len(labels)))
-    frames.episode[:] = 0  # one "episode": the split is by frame
+    frames = LabelledFrames(np.asarray(states, np.float32), {}, np.asarray(labels, bool),
+                            np.zeros(len(labels), np.int64))  # one "episode": the split is by frame
     return clf, fit_success_classifier(clf, frames, steps=steps, batch_size=batch_size, lr=lr, holdout=holdout,
                                        threshold=threshold, seed=seed)
 
