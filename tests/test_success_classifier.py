@@ -223,7 +223,7 @@ def test_actor_with_the_camera_classifier_ends_the_episode_on_success(tmp_path, 
 @camera
 def test_operator_marks_are_recorded_and_robotrl_train_fits_a_camera_classifier(tmp_path, minari_root, weights_file):
     """The operator's marks (a scripted operator pressing ``y`` near the goal, ``n`` when giving up) end the episodes
-    and are the recording's ``success``; ``robotrl train agent=reward-classifier-pixels`` (its config, composed as
+    and are the recording's ``success``; ``robotrl train agent=reward-classifier obs=pixels`` (its config, composed as
     the CLI composes it) trains on them with HIL-SERL's ``success_last_k`` relabelling and writes the classifier, the
     report with held-out precision / recall / F1 / AUC, and TensorBoard scalars."""
     from hydra import compose, initialize_config_module
@@ -283,7 +283,7 @@ def test_operator_marks_are_recorded_and_robotrl_train_fits_a_camera_classifier(
         assert (lab3 >= lab).all()
 
     with initialize_config_module("robotrl.configs", version_base="1.3"):
-        cfg = compose("train", overrides=["agent=reward-classifier-pixels", "dataset.id=robot/test/labelled-v0",
+        cfg = compose("train", overrides=["agent=reward-classifier", "obs=pixels", "agent.model.state=false", "dataset.id=robot/test/labelled-v0",
                                           "dataset.generate=false", f"agent.model.encoder_weights={weights_file}",
                                           f"agent.model.channels={WIDTH}", "agent.model.feature_dim=16",
                                           "agent.model.hidden=[16]", "agent.model.steps=60",

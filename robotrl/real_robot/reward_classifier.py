@@ -22,7 +22,7 @@ succeeded as positives.
 Training (:func:`fit_success_classifier`) holds out whole episodes: half of them choose the threshold (the ``p`` with
 the best F1 there, unless a fixed one is given), the other half report precision, recall, F1 and ROC AUC at it
 (:func:`binary_metrics`). ``robotrl train agent=reward-classifier dataset.id=<recording> dataset.generate=false``
-trains one (``configs/agent/reward-classifier.yaml``; ``agent=reward-classifier-pixels`` for cameras), writes
+trains one (``configs/agent/reward-classifier.yaml``; ``obs=pixels`` for cameras), writes
 ``<run_dir>/classifier.pt`` (plain tensors, loaded with ``weights_only=True``), ``report.json``, ``report.md`` and
 TensorBoard scalars under ``<run_dir>/tb``. On the robot (:class:`ClassifierReward`, ``robotrl actor
 reward=classifier``) it is the :class:`RewardFunction` of the actor; ``robotrl learner reward=classifier`` rewards its
@@ -179,7 +179,7 @@ class SuccessClassifier(ObservationFrontend):
             raise ConfigError(f"the success classifier reads cameras {mine} ({{key: [H, W, C]}}) and {where} sends "
                               f"{theirs}: give the robot the classifier's cameras and frame size (for the twin "
                               "robot.cameras=[...] robot.image_size=N), or train a classifier on frames recorded with "
-                              "this robot's cameras (robotrl train agent=reward-classifier-pixels dataset.id=...)")
+                              "this robot's cameras (robotrl train agent=reward-classifier obs=pixels dataset.id=...)")
         if self.obs_dim and self.obs_dim != int(obs_dim):
             raise ConfigError(f"the success classifier reads a state of Do={self.obs_dim} and {where} has "
                               f"Do={int(obs_dim)}: train it on a recording of this robot (robotrl train "
@@ -574,25 +574,23 @@ def build_classifier(cfg_model, frames: LabelledFrames, action_dim: int, seed: i
 
 
 def run_train(cfg, run_dir: Path) -> dict:
-    """Body of ``robotrl train agent=reward-classifier[-pixels]``: load the labelled dataset, fit, choose the
+    """Body of ``robotrl train agent=reward-classifier [obs=pixels]``: load the labelled dataset, fit, choose the
     threshold, evaluate on held-out episodes, save ``classifier.pt``, ``report.json`` / ``report.md`` and TensorBoard
     scalars; returns the summary."""
     from robotrl.data.dataset import load_dataset
-    from robotrl.experiment import ensure_dataset
+    from robotrl.experiment import ensure_dataset, wants_cameras
     from robotrl.files import atomic_write
 
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
     m = cfg.agent.model
     data = load_dataset(ensure_dataset(cfg.dataset))
-    cams = m.get("cameras", "auto")
-    if cams not in ("auto", True, False):
-        raise ConfigError(f"agent.model.cameras must be auto, true or false, got {cams!r}")
-    if cams is True and not data.images:
-        raise ConfigError(f"dataset {cfg.dataset.id} holds no camera frames: record it with the robot's cameras "
-                          "(robot.cameras=[...]), or train the state classifier (agent=reward-classifier)")
+    cams = wants_cameras(cfg)  # the run's observation spec: obs=pixels reads the recording's cameras
+    if cams and not data.images:
+        raise ConfigError(f"dataset {cfg.dataset.id} holds no camera frames (obs=pixels): record it with the robot's "
+                          "cameras (robot.cameras=[...]), or train the state classifier (drop obs=pixels)")
     frames = LabelledFrames.from_dataset(data, success_last_k=int(m.get("success_last_k", 0) or 0),
-                                         cameras=cams is not False, state=bool(m.get("state", True)))
+                                         cameras=cams, state=bool(m.get("state", True)))
     seed = int(cfg.seed)
     clf = build_classifier(m, frames, int(data.actions.shape[1]), seed)
     run_dir = Path(run_dir)
