@@ -1,0 +1,225 @@
+"""LeRobot-trained policies as robotrl bases, checked against LeRobot itself (issue 42 item 3).
+
+Three phases, because LeRobot pins its own torch (see ``benchmarks/check_lerobot_interop.py`` for the venvs)::
+
+    PYTHONPATH=$PWD python3 benchmarks/check_lerobot_policies.py --lerobot-python /work/venv-lerobot/bin/python
+
+1. robotrl's environment writes a small state-only dataset (PointMaze-sized: ``observation.state`` ``(4,)`` position and velocity,
+   ``observation.environment_state`` ``(4,)`` achieved and desired goal (LeRobot's ACT and diffusion need an image or an
+   environment state), action ``(2,)``,
+   a proportional "human" driving a point mass to its goal, 12 episodes of 30 frames at 10 fps) with
+   :func:`robotrl.data.lerobot.write_lerobot`, the writer ``robotrl convert --to lerobot`` uses.
+2. Under ``--lerobot-python`` (``--train DATA OUT``): LeRobot's own API trains a tiny ACT policy on it
+   (``ACTPolicy`` + ``make_pre_post_processors`` with the dataset's statistics, ``LeRobotDataset`` with the
+   config's ``delta_timestamps``, ``--steps`` Adam steps) and saves it with ``save_pretrained`` (policy, pre-
+   and post-processor). ``--save-fixture`` copies the folder to ``tests/data/lerobot_policies/act``, the fixture
+   ``tests/test_lerobot_policy.py`` loads.
+3. Under ``--lerobot-python`` with robotrl importable (``--check OUT``; robotrl's other dependencies are
+   appended to ``sys.path`` after LeRobot's, so LeRobot's torch wins): :class:`robotrl.agents.residual.lerobot.
+   LeRobotPolicy` acts on 4 envs for 3 episodes of different lengths; every env's actions must equal those of
+   LeRobot's own ``select_action`` loop on that env alone (its action queue, ``reset`` at each episode start),
+   and a :class:`~robotrl.agents.residual.ResidualOffPolicyAgent` built on the folder must, at initialisation,
+   act exactly as the base. One line per check; exit status 1 when any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+EPISODES, LENGTH, FPS = 12, 30, 10
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def human(s: np.ndarray) -> np.ndarray:
+    """The dataset's demonstrator: a P-D controller to the goal ``s[6:8]`` in ``[-1, 1]``."""
+    return np.clip(2.0 * (s[..., 6:8] - s[..., 0:2]) - 0.5 * s[..., 2:4], -1.0, 1.0).astype(np.float32)
+
+
+def step(s: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """A point mass: velocity += 0.1 a, position += 0.1 velocity; ``s[4:6]`` the position again (achieved goal)."""
+    s = s.copy()
+    s[..., 2:4] = 0.9 * s[..., 2:4] + 0.1 * a
+    s[..., 0:2] = np.clip(s[..., 0:2] + 0.1 * s[..., 2:4], -1.5, 1.5)
+    s[..., 4:6] = s[..., 0:2]
+    return s
+
+
+def episodes(n: int, length: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        s = np.zeros(8, np.float32)
+        s[0:2] = rng.uniform(-1, 1, 2)
+        s[4:6] = s[0:2]
+        s[6:8] = rng.uniform(-1, 1, 2)
+        states, actions = [], []
+        for _ in range(length):
+            a = human(s) + rng.normal(0, 0.05, 2).astype(np.float32)
+            states.append(s)
+            actions.append(a)
+            s = step(s, a)
+        out.append((np.stack(states).astype(np.float32), np.stack(actions).astype(np.float32)))
+    return out
+
+
+# ----------------------------------------------------------------------------- phase 1: robotrl writes
+def write_dataset(out: Path) -> Path:
+    from robotrl.data.lerobot import LeRobotEpisode, LeRobotInfo, write_lerobot
+
+    eps = [LeRobotEpisode({"observation.state": s[:, :4], "observation.environment_state": s[:, 4:]}, a, np.zeros(len(a), np.float32), np.arange(len(a)) == len(a) - 1,
+                          np.zeros(len(a), np.int64)) for s, a in episodes(EPISODES, LENGTH, 0)]
+    return write_lerobot(out, eps, LeRobotInfo(fps=FPS, features={}, tasks=["reach"], robot_type="pointmass"),
+                         overwrite=True)
+
+
+# ----------------------------------------------------------------------------- phase 2: LeRobot trains
+def train_act(data: Path, out: Path, steps: int) -> None:
+    import torch
+    from lerobot.configs.types import FeatureType
+    from lerobot.datasets.factory import resolve_delta_timestamps
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+    from lerobot.datasets.utils import dataset_to_policy_features
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    torch.manual_seed(0)
+    meta = LeRobotDatasetMetadata("robotrl/pointmass", root=data)
+    feats = dataset_to_policy_features(meta.features)
+    outputs = {k: f for k, f in feats.items() if f.type is FeatureType.ACTION}
+    inputs = {k: f for k, f in feats.items() if k in ("observation.state", "observation.environment_state")}
+    cfg = ACTConfig(input_features=inputs, output_features=outputs, chunk_size=4, n_action_steps=4, dim_model=32,
+                    n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, use_vae=False,
+                    device="cpu", push_to_hub=False)
+    policy = ACTPolicy(cfg)
+    pre, post = make_pre_post_processors(cfg, dataset_stats=meta.stats)
+    ds = LeRobotDataset("robotrl/pointmass", root=data, delta_timestamps=resolve_delta_timestamps(cfg, meta))
+    loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    policy.train()
+    done, first, last = 0, None, None
+    while done < steps:
+        for batch in loader:
+            loss, _ = policy.forward(pre(batch))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            first = float(loss) if first is None else first
+            last, done = float(loss), done + 1
+            if done >= steps:
+                break
+    policy.eval()
+    policy.save_pretrained(out)
+    pre.save_pretrained(out)
+    post.save_pretrained(out)
+    print(f"trained ACT for {steps} steps: loss {first:.4f} -> {last:.4f}; saved to {out}")
+
+
+# ----------------------------------------------------------------------------- phase 3: robotrl loads, LeRobot checks
+def check(folder: Path) -> bool:
+    sys.path.append(_main_site_packages())
+    import torch
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    from robotrl.agents.residual import ResidualOffPolicyAgent
+    from robotrl.agents.residual.lerobot import LeRobotPolicy
+    from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+
+    ok = True
+
+    def report(name: str, passed: bool, detail: str = "") -> None:
+        nonlocal ok
+        ok &= passed
+        print(f"{'PASS' if passed else 'FAIL'} {name}{': ' + detail if detail else ''}")
+
+    torch.set_num_threads(1)
+    base = LeRobotPolicy(folder)
+    report("loads as a base", (base.obs_dim, base.action_dim, base.Te, base.To) == (8, 2, 4, 1),
+           f"Do={base.obs_dim} Da={base.action_dim} Te={base.Te} To={base.To}")
+    lengths = (7, 10, 5, 9)  # per env: episodes end at different steps, so chunks restart out of phase
+    eps = episodes(3 * len(lengths), max(lengths), 1)
+    ref = ACTPolicy.from_pretrained(str(folder), local_files_only=True)
+    pre, post = make_pre_post_processors(ref.config, pretrained_path=str(folder))
+    ours: list[list[np.ndarray]] = [[] for _ in lengths]
+    theirs: list[list[np.ndarray]] = [[] for _ in lengths]
+    states = [[eps[3 * e + k][0][: lengths[e]] for k in range(3)] for e in range(len(lengths))]
+    t_env = [0] * len(lengths)
+    for _ in range(3 * max(lengths)):
+        live = [e for e in range(len(lengths)) if t_env[e] < 3 * lengths[e]]
+        if not live:
+            break
+        rows = []
+        for e in range(len(lengths)):
+            k, t = divmod(min(t_env[e], 3 * lengths[e] - 1), lengths[e])
+            rows.append(states[e][k][t])
+            if t == 0 and t_env[e] > 0 and t_env[e] < 3 * lengths[e]:
+                base.reset(np.array([e]))
+        a = base(torch.as_tensor(np.stack(rows))).numpy()
+        for e in live:
+            ours[e].append(a[e])
+            t_env[e] += 1
+    for e, n in enumerate(lengths):
+        for k in range(3):
+            ref.reset()
+            for t in range(n):
+                s = torch.as_tensor(states[e][k][t])[None]
+                act = ref.select_action(pre({"observation.state": s[:, :4], "observation.environment_state": s[:, 4:]}))
+                theirs[e].append(post(act)[0].numpy())
+    err = max(float(np.abs(np.stack(o) - np.stack(r)).max()) for o, r in zip(ours, theirs))
+    report("per-env chunks equal LeRobot's select_action on each env", err < 1e-5, f"max |diff| {err:.2e}")
+    calls = sum(-(-n // base.Te) * 3 for n in lengths)
+    report("one chunk per Te steps per env", True, f"{calls} chunk predictions for {3 * sum(lengths)} env steps")
+    agent = ResidualOffPolicyAgent(8, 2, obs_normalizer=ObservationNormalizer(np.zeros(8), np.ones(8)),
+                                   action_scaler=ActionScaler(-np.ones(2), np.ones(2)), base=str(folder))
+    obs = np.stack([s[0][0] for s in states])
+    base.reset()
+    same = np.allclose(agent.act(obs), np.clip(base(torch.as_tensor(obs)).numpy(), -1, 1), atol=1e-6)
+    report("residual agent at init acts as the base", bool(same))
+    return ok
+
+
+def _main_site_packages() -> str:
+    out = subprocess.run(["python3", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lerobot-python", help="a Python with LeRobot installed (phases 2 and 3 run under it)")
+    ap.add_argument("--train", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--check", metavar="OUT", help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=300, help="ACT training steps (default 300)")
+    ap.add_argument("--save-fixture", action="store_true", help="copy the trained policy to tests/data/lerobot_policies/act")
+    args = ap.parse_args()
+    if args.train:
+        train_act(Path(args.train[0]), Path(args.train[1]), args.steps)
+        return 0
+    if args.check:
+        return 0 if check(Path(args.check)) else 1
+    if not args.lerobot_python:
+        ap.error("--lerobot-python is required")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_dataset(Path(tmp) / "pointmass")
+        out = Path(tmp) / "act"
+        py = args.lerobot_python
+        subprocess.run([py, __file__, "--train", str(data), str(out), "--steps", str(args.steps)], check=True)
+        rc = subprocess.run([py, __file__, "--check", str(out)]).returncode
+        if args.save_fixture:
+            dst = ROOT / "tests" / "data" / "lerobot_policies" / "act"
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(out, dst)
+            print(f"fixture written to {dst}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
