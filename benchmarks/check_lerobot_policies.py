@@ -9,7 +9,8 @@ Three phases, because LeRobot pins its own torch (see ``benchmarks/check_lerobot
    environment state), action ``(2,)``,
    a proportional "human" driving a point mass to its goal, 12 episodes of 30 frames at 10 fps) with
    :func:`robotrl.data.lerobot.write_lerobot`, the writer ``robotrl convert --to lerobot`` uses.
-2. Under ``--lerobot-python`` (``--train DATA OUT``): LeRobot's own API trains a tiny ACT policy on it
+2. Under ``--lerobot-python`` (``--train DATA OUT``): LeRobot's own API trains a tiny ACT policy (and a tiny
+   diffusion policy, ``n_obs_steps`` 2, horizon 8, ``n_action_steps`` 4, a 2-level U-Net) on it
    (``ACTPolicy`` + ``make_pre_post_processors`` with the dataset's statistics, ``LeRobotDataset`` with the
    config's ``delta_timestamps``, ``--steps`` Adam steps) and saves it with ``save_pretrained`` (policy, pre-
    and post-processor). ``--save-fixture`` copies the folder to ``tests/data/lerobot_policies/act``, the fixture
@@ -19,7 +20,9 @@ Three phases, because LeRobot pins its own torch (see ``benchmarks/check_lerobot
    LeRobotPolicy` acts on 4 envs for 3 episodes of different lengths; every env's actions must equal those of
    LeRobot's own ``select_action`` loop on that env alone (its action queue, ``reset`` at each episode start),
    and a :class:`~robotrl.agents.residual.ResidualOffPolicyAgent` built on the folder must, at initialisation,
-   act exactly as the base. One line per check; exit status 1 when any failed.
+   act exactly as the base; the diffusion base's actions must equal ``select_action``'s (same initial noise and
+   global seed per step: LeRobot's DDPM steps draw their noise from the global RNG), its observation queue of
+   ``n_obs_steps`` included. One line per check; exit status 1 when any failed.
 """
 
 from __future__ import annotations
@@ -80,14 +83,14 @@ def write_dataset(out: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- phase 2: LeRobot trains
-def train_act(data: Path, out: Path, steps: int) -> None:
+def train(kind: str, data: Path, out: Path, steps: int) -> None:
+    """LeRobot's own training recipe (its ``examples/training``): policy, processors with the dataset's statistics,
+    ``LeRobotDataset`` with the config's ``delta_timestamps``, Adam on ``policy.forward``'s loss."""
     import torch
     from lerobot.configs.types import FeatureType
     from lerobot.datasets.factory import resolve_delta_timestamps
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
     from lerobot.datasets.utils import dataset_to_policy_features
-    from lerobot.policies.act.configuration_act import ACTConfig
-    from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.factory import make_pre_post_processors
 
     torch.manual_seed(0)
@@ -95,10 +98,22 @@ def train_act(data: Path, out: Path, steps: int) -> None:
     feats = dataset_to_policy_features(meta.features)
     outputs = {k: f for k, f in feats.items() if f.type is FeatureType.ACTION}
     inputs = {k: f for k, f in feats.items() if k in ("observation.state", "observation.environment_state")}
-    cfg = ACTConfig(input_features=inputs, output_features=outputs, chunk_size=4, n_action_steps=4, dim_model=32,
-                    n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, use_vae=False,
-                    device="cpu", push_to_hub=False)
-    policy = ACTPolicy(cfg)
+    if kind == "act":
+        from lerobot.policies.act.configuration_act import ACTConfig
+        from lerobot.policies.act.modeling_act import ACTPolicy
+
+        cfg = ACTConfig(input_features=inputs, output_features=outputs, chunk_size=4, n_action_steps=4, dim_model=32,
+                        n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, use_vae=False,
+                        device="cpu", push_to_hub=False)
+        policy = ACTPolicy(cfg)
+    else:
+        from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+        from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
+
+        cfg = DiffusionConfig(input_features=inputs, output_features=outputs, n_obs_steps=2, horizon=8,
+                              n_action_steps=4, drop_n_last_frames=3, down_dims=(16, 32), kernel_size=3, n_groups=4,
+                              diffusion_step_embed_dim=16, num_train_timesteps=20, device="cpu", push_to_hub=False)
+        policy = DiffusionPolicy(cfg)
     pre, post = make_pre_post_processors(cfg, dataset_stats=meta.stats)
     ds = LeRobotDataset("robotrl/pointmass", root=data, delta_timestamps=resolve_delta_timestamps(cfg, meta))
     loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)
@@ -108,18 +123,19 @@ def train_act(data: Path, out: Path, steps: int) -> None:
     while done < steps:
         for batch in loader:
             loss, _ = policy.forward(pre(batch))
+            loss = loss.mean() if loss.ndim else loss
             opt.zero_grad()
             loss.backward()
             opt.step()
-            first = float(loss) if first is None else first
-            last, done = float(loss), done + 1
+            first = float(loss.detach()) if first is None else first
+            last, done = float(loss.detach()), done + 1
             if done >= steps:
                 break
     policy.eval()
     policy.save_pretrained(out)
     pre.save_pretrained(out)
     post.save_pretrained(out)
-    print(f"trained ACT for {steps} steps: loss {first:.4f} -> {last:.4f}; saved to {out}")
+    print(f"trained {kind} for {steps} steps: loss {first:.4f} -> {last:.4f}; saved to {out}")
 
 
 # ----------------------------------------------------------------------------- phase 3: robotrl loads, LeRobot checks
@@ -152,6 +168,9 @@ def check(folder: Path) -> bool:
     theirs: list[list[np.ndarray]] = [[] for _ in lengths]
     states = [[eps[3 * e + k][0][: lengths[e]] for k in range(3)] for e in range(len(lengths))]
     t_env = [0] * len(lengths)
+    predicted = []
+    predict = base.predict_chunk
+    base.predict_chunk = lambda h, *a, **k: predicted.append(len(h)) or predict(h, *a, **k)
     for _ in range(3 * max(lengths)):
         live = [e for e in range(len(lengths)) if t_env[e] < 3 * lengths[e]]
         if not live:
@@ -175,8 +194,13 @@ def check(folder: Path) -> bool:
                 theirs[e].append(post(act)[0].numpy())
     err = max(float(np.abs(np.stack(o) - np.stack(r)).max()) for o, r in zip(ours, theirs))
     report("per-env chunks equal LeRobot's select_action on each env", err < 1e-5, f"max |diff| {err:.2e}")
-    calls = sum(-(-n // base.Te) * 3 for n in lengths)
-    report("one chunk per Te steps per env", True, f"{calls} chunk predictions for {3 * sum(lengths)} env steps")
+    # per env and episode ceil(n / Te) chunks; an env whose 3 episodes are over keeps stepping its last episode
+    # (not recorded) until the longest env is done: its chunk starts there are the steps k = n .. n + T - 3n - 1
+    # of that episode with k % Te == 0
+    T = 3 * max(lengths)
+    want = sum(3 * -(-n // base.Te) + sum(k % base.Te == 0 for k in range(n, n + T - 3 * n)) for n in lengths)
+    report("one chunk per Te steps per env", sum(predicted) == want,
+           f"{sum(predicted)} chunk predictions (expected {want}) for {len(lengths) * T} env steps")
     agent = ResidualOffPolicyAgent(8, 2, obs_normalizer=ObservationNormalizer(np.zeros(8), np.ones(8)),
                                    action_scaler=ActionScaler(-np.ones(2), np.ones(2)), base=str(folder))
     obs = np.stack([s[0][0] for s in states])
@@ -184,6 +208,41 @@ def check(folder: Path) -> bool:
     same = np.allclose(agent.act(obs), np.clip(base(torch.as_tensor(obs)).numpy(), -1, 1), atol=1e-6)
     report("residual agent at init acts as the base", bool(same))
     return ok
+
+
+def check_diffusion(folder: Path) -> bool:
+    """A LeRobot diffusion policy (``n_obs_steps`` 2) as a base: one env's actions equal LeRobot's ``select_action``
+    given the same initial noise and global seed per step (its DDPM steps draw their noise from the global RNG)."""
+    sys.path.append(_main_site_packages())
+    import torch
+    from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    from robotrl.agents.residual.lerobot import LeRobotPolicy
+
+    torch.set_num_threads(1)
+    base = LeRobotPolicy(folder, seed=3)
+    ref = DiffusionPolicy.from_pretrained(str(folder), local_files_only=True)
+    pre, post = make_pre_post_processors(ref.config, pretrained_path=str(folder))
+    gen = torch.Generator().manual_seed(3)  # the base's noise stream, replayed for the reference
+    (s, _), = episodes(1, 11, 2)
+    ours, theirs = [], []
+    for t in range(len(s)):
+        torch.manual_seed(100 + t)
+        ours.append(base(torch.as_tensor(s[t : t + 1])).numpy()[0])
+    ref.reset()
+    for t in range(len(s)):
+        torch.manual_seed(100 + t)
+        x = torch.as_tensor(s[t : t + 1])
+        noise = torch.randn((1, ref.config.horizon, 2), generator=gen) if t % base.Te == 0 else None
+        a = ref.select_action(pre({"observation.state": x[:, :4], "observation.environment_state": x[:, 4:]}),
+                              noise=noise)
+        theirs.append(post(a)[0].numpy())
+    err = float(np.abs(np.stack(ours) - np.stack(theirs)).max())
+    passed = (base.To, base.Te) == (2, 4) and err < 1e-5
+    print(f"{'PASS' if passed else 'FAIL'} diffusion base (To={base.To}, Te={base.Te}) equals LeRobot's select_action "
+          f"with its observation queue: max |diff| {err:.2e}")
+    return passed
 
 
 def _main_site_packages() -> str:
@@ -197,14 +256,18 @@ def main() -> int:
     ap.add_argument("--lerobot-python", help="a Python with LeRobot installed (phases 2 and 3 run under it)")
     ap.add_argument("--train", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--check", metavar="OUT", help=argparse.SUPPRESS)
+    ap.add_argument("--check-diffusion", metavar="OUT", help=argparse.SUPPRESS)
+    ap.add_argument("--kind", default="act", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=300, help="ACT training steps (default 300)")
     ap.add_argument("--save-fixture", action="store_true", help="copy the trained policy to tests/data/lerobot_policies/act")
     args = ap.parse_args()
     if args.train:
-        train_act(Path(args.train[0]), Path(args.train[1]), args.steps)
+        train(args.kind, Path(args.train[0]), Path(args.train[1]), args.steps)
         return 0
     if args.check:
         return 0 if check(Path(args.check)) else 1
+    if args.check_diffusion:
+        return 0 if check_diffusion(Path(args.check_diffusion)) else 1
     if not args.lerobot_python:
         ap.error("--lerobot-python is required")
     with tempfile.TemporaryDirectory() as tmp:
@@ -213,6 +276,10 @@ def main() -> int:
         py = args.lerobot_python
         subprocess.run([py, __file__, "--train", str(data), str(out), "--steps", str(args.steps)], check=True)
         rc = subprocess.run([py, __file__, "--check", str(out)]).returncode
+        diff = Path(tmp) / "diffusion"
+        subprocess.run([py, __file__, "--train", str(data), str(diff), "--steps", str(args.steps), "--kind",
+                        "diffusion"], check=True)
+        rc = max(rc, subprocess.run([py, __file__, "--check-diffusion", str(diff)]).returncode)
         if args.save_fixture:
             dst = ROOT / "tests" / "data" / "lerobot_policies" / "act"
             shutil.rmtree(dst, ignore_errors=True)
