@@ -116,3 +116,26 @@ def test_history_bases_are_refused_with_the_way_out():
         _agent(_diffusion_base(obs_horizon=2))
     # a per-step base records nothing (its actions are recomputed exactly from observations)
     assert _agent(_diffusion_base(te=1)).transition_fields == {}
+
+
+def test_replay_extra_fields_survive_a_checkpoint_and_refuse_unknown_names(tmp_path):
+    from robotrl.checkpoint import load_arrays, save_arrays
+
+    buf = ReplayBuffer(8, 3, 2, num_envs=2, extra_dims={"base_action": 2})
+    o = np.zeros((2, 3), np.float32)
+    for t in range(3):
+        buf.add(o + t, np.zeros((2, 2)), np.zeros(2), o + t + 1, np.zeros(2, bool), np.array([False, t == 2]),
+                extras={"base_action": np.array([[t, 0.0], [t, 1.0]])})
+    with pytest.raises(KeyError, match="add_extra_field"):
+        buf.add(o, np.zeros((2, 2)), np.zeros(2), o, np.zeros(2, bool), np.zeros(2, bool), extras={"other": o})
+    save_arrays(tmp_path / "buf.npz", buf.state_dict())
+    again = ReplayBuffer(8, 3, 2, num_envs=2, extra_dims={"base_action": 2})
+    again.load_state_dict(load_arrays(tmp_path / "buf.npz"))
+    np.testing.assert_array_equal(again.extra["base_action"][: again.size], buf.extra["base_action"][: buf.size])
+    b = again.sample(2, indices=np.array([0, 1]))  # env 0 and env 1 at t = 0: their t = 1 steps follow
+    np.testing.assert_array_equal(b.extras["next_base_action"].numpy(), [[1, 0], [1, 1]])
+    old = ReplayBuffer(8, 3, 2, num_envs=2)  # a buffer saved without the field: NaN (unknown) after a resume
+    old.add(o, np.zeros((2, 2)), np.zeros(2), o, np.zeros(2, bool), np.zeros(2, bool))
+    fresh = ReplayBuffer(8, 3, 2, num_envs=2, extra_dims={"base_action": 2})
+    fresh.load_state_dict(old.state_dict())
+    assert np.isnan(fresh.extra["base_action"][: fresh.size]).all()
