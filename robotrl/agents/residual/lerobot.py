@@ -28,6 +28,8 @@ Chunk prediction uses LeRobot's own model calls: ACT ``predict_action_chunk`` (t
 its ``chunk_size``), diffusion ``DiffusionModel.generate_actions`` on the stacked ``To`` history (what
 ``DiffusionPolicy.predict_action_chunk`` calls after stacking its internal queues; called directly here
 because those queues are one per batch), with the initial noise drawn from this module's seeded generator.
+LeRobot's processors run on the CPU; the model runs where the module was moved (``.to(device)``), and actions come
+back on the caller's device.
 
 Symbols: ``B``/``N`` batch / envs, ``To`` observation history (LeRobot ``n_obs_steps``), ``Te`` executed steps
 per chunk (``n_action_steps``), ``Do`` state size, ``Da`` action size.
@@ -192,25 +194,28 @@ class LeRobotPolicy(nn.Module):
         Through LeRobot's pre-processor (normalisation), its model and its post-processor (un-normalisation).
         """
         obs_hist = torch.as_tensor(obs_hist, dtype=torch.float32)
+        out_device = obs_hist.device
+        obs_hist = obs_hist.cpu()  # LeRobot's processors (and their statistics) live on the CPU
+        images = None if images is None else {k: torch.as_tensor(v).cpu() for k, v in images.items()}
         if obs_hist.ndim == 2:
             obs_hist = obs_hist[:, None].expand(-1, self.To, -1)
             images = None if images is None else {k: v[:, None].expand(-1, self.To, *v.shape[1:])
                                                   for k, v in images.items()}
         B = obs_hist.shape[0]
+        dev = next(self.policy.parameters()).device
         if self.kind == "act":  # n_obs_steps is 1: the newest step
-            batch = {**self._lerobot_state(obs_hist[:, -1]), **self._lerobot_images(
-                None if images is None else {k: v[:, -1] for k, v in images.items()})}
-            batch = self.preprocessor(batch)
-            chunk = self.policy.predict_action_chunk(batch)[:, : self.Te]
+            batch = self.preprocessor({**self._lerobot_state(obs_hist[:, -1]), **self._lerobot_images(
+                None if images is None else {k: v[:, -1] for k, v in images.items()})})
+            chunk = self.policy.predict_action_chunk(_to(batch, dev))[:, : self.Te]
         else:
             batch = self.preprocessor({**self._lerobot_state(obs_hist), **self._lerobot_images(images)})
             batch = {k: v for k, v in batch.items() if k in self.state_keys or k in self.image_keys}
             if self.image_keys:  # DiffusionPolicy's stacking: (B, To, n_cameras, C, H, W)
                 batch["observation.images"] = torch.stack([batch[k] for k in self.image_keys], dim=-4)
             cfg = self.policy.config
-            noise = torch.randn((B, cfg.horizon, self.action_dim), generator=self.gen)
-            chunk = self.policy.diffusion.generate_actions(batch, noise=noise)[:, : self.Te]
-        return self.postprocessor(chunk).to(torch.float32)
+            noise = torch.randn((B, cfg.horizon, self.action_dim), generator=self.gen).to(dev)
+            chunk = self.policy.diffusion.generate_actions(_to(batch, dev), noise=noise)[:, : self.Te]
+        return self.postprocessor(chunk.cpu()).to(device=out_device, dtype=torch.float32)
 
     # ------------------------------------------------------------------ per-step acting
     def _restart(self, obs: torch.Tensor, images: Mapping[str, torch.Tensor] | None) -> None:
@@ -218,7 +223,7 @@ class LeRobotPolicy(nn.Module):
         self._hist = obs[:, None].repeat(1, self.To, 1).clone()
         self._frames = None if images is None else {k: v[:, None].repeat(1, self.To, *([1] * (v.ndim - 1))).clone()
                                                     for k, v in images.items()}
-        self._queue = torch.zeros(N, self.Te, self.action_dim)
+        self._queue = torch.zeros(N, self.Te, self.action_dim, device=obs.device)
         self._qpos = np.full(N, self.Te, np.int64)
         self._fresh = np.zeros(N, bool)
 
@@ -226,7 +231,7 @@ class LeRobotPolicy(nn.Module):
     def _roll(hist: torch.Tensor, new: torch.Tensor, fresh: np.ndarray) -> torch.Tensor:
         out = torch.cat([hist[:, 1:], new[:, None]], dim=1)
         if fresh.any():
-            idx = torch.as_tensor(np.flatnonzero(fresh))
+            idx = torch.as_tensor(np.flatnonzero(fresh), device=new.device)
             out[idx] = new[idx][:, None].repeat(1, hist.shape[1], *([1] * (new.ndim - 1)))
         return out
 
@@ -235,7 +240,7 @@ class LeRobotPolicy(nn.Module):
         """One raw action ``(N, Da)`` per env for raw states ``(N, Do)`` (and frames ``{key: uint8 (N, H, W,
         C)}``); predicts a chunk for the envs whose queue is empty."""
         obs = torch.as_tensor(obs, dtype=torch.float32)
-        if self._hist is None or self._hist.shape[0] != obs.shape[0]:
+        if self._hist is None or self._hist.shape[0] != obs.shape[0] or self._hist.device != obs.device:
             self._restart(obs, images)
         else:
             self._hist = self._roll(self._hist, obs, self._fresh)
@@ -245,11 +250,11 @@ class LeRobotPolicy(nn.Module):
         assert self._queue is not None
         need = np.flatnonzero(self._qpos >= self.Te)
         if need.size:
-            idx = torch.as_tensor(need)
+            idx = torch.as_tensor(need, device=obs.device)
             frames = None if self._frames is None else {k: v[idx] for k, v in self._frames.items()}
             self._queue[idx] = self.predict_chunk(self._hist[idx], frames)
             self._qpos[need] = 0
-        out = self._queue[torch.arange(obs.shape[0]), torch.as_tensor(self._qpos)]
+        out = self._queue[torch.arange(obs.shape[0], device=obs.device), torch.as_tensor(self._qpos, device=obs.device)]
         self._qpos += 1
         return out
 
@@ -269,6 +274,10 @@ class LeRobotPolicy(nn.Module):
         """A frozen base: LeRobot's policy stays in eval mode (no dropout) whatever ``mode``."""
         super().train(False)
         return self
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def load_lerobot_policy(path: str | os.PathLike, **kwargs) -> LeRobotPolicy:
