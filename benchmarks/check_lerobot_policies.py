@@ -22,7 +22,8 @@ Three phases, because LeRobot pins its own torch (see ``benchmarks/check_lerobot
    and a :class:`~robotrl.agents.residual.ResidualOffPolicyAgent` built on the folder must, at initialisation,
    act exactly as the base; the diffusion base's actions must equal ``select_action``'s (same initial noise and
    global seed per step: LeRobot's DDPM steps draw their noise from the global RNG), its observation queue of
-   ``n_obs_steps`` included. One line per check; exit status 1 when any failed.
+   ``n_obs_steps`` included; an untrained ACT with a camera (``--check-cameras``) must act on the run's uint8 frames
+   as ``select_action`` on LeRobot's float frames. One line per check; exit status 1 when any failed.
 """
 
 from __future__ import annotations
@@ -245,6 +246,58 @@ def check_diffusion(folder: Path) -> bool:
     return passed
 
 
+def check_cameras(tmp: Path) -> bool:
+    """The camera mapping: an ACT policy with one camera (``observation.images.front``, 32x32; LeRobot's ResNet-18
+    backbone, randomly initialised: no weights are downloaded, nothing is trained) saved with ``save_pretrained``;
+    the robotrl base fed the run's ``pixels/front`` uint8 frames must act as ``select_action`` fed LeRobot's float
+    ``(B, C, H, W)`` frames in ``[0, 1]``."""
+    sys.path.append(_main_site_packages())
+    import torch
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    from robotrl.agents.residual.lerobot import LeRobotPolicy
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    vec = lambda d: PolicyFeature(type=FeatureType.STATE, shape=(d,))  # noqa: E731
+    inputs = {"observation.state": vec(4), "observation.images.front": PolicyFeature(FeatureType.VISUAL, (3, 32, 32))}
+    cfg = ACTConfig(input_features=inputs, output_features={"action": PolicyFeature(FeatureType.ACTION, (2,))},
+                    chunk_size=4, n_action_steps=4, dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1,
+                    n_decoder_layers=1, use_vae=False, pretrained_backbone_weights=None, device="cpu", push_to_hub=False)
+    stats = {"observation.state": {"mean": torch.zeros(4), "std": torch.ones(4)},
+             "observation.images.front": {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)},
+             "action": {"mean": torch.zeros(2), "std": torch.ones(2)}}
+    policy = ACTPolicy(cfg).eval()
+    pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
+    folder = tmp / "act_camera"
+    policy.save_pretrained(folder)
+    pre.save_pretrained(folder)
+    post.save_pretrained(folder)
+    base = LeRobotPolicy(folder)
+    rng = np.random.default_rng(0)
+    states = rng.uniform(-1, 1, (6, 4)).astype(np.float32)
+    frames = rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8)
+    ours = [base(torch.as_tensor(states[t : t + 1]), {"pixels/front": torch.as_tensor(frames[t : t + 1])}).numpy()[0]
+            for t in range(6)]
+    ref = ACTPolicy.from_pretrained(str(folder), local_files_only=True)
+    rpre, rpost = make_pre_post_processors(ref.config, pretrained_path=str(folder))
+    ref.reset()
+    theirs = []
+    for t in range(6):
+        img = torch.as_tensor(frames[t : t + 1]).permute(0, 3, 1, 2).float() / 255.0
+        a = ref.select_action(rpre({"observation.state": torch.as_tensor(states[t : t + 1]),
+                                    "observation.images.front": img}))
+        theirs.append(rpost(a)[0].numpy())
+    err = float(np.abs(np.stack(ours) - np.stack(theirs)).max())
+    passed = base.image_shapes == {"observation.images.front": (32, 32, 3)} and err < 1e-5
+    print(f"{'PASS' if passed else 'FAIL'} camera mapping (pixels/front uint8 HWC -> observation.images.front): "
+          f"max |diff| {err:.2e}")
+    return passed
+
+
 def _main_site_packages() -> str:
     out = subprocess.run(["python3", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          capture_output=True, text=True, check=True)
@@ -257,6 +310,7 @@ def main() -> int:
     ap.add_argument("--train", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--check", metavar="OUT", help=argparse.SUPPRESS)
     ap.add_argument("--check-diffusion", metavar="OUT", help=argparse.SUPPRESS)
+    ap.add_argument("--check-cameras", metavar="TMP", help=argparse.SUPPRESS)
     ap.add_argument("--kind", default="act", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=300, help="ACT training steps (default 300)")
     ap.add_argument("--save-fixture", action="store_true", help="copy the trained policy to tests/data/lerobot_policies/act")
@@ -268,6 +322,8 @@ def main() -> int:
         return 0 if check(Path(args.check)) else 1
     if args.check_diffusion:
         return 0 if check_diffusion(Path(args.check_diffusion)) else 1
+    if args.check_cameras:
+        return 0 if check_cameras(Path(args.check_cameras)) else 1
     if not args.lerobot_python:
         ap.error("--lerobot-python is required")
     with tempfile.TemporaryDirectory() as tmp:
@@ -280,6 +336,7 @@ def main() -> int:
         subprocess.run([py, __file__, "--train", str(data), str(diff), "--steps", str(args.steps), "--kind",
                         "diffusion"], check=True)
         rc = max(rc, subprocess.run([py, __file__, "--check-diffusion", str(diff)]).returncode)
+        rc = max(rc, subprocess.run([py, __file__, "--check-cameras", tmp]).returncode)
         if args.save_fixture:
             dst = ROOT / "tests" / "data" / "lerobot_policies" / "act"
             shutil.rmtree(dst, ignore_errors=True)
