@@ -121,3 +121,33 @@ def test_offpolicy_and_ppo_residuals_accept_the_act_base(tmp_path):
     hist = np.repeat(_states(2)[:, None], 2, axis=1)  # identical rows: episode starts
     a, extras = ppo.rollout_act(hist)
     assert a.shape == (2, 2) and torch.equal(extras["base"], load_base(ACT)(torch.as_tensor(hist[:, -1])))
+
+
+@needs_lerobot
+def test_train_build_path_takes_the_folder_as_agent_model_base(minari_module_root, tmp_path):
+    """``robotrl train agent=residual-offpolicy agent.model.base=<LeRobot folder>``: demonstrations mixed in (their
+    rows carry no executed base action: relabelled with fresh chunks), online rows store it, the run's policy
+    reloads with the LeRobot base inside."""
+    from hydra import compose, initialize_config_module
+
+    from robotrl.experiment import build_trainer
+    from robotrl.policy import load_policy
+
+    torch.set_num_threads(1)
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[
+            "agent=residual-offpolicy", "dataset=pointmaze-umaze-planner", "dataset.id=robotrl/pointmaze/umaze-lr-v0",
+            "dataset.recipe_args.num_steps=2000", "+dataset.recipe_args.ref_episodes=2", "trainer.eval_episodes=2",
+            "trainer.eval_envs=2", "trainer.progress=false", "torch_threads=1", f"agent.model.base={ACT}",
+            "agent.model.hidden=[32]", "agent.model.critic_hidden=[32]", "agent.model.num_critics=2",
+            "agent.model.base_noise_steps=10", "agent.model.critic_warmup_updates=5", "trainer.offline_steps=0",
+            "trainer.online_steps=40", "trainer.online_warmup_steps=10", "trainer.n_step=3", "trainer.batch_size=16",
+            "trainer.eval_every=40", "trainer.checkpoint_every=40", "device=cpu"])
+    trainer = build_trainer(cfg, tmp_path / "run")
+    assert type(trainer.agent.policy.base).__name__ == "LeRobotPolicy" and trainer.agent.chunked_base
+    summary = trainer.fit()
+    assert summary["gradient_updates"] == 30
+    assert torch.isnan(trainer.offline.sample(8).extras["base_action"]).all()
+    assert np.isfinite(trainer.online.extra["base_action"][: trainer.online.size]).all()
+    pol = load_policy(tmp_path / "run")
+    assert type(pol).__name__ == "ResidualPolicy" and type(pol.base).__name__ == "LeRobotPolicy" and pol.base.Te == 4
