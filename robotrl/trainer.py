@@ -215,6 +215,8 @@ class OffPolicyLoop:
         if self.online is None:
             self.online = self._new_online_buffer()
         self.online.end_open_episodes()  # on resume the envs restart: never link to a pre-kill episode
+        if self.offline is not None:
+            self.agent.attach_offline_data(self.offline)  # e.g. knowledge retention's BC / replay
         self.agent.start_online()  # e.g. Cal-QL offline -> SAC online (WSRL)
         sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) \
             if self.offline is not None and cfg.offline_ratio > 0 else None
