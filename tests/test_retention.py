@@ -275,3 +275,87 @@ def test_forgetting_report_on_pointmaze_resets():
     assert worse["far"]["finetuned"]["return_mean"] == direct["return_mean"]
     assert worse["forgetting"] == worse["far"]["pretrained"]["return_mean"] - direct["return_mean"]
     assert worse["far"]["pretrained"]["return_mean"] > direct["return_mean"]  # moving to the goal pays, standing still not
+
+
+# ---------------------------------------------------------------------- through the one build path
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+MAZE = ["dataset.id=robotrl/pointmaze/umaze-slow-test-v0", "dataset.recipe_args.num_steps=3000",
+        "+dataset.recipe_args.ref_episodes=3", "+dataset.recipe_args.max_episode_steps=50", "trainer.eval_episodes=2",
+        "trainer.eval_envs=2", "trainer.progress=false", "trainer.eval_every=100000", "trainer.checkpoint_every=100000",
+        "torch_threads=1", "device=cpu"]
+QSMALL = ["agent.model.hidden=[32,32]", "agent.model.critic_hidden=[32,32]", "agent.model.num_critics=2",
+          "agent.model.target_subset=null", "agent.model.cql_n_actions=4"]
+
+
+def _recording(agent, key):
+    seen: list[dict] = []
+    inner = getattr(agent, key)
+
+    def wrapped(*args):
+        out = inner(*args)
+        seen.append({k: float(v) for k, v in out.items()})
+        return out
+
+    setattr(agent, key, wrapped)
+    return seen
+
+
+@pytest.mark.slow
+def test_wsrl_with_retention_keeps_the_data_aside_and_pulls_toward_the_warm_start(minari_module_root, tmp_path):
+    """`experiment=wsrl agent=wsrl-retain`: the dataset is held (for the KL on its states) while the online
+    batches stay WSRL's (no offline rows); π₀ is the warm-started policy; the penalty is logged and acts."""
+    from robotrl.experiment import build_trainer
+
+    pre = tmp_path / "pre"
+    build_trainer(_compose(["experiment=calql", *MAZE, *QSMALL, "trainer.offline_steps=60", f"run_dir={pre}"]),
+                  pre).fit()
+    over = ["experiment=wsrl", "agent=wsrl-retain", *MAZE, *QSMALL, f"trainer.init_from={pre}", "trainer.online_steps=150",
+            "trainer.online_warmup_steps=50", "trainer.batch_size=32", "trainer.utd=1", f"run_dir={tmp_path / 'run'}"]
+    trainer = build_trainer(_compose(over), tmp_path / "run")
+    agent = trainer.agent
+    batches = []
+    update = agent.update
+    agent.update = lambda batch, step: (batches.append(set(batch.extras)), update(batch, step))[1]
+    seen = _recording(agent, "_sac_actor")
+    trainer.fit()
+    assert trainer.offline is not None and trainer.cfg.offline_ratio == 0.0
+    assert batches and all("offline" not in keys for keys in batches)  # WSRL's batches: online rows only
+    pretrained = _checkpoint_policy(pre)
+    for k, v in agent.retention.reference.state_dict().items():
+        torch.testing.assert_close(v, pretrained[k])
+    kl = [m["retention_kl"] for m in seen]
+    assert len(kl) == 100 and kl[0] < 1e-6 < max(kl)  # zero at the warm start, then the policy moves and is pulled
+
+
+def _checkpoint_policy(run_dir):
+    from robotrl.checkpoint import load_checkpoint
+
+    return load_checkpoint(run_dir)["agent"]["policy"]
+
+
+@pytest.mark.slow
+def test_bc_ppo_with_retention_freezes_the_bc_policy(minari_module_root, tmp_path):
+    """`agent=bc-ppo-retain`: π₀ is the policy right after BC pretraining; every PPO minibatch adds the KL."""
+    from robotrl.experiment import build_trainer
+
+    over = ["agent=bc-ppo-retain", *MAZE, "agent.onpolicy.pretrain_steps=100", "agent.onpolicy.iterations=1",
+            "agent.onpolicy.steps_per_iter=40", "agent.onpolicy.num_envs=2", "agent.onpolicy.eval_every=1",
+            "agent.onpolicy.eval_episodes=2", "agent.onpolicy.eval_envs=2", "agent.model.batch_size=40",
+            "agent.model.hidden=[32,32]", "agent.model.critic_hidden=[32,32]", "agent.model.retention.batch_size=32"]
+    trainer = build_trainer(_compose(over), tmp_path / "run")
+    agent = trainer.agent
+    snap = {}
+    start = agent.start_online
+    agent.start_online = lambda: (snap.update(copy.deepcopy(agent.policy.state_dict())), start())[1]
+    metrics = _recording(agent, "update_rollout")
+    trainer.fit()
+    for k, v in agent.retention.reference.state_dict().items():
+        torch.testing.assert_close(v, snap[k])
+    assert len(metrics) == 1 and "retention_kl" in metrics[0] and metrics[0]["retention_kl_w"] == 1.0
+    assert agent.retention.steps == 1
