@@ -359,3 +359,39 @@ def test_bc_ppo_with_retention_freezes_the_bc_policy(minari_module_root, tmp_pat
         torch.testing.assert_close(v, snap[k])
     assert len(metrics) == 1 and "retention_kl" in metrics[0] and metrics[0]["retention_kl_w"] == 1.0
     assert agent.retention.steps == 1
+
+
+# ---------------------------------------------------------------------- the DPPO hook
+def test_dppo_retention_is_the_reverse_step_kl_to_the_frozen_denoiser():
+    from robotrl.agents.diffusion.sampling import step_mean_std
+    from robotrl.agents.dppo import DPPOAgent
+
+    def dppo(retention):
+        return DPPOAgent(8, 2, obs_normalizer=ObservationNormalizer.identity(8),
+                         action_scaler=ActionScaler(-np.ones(2), np.ones(2)), action_horizon=4, act_steps=2,
+                         denoising_steps=10, denoiser_kwargs={"hidden": [32, 32]}, ft_denoising_steps=4,
+                         critic_hidden=[32], batch_size=64, n_epochs=1, seed=0, retention=retention)
+
+    with pytest.raises(ConfigError, match="kl_states=online"):
+        dppo({"bc": {"weight": 1.0}})
+    agent = dppo({"kl": {"weight": 3.0}})
+    agent.start_online()
+    frozen = copy.deepcopy(agent.policy.denoiser_ft)
+    with torch.no_grad():
+        for p in agent.policy.denoiser_ft.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    cond, x_prev, i = torch.randn(6, 1, 8), torch.randn(6, 4, 2), torch.tensor([0, 1, 2, 3, 0, 3])
+    loss, info = agent._retention_term(cond, x_prev, i)
+    p = agent.policy
+    m, s = step_mean_std(p.schedule, p.denoiser_ft, x_prev, agent.ft_k[i], agent.ft_k_prev[i], cond, agent.sampler, 1.0)
+    m0, _ = step_mean_std(p.schedule, frozen, x_prev, agent.ft_k[i], agent.ft_k_prev[i], cond, agent.sampler, 1.0)
+    s = s.clamp(min=agent.min_logprob_std).expand_as(m)
+    want = torch.distributions.kl_divergence(torch.distributions.Normal(m0, s), torch.distributions.Normal(m, s))
+    want = want.flatten(1).sum(1).mean()
+    assert float(want) > 1e-4
+    assert float(loss) == pytest.approx(3.0 * float(want), rel=1e-4)
+    state = agent.state_dict()
+    resumed = dppo({"kl": {"weight": 3.0}})
+    resumed.load_state_dict(state)
+    for k, v in resumed.retention.reference.state_dict().items():
+        torch.testing.assert_close(v, frozen.state_dict()[k])

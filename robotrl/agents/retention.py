@@ -157,19 +157,21 @@ class Retention:
         return out
 
     def actor_loss(self, policy: nn.Module, *, gaussian: Callable[[nn.Module, torch.Tensor], Gaussian],
-                   log_prob: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                   prepare: Callable[[Batch], tuple[torch.Tensor, torch.Tensor]],
-                   states: torch.Tensor, batch_size: int) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+                   states: torch.Tensor, batch_size: int,
+                   log_prob: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                   prepare: Callable[[Batch], tuple[torch.Tensor, torch.Tensor]] | None = None) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         """The weighted retention loss to add to the actor's loss, and its metrics.
 
         Args:
             policy: the live policy (the module :meth:`start` snapshotted).
             gaussian: ``(policy, policy input (B, ·)) -> (mean, std) (B, Da)``: a policy's pre-squash Gaussian in
                 normalised action units (called on ``policy`` and on the snapshot ``π₀``).
-            log_prob: ``(policy input (B, ·), normalised actions (B, Da)) -> log π (B,)`` of the live policy.
-            prepare: ``raw Batch -> (policy input (B, ·), normalised actions (B, Da))`` of pretraining rows.
             states: the policy inputs of the actor's own minibatch ``(B, ·)`` (``kl_states="online"``).
             batch_size: rows of pretraining data to sample when ``cfg.batch_size`` is ``None``.
+            log_prob: ``(policy input (B, ·), normalised actions (B, Da)) -> log π (B,)`` of the live policy
+                (needed by ``bc``).
+            prepare: ``raw Batch -> (policy input (B, ·), normalised actions (B, Da))`` of pretraining rows
+                (needed by ``bc`` and ``kl_states="offline"``).
 
         Returns:
             ``(loss or None when every weight is 0 now, {"retention_bc", "retention_kl", "retention_bc_w",
@@ -180,10 +182,12 @@ class Retention:
             return None, {}
         n = self.cfg.batch_size or batch_size
         need_data = w["bc"] > 0 or (w["kl"] > 0 and self.cfg.kl_states == "offline")
-        off_in, off_act = prepare(self.sample(n, states.device)) if need_data else (None, None)
+        if need_data and prepare is None:
+            raise ConfigError("agent.model.retention: this agent has no pretraining-data terms (bc, kl_states=offline)")
+        off_in, off_act = prepare(self.sample(n, states.device)) if need_data and prepare else (None, None)
         loss = states.new_zeros(())
         out: dict[str, torch.Tensor] = {}
-        if w["bc"] > 0:
+        if w["bc"] > 0 and log_prob is not None:
             bc = -log_prob(off_in, off_act).mean()
             loss = loss + w["bc"] * bc
             out["retention_bc"] = bc.detach()
