@@ -395,3 +395,14 @@ def test_dppo_retention_is_the_reverse_step_kl_to_the_frozen_denoiser():
     resumed.load_state_dict(state)
     for k, v in resumed.retention.reference.state_dict().items():
         torch.testing.assert_close(v, frozen.state_dict()[k])
+    # one PPO iteration on a rollout the agent sampled: the term is in every minibatch's loss and logged
+    from robotrl.onpolicy import Rollout
+
+    T, N = 3, 4
+    obs = np.random.default_rng(0).standard_normal((T + 1, N, 1, 8)).astype(np.float32)
+    extras = [agent.rollout_act(obs[t])[1] for t in range(T)]
+    flags = np.zeros((T, N), bool)
+    ro = Rollout(obs[:T], obs[1:], np.ones((T, N)), np.ones((T, N), np.float32), flags, flags, ~flags,
+                 {k: torch.stack([e[k] for e in extras]) for k in extras[0]}, T * N)
+    metrics = agent.update_rollout(ro, 0)
+    assert metrics["retention_kl"] > 0 and metrics["retention_kl_w"] == 3.0 and agent.retention.steps == 1
