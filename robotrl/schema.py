@@ -52,6 +52,10 @@ class TrainerConfig:
         validation_fraction: a run without an env (a dataset with no ``env_spec`` and no ``env.name``, e.g.
             recorded on a robot): the share of episodes held out of training to measure the policy on
             (:mod:`robotrl.validation`); unused when there is an env.
+        forgetting_starts: held-out resets of the forgetting metric (:func:`robotrl.evaluation.forgetting_report`:
+            the policy at the online start vs the final policy from the resets farthest from the online data),
+            computed when an off-policy run's online phase ends and written to its report (``forgetting``,
+            ``forgetting_near``, ``forgetting_detail``); 0: off. State observations only.
     """
 
     offline_steps: int = 20_000
@@ -75,13 +79,15 @@ class TrainerConfig:
     her_ratio: float = 0.0
     validation_fraction: float = 0.1
     keep_best: bool = False
+    forgetting_starts: int = 0
 
     def __post_init__(self) -> None:
         """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""
         check_schedule(self, "trainer", positive=("batch_size", "n_step", "eval_every", "eval_episodes", "eval_envs",
                                                   "checkpoint_every", "log_every", "num_envs", "online_buffer_size",
                                                   "utd"),
-                       non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates"),
+                       non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates",
+                                     "forgetting_starts"),
                        fractions=("offline_ratio", "her_ratio", "validation_fraction"))
 
 

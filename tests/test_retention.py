@@ -9,6 +9,7 @@ region where it was, with retention, and move it without), and the metric on rea
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -316,14 +317,15 @@ def test_wsrl_with_retention_keeps_the_data_aside_and_pulls_toward_the_warm_star
     build_trainer(_compose(["experiment=calql", *MAZE, *QSMALL, "trainer.offline_steps=60", f"run_dir={pre}"]),
                   pre).fit()
     over = ["experiment=wsrl", "agent=wsrl-retain", *MAZE, *QSMALL, f"trainer.init_from={pre}", "trainer.online_steps=150",
-            "trainer.online_warmup_steps=50", "trainer.batch_size=32", "trainer.utd=1", f"run_dir={tmp_path / 'run'}"]
+            "trainer.online_warmup_steps=50", "trainer.batch_size=32", "trainer.utd=1", "trainer.forgetting_starts=6",
+            f"run_dir={tmp_path / 'run'}"]
     trainer = build_trainer(_compose(over), tmp_path / "run")
     agent = trainer.agent
     batches = []
     update = agent.update
     agent.update = lambda batch, step: (batches.append(set(batch.extras)), update(batch, step))[1]
     seen = _recording(agent, "_sac_actor")
-    trainer.fit()
+    summary = trainer.fit()
     assert trainer.offline is not None and trainer.cfg.offline_ratio == 0.0
     assert batches and all("offline" not in keys for keys in batches)  # WSRL's batches: online rows only
     pretrained = _checkpoint_policy(pre)
@@ -331,6 +333,14 @@ def test_wsrl_with_retention_keeps_the_data_aside_and_pulls_toward_the_warm_star
         torch.testing.assert_close(v, pretrained[k])
     kl = [m["retention_kl"] for m in seen]
     assert len(kl) == 100 and kl[0] < 1e-6 < max(kl)  # zero at the warm start, then the policy moves and is pulled
+    # the forgetting metric in the run's report: the policy at the online start vs the final one
+    detail = summary["forgetting_detail"]
+    assert detail["num_far"] == 2 and detail["num_near"] == 4 and detail["score"] == "normalized_score"
+    far = detail["far"]
+    assert summary["forgetting"] == far["pretrained"]["normalized_score"] - far["finetuned"]["normalized_score"]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["summary"]["forgetting"] == summary["forgetting"]
+    assert report["summary"]["forgetting_detail"]["far_seeds"] == detail["far_seeds"]
 
 
 def _checkpoint_policy(run_dir):
