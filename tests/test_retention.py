@@ -341,6 +341,12 @@ def test_wsrl_with_retention_keeps_the_data_aside_and_pulls_toward_the_warm_star
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["summary"]["forgetting"] == summary["forgetting"]
     assert report["summary"]["forgetting_detail"]["far_seeds"] == detail["far_seeds"]
+    # the reference is the warm-started policy, kept in the checkpoint for a resume
+    from robotrl.checkpoint import load_checkpoint
+
+    kept = load_checkpoint(tmp_path / "run")["forgetting_reference"]["state_dict"]
+    for k, v in pretrained.items():
+        torch.testing.assert_close(kept[k], v)
 
 
 def _checkpoint_policy(run_dir):
