@@ -102,7 +102,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", default="online_robot.json")
     p.add_argument("--merge", action="store_true", help="keep the other runs already in --out (same settings)")
     p.add_argument("--plot", default=None, help="PNG of success vs minutes and the intervention rate (under results/)")
+    p.add_argument("--combine", nargs="+", default=None, metavar="JSON",
+                   help="run nothing: write --out (and --plot) from the runs of these result files (e.g. one per seed, "
+                        "run side by side), their commands and configs kept")
     a = p.parse_args(argv)
+    if a.combine:
+        return combine([Path(f) if Path(f).is_absolute() else RESULTS_DIR / f for f in a.combine], a)
     for k, v in TASKS[a.task].items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -155,6 +160,22 @@ def main(argv: list[str] | None = None) -> dict:
     return out
 
 
+def combine(files: list[Path], a: argparse.Namespace) -> dict:
+    """``--combine``: one result file (table, summary, plot) from the runs of ``files``."""
+    parts = [json.loads(f.read_text()) for f in files]
+    runs = [r for d in parts for r in d["runs"]]
+    path = Path(a.out) if Path(a.out).is_absolute() else RESULTS_DIR / a.out
+    out = {"benchmark": parts[0]["benchmark"], "commands": [c for d in parts for c in d["commands"]] + [command_line()],
+           "config": parts[0]["config"], "configs": [d["config"] for d in parts], "eval_seeds": parts[0]["eval_seeds"],
+           "runs": runs, "table": table(runs), "summary": summary(runs), "environment": environment(),
+           "combined_from": [f.name for f in files], "note": parts[0].get("note")}
+    write_json(path, out)
+    if a.plot:
+        plot(runs, RESULTS_DIR / a.plot if not Path(a.plot).is_absolute() else Path(a.plot), parts[0]["config"]["task"])
+    print(out["table"])
+    return out
+
+
 def _groups(runs: list[dict]) -> list[tuple[str, list[dict]]]:
     out = []
     for paced in (False, True):
@@ -201,7 +222,7 @@ def plot(runs: list[dict], path: Path, task: str) -> Path:
         for j, r in enumerate(rs):
             ax.plot([p["minutes"] for p in r["curve"]], [p["success"] for p in r["curve"]], color=c, alpha=0.7,
                     marker=".", label=f"{name} ({len(rs)} seeds)" if j == 0 else None)
-            if r.get("interventions"):
+            if r.get("interventions") and r.get("steps_per_episode"):  # (older result files lack the episodes)
                 rate = [k / max(n, 1) for k, n in zip(r["interventions_per_episode"], r["steps_per_episode"])]
                 bx.plot(range(len(rate)), rate, color=c, alpha=0.6, marker=".", ls="",
                         label=f"{name}" if j == 0 else None)
@@ -220,23 +241,27 @@ def plot(runs: list[dict], path: Path, task: str) -> Path:
 
 
 def table(runs: list[dict], level: float = 0.8) -> str:
-    """Markdown table per mode: success before/after (mean over seeds), minutes until the evaluated
-    success first reached ``level`` (median over seeds; "-": not within the run), wall time, updates."""
+    """Markdown table per mode: success before/after (mean over seeds), IQM of the final success with its 95 %
+    bootstrap CI, minutes until the evaluated success first reached ``level`` (median over seeds; "-": not within
+    the run), wall time, updates, the human's steps and seconds (mean over seeds)."""
     import statistics
 
-    rows = [f"| mode | seeds | success before | success after | minutes to ≥ {level:.0%} | wall min | updates |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
-    for mode, paced in [(m, p) for p in (False, True) for m in ("human", "demos", "none", "pretrained")]:
-        rs = [r for r in runs if r["mode"] == mode and r.get("paced", False) == paced]
-        if not rs:
-            continue
+    from robotrl.stats import bootstrap_ci, iqm
+
+    rows = [f"| mode | seeds | success before | success after | IQM after [95% CI] | minutes to ≥ {level:.0%} | wall min | "
+            "updates | human steps (s) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, rs in _groups(runs):
         hit = [next((c["minutes"] for c in r["curve"] if c["success"] >= level), None) for r in rs]
         reached = [h for h in hit if h is not None]
         t = f"{statistics.median(reached):.1f} ({len(reached)}/{len(rs)})" if reached else "-"
-        rows.append(f"| {mode}{' (paced)' if paced else ''} | {len(rs)} | {statistics.mean(r['success_before'] for r in rs):.2f} | "
-                    f"{statistics.mean(r['success_after'] for r in rs):.2f} | {t} | "
+        after = [r["success_after"] for r in rs]
+        lo, hi = bootstrap_ci(after)
+        human = statistics.mean(r["interventions"] for r in rs)
+        human_s = statistics.mean(r.get("human_s", 0.0) for r in rs)
+        rows.append(f"| {name} | {len(rs)} | {statistics.mean(r['success_before'] for r in rs):.2f} | "
+                    f"{statistics.mean(after):.2f} | {iqm(after):.2f} [{lo:.2f}, {hi:.2f}] | {t} | "
                     f"{statistics.mean(r['wall_s'] for r in rs) / 60:.1f} | "
-                    f"{statistics.mean(r['updates'] for r in rs):.0f} |")
+                    f"{statistics.mean(r['updates'] for r in rs):.0f} | {human:.0f} ({human_s:.0f}) |")
     return "\n".join(rows)
 
 
