@@ -56,7 +56,8 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _now() -> str:
+def now() -> str:
+    """The time now, UTC, ISO 8601 to the second (the records' time format)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
@@ -76,6 +77,13 @@ def machine_record(device: str | torch.device | None = None) -> dict:
             "cpu_bf16": native_bf16("cpu"), "gpu": gpu, "device": None if device is None else str(device),
             "python": platform.python_version(), "torch": str(torch.__version__), "platform": platform.platform(),
             "argv": list(sys.argv)}
+
+
+def phase_record(phase: str, started: str, device: str | torch.device | None = None) -> dict:
+    """A record of a phase that ran in this process without a :class:`~robotrl.runner.Runner` (e.g. a benchmark
+    script's in-process pretraining), ended now: :func:`machine_record` plus ``phase``, ``started`` (from
+    :func:`now`) and ``ended``."""
+    return {"phase": phase, **machine_record(device), "started": started, "ended": now()}
 
 
 def read_provenance(run_dir: str | os.PathLike) -> list[dict]:
@@ -123,7 +131,7 @@ class ProvenanceLog:
                 r["killed"] = True
             overwritten += [s for s in r.get("evals", []) if s > step]
             r["evals"] = [s for s in r.get("evals", []) if s <= step]  # those after the checkpoint are redone
-        now = _now()
+        now = now()
         rec = {"segment": len(earlier), "start": "resume" if resumed else "new", **machine_record(device),
                "started": now, "last_seen": now, "ended": None, "step_start": int(step), "step_end": int(step),
                "phase_start": phase, "phase_end": phase, "evals": []}
@@ -144,7 +152,7 @@ class ProvenanceLog:
         rec = self.current
         if rec is None:
             return
-        rec.update(step_end=int(step), phase_end=phase, last_seen=_now())
+        rec.update(step_end=int(step), phase_end=phase, last_seen=now())
         if evaluated:
             rec["evals"].append(int(step))
         if ended:
