@@ -131,9 +131,9 @@ class ProvenanceLog:
                 r["killed"] = True
             overwritten += [s for s in r.get("evals", []) if s > step]
             r["evals"] = [s for s in r.get("evals", []) if s <= step]  # those after the checkpoint are redone
-        now = now()
+        t = now()
         rec = {"segment": len(earlier), "start": "resume" if resumed else "new", **machine_record(device),
-               "started": now, "last_seen": now, "ended": None, "step_start": int(step), "step_end": int(step),
+               "started": t, "last_seen": t, "ended": None, "step_start": int(step), "step_end": int(step),
                "phase_start": phase, "phase_end": phase, "evals": []}
         if resumed:
             rec["overwrites_evals"] = sorted(set(overwritten))
