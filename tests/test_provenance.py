@@ -81,3 +81,22 @@ def test_a_killed_and_resumed_run_has_two_segment_records(minari_module_root, tm
     assert summary["resumed"] is True and summary["provenance"] == records
     stored = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["provenance"]
     assert [r["segment"] for r in stored] == [0, 1] and stored[1]["step_end"] == killed_at + 100
+
+
+def test_the_qlearning_study_carries_each_runs_segments_into_its_result(monkeypatch):
+    """bench_qlearning_learning's rows hold the fine-tuning's and the pretraining's records (and none, not an error,
+    for units cached before provenance was recorded)."""
+    import argparse
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_qlearning_learning as ql
+
+    pre_rec, ft_rec = {"segment": 0, "phase_start": "offline"}, {"segment": 0, "phase_start": "online"}
+    curve = [[0, -5.0, 0.2, 0.0], [1000, -3.0, 0.5, 9.0]]
+    per_seed = {"robotrl-offline-calql": [{"return_mean": -5.0, "seconds": 1.0, "provenance": [pre_rec]},
+                                          {"return_mean": -5.0, "seconds": 1.0}],
+                "robotrl-wsrl": [{"curve": curve, "seconds": 2.0, "provenance": [ft_rec]}, {"curve": curve, "seconds": 2.0}]}
+    rows = ql.to_runs(per_seed, [0, 1], argparse.Namespace(warmup=500))
+    assert rows[0]["provenance"] == {"run": [ft_rec], "pretraining": [pre_rec]}
+    assert rows[1]["provenance"] == {"run": [], "pretraining": []}
