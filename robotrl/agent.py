@@ -88,6 +88,13 @@ class OffPolicyAgentBase(AgentBase):
     frame_stack: int = 1
 
     @property
+    def explores_online(self) -> bool:
+        """Whether :meth:`explore` can collect online data in this configuration; ``False`` for an agent that
+        learns offline only here (behaviour cloning from cameras: its stateless ``explore`` has no frame
+        history), so the build path refuses ``trainer.online_steps > 0`` with one line. Default ``True``."""
+        return True
+
+    @property
     def needs_mc_returns(self) -> bool:
         """Whether updates use Monte-Carlo returns-to-go (Cal-QL): online rows then come only from ended
         episodes, and updates wait for the first one. Default ``False``."""
@@ -157,7 +164,7 @@ class ResidualAgent(Protocol):
 class OffPolicyAgent(Protocol):
     """One gradient step per :meth:`update`; acting for online collection via :meth:`explore`.
 
-    The hooks (``critic_utd``, ``frame_stack``, ``needs_mc_returns``, :meth:`init_from_data`,
+    The hooks (``critic_utd``, ``frame_stack``, ``explores_online``, ``needs_mc_returns``, :meth:`init_from_data`,
     :meth:`sample_batch`, :meth:`start_online`, :meth:`reset_explore`, :meth:`load_pretrained`)
     are documented, with their defaults, on :class:`OffPolicyAgentBase`, which agents inherit.
     """
@@ -165,6 +172,9 @@ class OffPolicyAgent(Protocol):
     policy: nn.Module
     critic_utd: int
     frame_stack: int
+
+    @property
+    def explores_online(self) -> bool: ...
 
     @property
     def needs_mc_returns(self) -> bool: ...

@@ -479,8 +479,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     # so the buffers' MC returns (Cal-QL's bound) and the sparse fill are in the same units
     r_scale, r_bias, fill = reward_transform(cfg.agent)
     buffer = offline_buffer(cfg.agent, data, tcfg, device, int(cfg.seed), frame_stack=spec.frame_stack)
-    if tcfg.online_steps > 0 and not isinstance(agent, OffPolicyAgent):
-        raise ConfigError(f"agent={cfg.agent.name} learns offline only (it has no exploration): set "
+    if tcfg.online_steps > 0 and not (isinstance(agent, OffPolicyAgent) and agent.explores_online):
+        why = "from cameras" if isinstance(agent, OffPolicyAgent) else "(it has no exploration)"
+        raise ConfigError(f"agent={cfg.agent.name} learns offline only {why}: set "
                           "trainer.online_steps=0, or learn online with an off-policy agent (experiment=rlpd)")
 
     def make_train_envs():

@@ -206,9 +206,19 @@ class OffPolicyLoop:
                            od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
                            seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
                            image_shapes=layout.image_shapes if layout is not None else None,
-                           frame_stack=int(self.agent.frame_stack))
+                           frame_stack=int(self.agent.frame_stack), extra_dims=self._transition_fields())
         buf.relabeler = self.relabeler
         return buf
+
+    def _transition_fields(self) -> dict[str, int]:
+        """Float fields the agent records per transition (``agent.transition_fields``, e.g. a residual agent's
+        executed base action; :meth:`agent.explore_extras` gives them for each explore call); the offline buffer
+        gets them as NaN (unknown)."""
+        fields = dict(getattr(self.agent, "transition_fields", None) or {})
+        if self.offline is not None:
+            for name, d in fields.items():
+                self.offline.add_extra_field(name, d)
+        return fields
 
     def _online_phase(self, runner: Runner) -> None:
         cfg = self.cfg
@@ -239,12 +249,13 @@ class OffPolicyLoop:
     def _env_step(self, envs, obs, resetting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One vector step with ``agent.explore`` into the online buffer; returns ``(next obs, resetting)``."""
         actions = self.agent.explore(obs)
+        extras = self.agent.explore_extras() if self.online.extra else None
         next_obs, rew, term, trunc, _ = envs.step(actions)
         live = np.flatnonzero(~resetting)  # next-step autoreset: skip envs that only reset
         rew = self.reward_scale * np.asarray(rew, np.float32) + self.reward_bias
         (s, im), (s2, im2) = self._split(obs, live), self._split(next_obs, live)
         self.online.add(s, actions[live], rew[live], s2, term[live], trunc[live], env_ids=live, images=im,
-                        next_images=im2)
+                        next_images=im2, extras=None if extras is None else {k: v[live] for k, v in extras.items()})
         self._episodes_start(np.flatnonzero(resetting))  # those envs only reset: next_obs starts their episode
         self.step += 1
         return next_obs, term | trunc

@@ -47,17 +47,18 @@ def warm_start(agent, source: str | Path, parts: Sequence[str] | None = None) ->
         raise CheckpointError(f"init_from {source}: its agent state does not fit this agent ({exc})") from exc
 
 
-def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: dict, arch_keys: Sequence[str],
-                      what: str, arch_defaults: dict | None = None) -> tuple[str, dict]:
+def pretrained_policy(path: str | Path, device, *, own: str, base: type, spec: dict, what: str) -> tuple[str, dict]:
     """Read the checkpoint a fine-tuning agent converts from (DPPO from diffusion, ReinFlow from flow).
 
     Args:
         path: a checkpoint file; device: where its tensors go.
         own: class-name suffix of the agent's own policy (a checkpoint to resume whole).
-        base: class-name suffix of the pretrained policy it converts.
-        spec: the agent's policy constructor kwargs; arch_keys: those that must match the checkpoint's.
+        base: the pretrained policy's class; its ``ARCH_KEYS`` (declared once per policy class,
+            :class:`~robotrl.vision.frontend.ObservationFrontend`: sizes, horizons, networks, cameras and
+            encoder) must match between the checkpoint and ``spec``, keys a checkpoint leaves out read as
+            its ``ARCH_DEFAULTS``, so a camera run refuses a state checkpoint and the reverse.
+        spec: the agent's policy constructor kwargs.
         what: how the refusal names what is expected (e.g. ``"DPPO fine-tunes a diffusion-policy checkpoint"``).
-        arch_defaults: values of ``arch_keys`` that checkpoints written before the key existed imply.
 
     Returns:
         ``("own", checkpoint)`` or ``("base", the pretrained policy's state dict)``.
@@ -70,11 +71,11 @@ def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: di
     target = pol.get("target", "")
     if target.endswith(own):
         return "own", state
-    if not target.endswith(base):
+    if not target.endswith(f".{base.__name__}"):
         raise CheckpointError(f"{path}: {what}, not {target!r}")
-    theirs = pol["kwargs"]
-    theirs = {**(arch_defaults or {}), **theirs}
-    diff = {k: (theirs.get(k), spec[k]) for k in arch_keys if theirs.get(k) != spec[k]}
+    defaults = base.ARCH_DEFAULTS
+    theirs, mine = {**defaults, **pol["kwargs"]}, {**defaults, **spec}
+    diff = {k: (theirs.get(k), mine.get(k)) for k in base.ARCH_KEYS if theirs.get(k) != mine.get(k)}
     if diff:
         raise CheckpointError(f"{path}: pretrained policy differs from the config in {diff} (checkpoint, config)")
     return "base", pol["state_dict"]

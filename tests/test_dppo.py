@@ -260,3 +260,21 @@ def test_final_sample_is_stored_unclamped_by_default_and_clamped_with_final_acti
     assert float(raw[:, -1].abs().max()) > 1.0  # some samples leave the box
     torch.testing.assert_close(clamped[:, :-1], raw[:, :-1])
     torch.testing.assert_close(clamped[:, -1], raw[:, -1].clamp(-1, 1))
+
+
+def test_load_pretrained_checks_the_architecture_keys_the_diffusion_policy_declares(tmp_path):
+    """The keys a conversion must match are declared once, on the policy class (``DiffusionPolicy.ARCH_KEYS``):
+    a camera DPPO refuses a state checkpoint (naming ``image_shapes``) and a state DPPO refuses other horizons."""
+    from robotrl.agents.diffusion import DiffusionPolicy
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.errors import CheckpointError
+    from robotrl.policy import policy_state
+
+    assert {"image_shapes", "encoder", "denoising_steps", "action_horizon"} <= set(DiffusionPolicy.ARCH_KEYS)
+    dp = DiffusionPolicy(8, 2, action_horizon=4, act_steps=2, denoising_steps=10, denoiser_kwargs={"hidden": [32, 32]})
+    dp.set_normalizers(ObservationNormalizer.identity(8), ActionScaler(-np.ones(2), np.ones(2)))
+    save_checkpoint(tmp_path / "state.pt", {"policy": policy_state(dp)})
+    with pytest.raises(CheckpointError, match="image_shapes"):
+        _agent(image_shapes={"pixels/cam": (16, 16, 3)}, feature_dim=16, channels=8).load_pretrained(str(tmp_path / "state.pt"))
+    with pytest.raises(CheckpointError, match="denoising_steps"):
+        _agent(denoising_steps=5).load_pretrained(str(tmp_path / "state.pt"))

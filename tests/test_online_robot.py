@@ -448,7 +448,7 @@ def test_success_classifier_learns_labelled_states_and_saves_without_pickle(tmp_
     from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier, save_classifier
 
     clf, m = maze_classifier
-    assert m["holdout_balanced_acc"] > 0.9, m
+    assert m["heldout"]["balanced_accuracy"] > 0.9, m
     save_classifier(tmp_path / "classifier.pt", clf, 0.6, m)
     clf2, thr = load_classifier(tmp_path)  # the run directory
     xt, yt = _maze_states(500, seed=1)
@@ -497,6 +497,8 @@ def test_actor_rewards_from_the_classifier_and_ends_on_success(tmp_path, minari_
                             "agent": {"name": "reward-classifier", "model": {"hidden": [16], "steps": 50, "batch_size": 64,
                                                                             "lr": 1e-3, "holdout": 0.2, "threshold": 0.7}}})
     out = run_train(cfg, tmp_path / "run")
-    assert out["n"] == sum(i["steps"] for i in infos) and 0 < out["positives"] < 1
+    n = sum(out["frames"].values())
+    positives = sum(out[k]["positives"] for k in ("train", "threshold_set", "heldout"))
+    assert n == sum(i["steps"] for i in infos) and 0 < positives < n and out["threshold"] == 0.7
     _, thr = load_classifier(tmp_path / "run")
     assert thr == 0.7

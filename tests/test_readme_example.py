@@ -44,4 +44,4 @@ def test_on_policy_agents_satisfy_their_protocol_and_have_no_explore():
                      action_scaler=ActionScaler(torch.tensor([-2.0]), torch.tensor([2.0])), device="cpu", seed=0,
                      hidden=[8], critic_hidden=[8])
     assert isinstance(agent, OnPolicyAgent) and not isinstance(agent, OffPolicyAgent)
-    assert not hasattr(agent, "explore")
+    assert not hasattr(agent, "explore")  # on-policy agents act through their rollout policy

@@ -266,6 +266,8 @@ class ControlLoop:
             t_sched = t0 + k * self.period
             _sleep_until(t_sched)
             t_start = time.monotonic()
+            if hasattr(self.teleop, "observe"):
+                self.teleop.observe(obs.state)
             cmd = self.teleop.poll() if self.teleop is not None else TeleopCommand()
             try:
                 if cmd.estop:
@@ -299,15 +301,17 @@ class ControlLoop:
                 log.stopped, log.reason = "link_lost", str(exc)
                 break
             nxt = ans["obs"]
+            label = cmd.label  # the operator's mark (teleop y / n): the step's success; success ends it, failure cuts it
             rec = StepRecord(obs.state, a_pol, a_cmd, np.asarray(ans["applied"], np.float32), list(ans["flags"]),
-                             intervention, nxt.reward, nxt.terminated, nxt.truncated, nxt.success, rtt,
+                             intervention, nxt.reward, bool(nxt.terminated) or label is True,
+                             bool(nxt.truncated) or label is False, nxt.success if label is None else label, rtt,
                              t_start - t_sched, time.time(), obs.images)
             log.steps.append(rec)
             if on_step is not None:
                 on_step(rec)
             obs = nxt
             k += 1
-            if nxt.terminated or nxt.truncated:
+            if rec.terminated or rec.truncated:
                 log.stopped = "episode_end"
                 break
         else:

@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -21,6 +22,9 @@ from robotrl.real_robot.learner_link import ActorLink, Weights
 from robotrl.real_robot.online_recording import EpisodeRecorder
 from robotrl.real_robot.resets import RobotReset
 from robotrl.real_robot.teleop import TeleopCommand, TeleopDevice
+
+if TYPE_CHECKING:
+    from robotrl.real_robot.reward_classifier import RewardFunction
 
 LOST_MODES = ("continue", "hold")
 
@@ -181,9 +185,10 @@ class OnlineActor:
             a scripted motion or a human; ``None``: the robot's own ``reset(seed)``).
         max_missed: consecutive unanswered steps after which the robot counts as lost (the
             episode is recorded, truncated, and :class:`RobotConnectionError` raised).
-        reward_fn: ``next_state (Do,) -> (reward, success, p)`` replacing the robot's reward and
-            success (:class:`~robotrl.real_robot.reward_classifier.ClassifierReward`); a success
-            ends the episode when its ``end_on_success`` says so.
+        reward_fn: a :class:`~robotrl.real_robot.reward_classifier.RewardFunction` (the success classifier's
+            :class:`~robotrl.real_robot.reward_classifier.ClassifierReward`): its verdict on each next observation
+            (state and camera frames) replaces the robot's reward and success; a success ends the episode when its
+            ``end_on_success`` says so. An operator's mark (:attr:`TeleopCommand.label`) overrides the success.
 
     Raises:
         ConfigError: unknown ``on_learner_lost`` or a negative rate.
@@ -192,7 +197,7 @@ class OnlineActor:
     def __init__(self, robot, link: ActorLink | None, recorder: EpisodeRecorder, *, rate_hz: float,
                  teleop: TeleopDevice | None = None, on_learner_lost: str = "continue", explore: bool = True,
                  max_steps: int | None = None, wait_weights_s: float = 30.0, seed: int = 0,
-                 initial: Weights | None = None, max_missed: int = 10, reward_fn=None,
+                 initial: Weights | None = None, max_missed: int = 10, reward_fn: RewardFunction | None = None,
                  max_duration_s: float | None = None, reset=None, explore_std: float = 0.1):
         if on_learner_lost not in LOST_MODES:
             raise ConfigError(f"on_learner_lost must be one of {LOST_MODES}, got {on_learner_lost!r}")
@@ -250,6 +255,8 @@ class OnlineActor:
         obs = self.reset.run(self.robot, self.seed + ep, teleop=self.teleop, period_s=self.period)
         reset_steps = self.reset.steps - reset_steps
         self.holder.reset()
+        if self.reward_fn is not None:
+            self.reward_fn.reset()
         if hasattr(self.teleop, "new_episode"):
             self.teleop.new_episode(ep)
         rows: list[dict] = []
@@ -304,10 +311,13 @@ class OnlineActor:
                 self._close(ep, rows, obs)
                 raise
             rtt = time.perf_counter() - t_send
-            if self.reward_fn is not None:  # the success classifier's reward instead of the robot's
-                r, ok, _ = self.reward_fn(nxt.state)
-                end = bool(nxt.terminated) or (ok and getattr(self.reward_fn, "end_on_success", False))
-                nxt = Observation(nxt.state, nxt.timestamp, r, end, bool(nxt.truncated), ok, nxt.images)
+            if self.reward_fn is not None:  # the success classifier's reward on the observation the step led to
+                v = self.reward_fn(nxt.state, nxt.images)
+                end = bool(nxt.terminated) or (v.success and self.reward_fn.end_on_success)
+                nxt = Observation(nxt.state, nxt.timestamp, v.reward, end, bool(nxt.truncated), v.success, nxt.images)
+            if cmd.label is not None:  # the operator's mark labels this step; success ends the task, failure cuts it
+                nxt = Observation(nxt.state, nxt.timestamp, nxt.reward, bool(nxt.terminated) or cmd.label,
+                                  bool(nxt.truncated) or not cmd.label, cmd.label, nxt.images)
             over = (self.max_steps is not None and k + 1 >= self.max_steps) or \
                 (self.max_duration_s is not None and time.monotonic() - t_ep >= self.max_duration_s)
             trunc = bool(nxt.truncated) or (over and not nxt.terminated)

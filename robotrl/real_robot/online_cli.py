@@ -119,6 +119,11 @@ def build_learner(cfg: DictConfig):
     if data is not None and (data.obs_dim, data.action_dim) != (do, da):
         raise SpaceMismatchError(f"demos {cfg.demos} have Do={data.obs_dim}, Da={data.action_dim} but robot {robot.name} "
                                  f"has Do={do}, Da={da}; record demonstrations on this robot")
+    reward_fn = make_reward(cfg, robot)  # reward=classifier: the demonstrations' rewards are its verdicts, as online
+    if data is not None and reward_fn is not None:
+        from robotrl.real_robot.reward_classifier import relabel_rewards
+
+        data = relabel_rewards(data, reward_fn)
     if data is not None:
         if pixels:
             check_demo_cameras(data, robot.cameras, robot.name, str(cfg.demos))
@@ -234,6 +239,30 @@ def make_teleop(cfg: DictConfig, spec):
     raise ConfigError(f"teleop must be none, keyboard or scripted, got {cfg.teleop!r}")
 
 
+def make_reward(cfg: DictConfig, spec):
+    """The actor's :class:`~robotrl.real_robot.reward_classifier.RewardFunction` of ``reward=`` (``None``: the
+    robot's own reward).
+
+    Raises:
+        ConfigError: an unknown ``reward``, ``reward=classifier`` without ``reward_classifier``, or a classifier for
+            other cameras, frame sizes or state size than the robot's (one line naming the fix).
+        CheckpointError: the file is not a success classifier.
+    """
+    if cfg.reward == "robot":
+        return None
+    if cfg.reward != "classifier":
+        raise ConfigError(f"reward must be robot or classifier, got {cfg.reward!r}")
+    from robotrl.real_robot.online_pixels import camera_shapes
+    from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier
+
+    if not cfg.reward_classifier:
+        raise ConfigError("reward=classifier needs reward_classifier=<classifier.pt or its run dir> "
+                          "(robotrl train agent=reward-classifier ...)")
+    clf, thr = load_classifier(cfg.reward_classifier)
+    clf.check_inputs(camera_shapes(spec.cameras), spec.observation.dim, f"robot {spec.name}")
+    return ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.get("end_on_success", True)))
+
+
 def run_actor(cfg: DictConfig) -> dict:
     """Body of ``robotrl actor``: connect robot and learner, run the episodes, write the recording."""
     import os
@@ -258,6 +287,11 @@ def run_actor(cfg: DictConfig) -> dict:
     else:
         raise ConfigError(f"robot_link must be local or remote, got {cfg.robot_link!r}")
     spec = robot.spec()
+    try:
+        reward_fn = make_reward(cfg, spec)
+    except RobotRLError:
+        robot.close()
+        raise
     work = Path(cfg.work_dir)
     # a camera robot's frames travel with its transitions to a pixel learner: ActorLink raises its limits for them
     link = ActorLink(cfg.learner, key, cfg.actor_id, spec.to_dict(), work / "spill", learner_id=cfg.learner_id,
@@ -267,20 +301,6 @@ def run_actor(cfg: DictConfig) -> dict:
                      curve_server_public_file=cfg.get("curve_server_public_file"))
     recorder = EpisodeRecorder(work, spec)
     rate = float(spec.control_rate_hz if cfg.rate_hz is None else cfg.rate_hz)
-    reward_fn = None
-    if cfg.reward == "classifier":
-        from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier
-
-        if not cfg.reward_classifier:
-            raise ConfigError("reward=classifier needs reward_classifier=<classifier.pt or its run dir> "
-                              "(robotrl train agent=reward-classifier ...)")
-        clf, thr = load_classifier(cfg.reward_classifier)
-        if clf.kwargs["obs_dim"] != spec.observation.dim:
-            raise ConfigError(f"classifier {cfg.reward_classifier} scores Do={clf.kwargs['obs_dim']} states; robot "
-                              f"{spec.name} has Do={spec.observation.dim}")
-        reward_fn = ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.end_on_success))
-    elif cfg.reward != "robot":
-        raise ConfigError(f"reward must be robot or classifier, got {cfg.reward!r}")
     from robotrl.real_robot.resets import make_limits, make_reset
 
     teleop = make_teleop(cfg, spec)

@@ -7,7 +7,9 @@ happened), rewards, terminations, truncations (an episode cut by the loop — li
 ``max_steps`` — ends truncated), and per-step ``infos`` with ``T+1`` entries (the first
 entry belongs to the reset, as in Minari):
 
-``success``, ``intervention`` (human takeover), ``requested_action (T+1, Da)`` (what
+``success`` (the robot's, or the operator's ``y`` / ``n`` mark of the step,
+:attr:`~robotrl.real_robot.teleop.TeleopCommand.label`: the labels the success classifier of
+:mod:`robotrl.real_robot.reward_classifier` trains on), ``intervention`` (human takeover), ``requested_action (T+1, Da)`` (what
 the loop sent before the safety supervisor), ``policy_action (T+1, Da)`` (NaN when the
 policy had no action ready), ``safety_modified``, ``held``, ``rtt_s``, ``jitter_s`` (s)
 and ``time`` (wall clock, s).

@@ -17,6 +17,9 @@ cbreak mode, or any pipe) on a background thread:
 space                 software e-stop (latched on the robot server)
 ``r``                 re-arm after an e-stop
 Enter                 confirm (a human reset is done)
+``y`` / ``n``         mark the current step a success / a failure (the label the
+                      success classifier trains on; a success ends the episode,
+                      a failure cuts it)
 ====================  ==========================================================
 
 :class:`SpaceMouseTeleop` maps a 6-axis device (a 3Dconnexion SpaceMouse, a gamepad)
@@ -50,6 +53,10 @@ class TeleopCommand:
         estop: request the software e-stop (latched until ``rearm``).
         rearm: request a re-arm of the e-stop.
         confirm: the human confirms (a human reset is done: :mod:`robotrl.real_robot.resets`).
+        label: the operator's mark of this step: ``True`` success, ``False`` failure, ``None`` none.
+            Recorded as the step's ``infos["success"]`` (the success classifier's label,
+            :mod:`robotrl.real_robot.reward_classifier`); the online actor ends the episode on it
+            (success: ``terminated``; failure: ``truncated``).
     """
 
     engaged: bool = False
@@ -57,6 +64,7 @@ class TeleopCommand:
     estop: bool = False
     rearm: bool = False
     confirm: bool = False
+    label: bool | None = None
 
 
 @runtime_checkable
@@ -85,6 +93,7 @@ class KeyboardTeleop:
         self._action = self._hold.copy()
         self._engaged = False
         self._estop = self._rearm = self._confirm = False
+        self._label: bool | None = None
         self._lock = threading.Lock()
         self._stream = stream
         self._thread = threading.Thread(target=self._read, name="keyboard-teleop", daemon=True)
@@ -108,6 +117,8 @@ class KeyboardTeleop:
                 self._rearm = True
             elif ch in "\r\n":
                 self._confirm = True
+            elif ch in ("y", "n"):
+                self._label = ch == "y"
             elif ch == "x":
                 self._action = self._hold.copy()
             elif ch in _AXES:
@@ -116,11 +127,12 @@ class KeyboardTeleop:
                     self._action[i] = np.clip(self._action[i] + sign * self._step, self._lo[i], self._hi[i])
 
     def poll(self) -> TeleopCommand:
-        """The current command; e-stop, re-arm and confirm requests are reported once."""
+        """The current command; e-stop, re-arm, confirm requests and a label are reported once."""
         with self._lock:
             cmd = TeleopCommand(self._engaged, self._action.copy() if self._engaged else None, self._estop, self._rearm,
-                                self._confirm)
+                                self._confirm, self._label)
             self._estop = self._rearm = self._confirm = False
+            self._label = None
         return cmd
 
     def close(self) -> None:
@@ -183,6 +195,8 @@ class ScriptedTeleop:
         controller: ``obs (Do,) -> action (Da,)`` in robot units (e.g. a P-controller to the goal).
         engage: ``(episode, step) -> bool``, whether the human drives this step.
         low, high: bounds ``(Da,)`` the action is clipped to.
+        label: ``(episode, step, obs (Do,)) -> True / False / None``, the scripted operator's mark of the step
+            (:attr:`TeleopCommand.label`; ``None``: never marks).
 
     Attributes:
         episode, step: the position the next :meth:`poll` answers for; the actor calls
@@ -190,8 +204,9 @@ class ScriptedTeleop:
         engaged_steps: polls that returned a takeover.
     """
 
-    def __init__(self, controller: Callable[[np.ndarray], np.ndarray], engage: Callable[[int, int], bool], low, high):
-        self.controller, self.engage = controller, engage
+    def __init__(self, controller: Callable[[np.ndarray], np.ndarray], engage: Callable[[int, int], bool], low, high,
+                 label: Callable[[int, int, np.ndarray], bool | None] | None = None):
+        self.controller, self.engage, self.label = controller, engage, label
         self._lo, self._hi = np.asarray(low, np.float32), np.asarray(high, np.float32)
         self.episode, self.step = -1, 0
         self._obs: np.ndarray | None = None
@@ -209,11 +224,12 @@ class ScriptedTeleop:
         """Takeover with ``controller(obs)`` when ``engage(episode, step)``; advances the step counter."""
         step = self.step
         self.step += 1
+        mark = None if self.label is None or self._obs is None else self.label(self.episode, step, self._obs)
         if self._obs is None or not self.engage(self.episode, step):
-            return TeleopCommand()
+            return TeleopCommand(label=mark)
         self.engaged_steps += 1
         a = np.clip(np.asarray(self.controller(self._obs), np.float32).reshape(-1), self._lo, self._hi)
-        return TeleopCommand(True, a.astype(np.float32))
+        return TeleopCommand(True, a.astype(np.float32), label=mark)
 
     def close(self) -> None:
         """Nothing to release."""

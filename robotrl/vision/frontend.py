@@ -21,6 +21,7 @@ Symbols: ``B`` batch, ``Ds`` state size, ``Da`` action size, ``H, W, C`` frame s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -67,6 +68,16 @@ class ObservationFrontend(nn.Module):
         ValueError / FileNotFoundError: from :class:`~robotrl.vision.encoders.PixelEncoder` (unknown encoder or
             pooling, missing weights file); ``frame_stack < 1``.
     """
+
+    #: Constructor kwargs that define the networks: a checkpoint converted or warm-started into this class
+    #: must match them (:func:`robotrl.warmstart.pretrained_policy`); subclasses extend the tuple with their own.
+    ARCH_KEYS: ClassVar[tuple[str, ...]] = ("obs_dim", "action_dim", "image_shapes", "encoder", "pooling",
+                                            "feature_dim", "channels")
+    #: What a saved spec implies for an architecture key it leaves out (a state policy names no camera settings;
+    #: checkpoints written before a key existed).
+    ARCH_DEFAULTS: ClassVar[dict[str, Any]] = dict.fromkeys(("image_shapes", "encoder", "pooling", "feature_dim",
+                                                             "channels"))
+
 
     def __init__(self, obs_dim: int, action_dim: int, *, image_shapes: Mapping[str, Sequence[int]] | None = None,
                  encoder: str = "drq", pooling: str = "flatten", feature_dim: int = 50, channels: int = 32,

@@ -115,19 +115,13 @@ class BCAgent(OffPolicyAgentBase):
         return {"loss": loss.detach(), "mse": mse, "grad_norm": gn.detach()}
 
     @property
-    def explore(self):
-        """``explore(obs (N, Do)) -> (N, Da)``: raw exploratory actions of a state agent (:meth:`_explore`).
-
-        Raises:
-            AttributeError: the agent reads cameras: BC from cameras learns offline only, so ``hasattr(agent,
-                "explore")`` is false and the build path refuses online steps with its one-line message.
-        """
-        if self.policy.has_cameras:
-            raise AttributeError("BC from cameras learns offline only (no explore): set trainer.online_steps=0")
-        return self._explore
+    def explores_online(self) -> bool:
+        """``False`` from cameras: this agent's stateless :meth:`explore` keeps no frame history, so it learns
+        offline only there (the build path refuses online steps)."""
+        return not self.policy.has_cameras
 
     @torch.no_grad()
-    def _explore(self, obs: np.ndarray) -> np.ndarray:
+    def explore(self, obs: np.ndarray) -> np.ndarray:
         """Actions ``(N, Da)`` raw: Gaussian samples, or the mean plus ``explore_std`` noise."""
         x = torch.as_tensor(np.asarray(obs, np.float32), device=self.device)
         mean, log_std = self.policy.distribution(x)

@@ -26,15 +26,14 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
-from robotrl.agents.diffusion.training import ema_trainer, chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
+from robotrl.agents.diffusion.training import ChunkBCAgent, chunk_inputs
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 
 
-class DiffusionAgent(OffPolicyAgentBase):
+class DiffusionAgent(ChunkBCAgent):
     """DDPM behaviour cloning over action chunks, from states or (``image_shapes``) cameras plus the state.
 
     Args:
@@ -77,20 +76,10 @@ class DiffusionAgent(OffPolicyAgentBase):
                                           eval_min_std=eval_min_std, ddim_eta=ddim_eta, obs_clip=obs_clip,
                                           x0_clip=x0_clip, eps_clip=eps_clip, **cameras)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
-        self.policy.to(self.device).eval()
-        self.frame_stack = 1
         # trained: the denoiser (a state policy, as before cameras were an option) or the whole policy, encoder
         # included; the deployed self.policy (or its denoiser) is the EMA
-        self.ema_target, self.model, self.optimizer = ema_trainer(self.policy, self.policy.denoiser, lr=lr,
-                                                                  weight_decay=weight_decay)
-        self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
-        self.num_updates = 0
-        self.gen = torch.Generator(device=self.device).manual_seed(seed)
-
-    # ------------------------------------------------------------------ data
-    def sample_batch(self, buffer, batch_size: int) -> Batch:
-        """``(To, Ta)`` windows from ``buffer`` (:meth:`ReplayBuffer.sample_sequences`)."""
-        return buffer.sample_sequences(batch_size, self.policy.To, self.policy.Ta)
+        self._init_training(self.policy.denoiser, lr=lr, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+                            ema_decay=ema_decay, ema_start=ema_start, seed=seed)
 
     # ------------------------------------------------------------------ training
     def loss(self, batch: Batch) -> torch.Tensor:
@@ -107,41 +96,15 @@ class DiffusionAgent(OffPolicyAgentBase):
         x_k = p.schedule.q_sample(x0, k, eps)
         return noise_prediction_loss(net(x_k, k, p.condition(obs, images)), eps, mask)
 
-    def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
-        self.model.train()
-        return ema_gradient_step(self, self.loss(batch), self.ema_target)
-
     # ------------------------------------------------------------------ acting
-    @property
-    def explore(self):
-        """``explore(obs (N, Do)) -> (N, Da)`` of a state agent (:meth:`_explore`).
-
-        Raises:
-            AttributeError: the agent reads cameras: it learns offline only, so ``hasattr(agent, "explore")`` is
-                false and the build path refuses online steps.
-        """
-        if self.policy.has_cameras:
-            raise AttributeError("diffusion BC from cameras learns offline only (no explore): set trainer.online_steps=0")
-        return self._explore
-
     @torch.no_grad()
-    def _explore(self, obs: np.ndarray) -> np.ndarray:
+    def explore(self, obs: np.ndarray) -> np.ndarray:
         """Stateless exploration: first action of a fresh stochastic DDPM chunk per env ``(N, Da)`` raw.
 
         (``To = 1`` semantics; chunked, history-aware acting is ``agent.policy``'s job.)
         """
         x = torch.as_tensor(np.asarray(obs, np.float32), device=self.device)
         return self.policy.predict_chunk(x[:, None].expand(-1, self.policy.To, -1), sampler="ddpm")[:, 0].cpu().numpy()
-
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict:
-        """Trained and EMA weights, normalisers, optimizer, counters, RNG."""
-        return trainer_state(self)
-
-    def load_state_dict(self, state: dict) -> None:
-        """Inverse of :meth:`state_dict`."""
-        load_trainer_state(self, state)
 
 
 def camera_options(*, image_shapes: Mapping[str, Sequence[int]] | None, **options) -> dict:

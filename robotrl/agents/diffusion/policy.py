@@ -67,6 +67,10 @@ class DiffusionPolicy(ObservationFrontend):
         ConfigError: ``frame_stack != 1``.
     """
 
+    ARCH_KEYS = (*ObservationFrontend.ARCH_KEYS, "obs_horizon", "action_horizon", "denoising_steps", "denoiser",
+                 "denoiser_kwargs")
+
+
     def __init__(self, obs_dim: int, action_dim: int, *, obs_horizon: int = 1, action_horizon: int = 4,
                  act_steps: int = 4, denoising_steps: int = 20, denoiser: str = "mlp",
                  denoiser_kwargs: dict | None = None, sampler: str = "ddpm", ddim_steps: int = 5,

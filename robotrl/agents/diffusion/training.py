@@ -9,35 +9,13 @@ horizon / size, ``Ta``/``Da`` chunk length / action size.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from robotrl import warmstart
+from robotrl.agent import OffPolicyAgentBase
 from robotrl.data.batch import Batch
 from robotrl.utils import set_generator_state
-
-#: The observation spec's keys a pretrained chunk policy and the agent fine-tuning it must share (``None``: no
-#: cameras, what a state policy's spec implies by leaving them out).
-CAMERA_ARCH_KEYS = ("image_shapes", "encoder", "pooling", "feature_dim", "channels")
-
-
-def pretrained_policy(path: str | Path, device, *, own: str, base: str, spec: dict, arch_keys: Sequence[str],
-                      what: str, arch_defaults: dict | None = None) -> tuple[str, dict]:
-    """:func:`robotrl.warmstart.pretrained_policy` with the cameras and their encoder
-    (:data:`CAMERA_ARCH_KEYS`) among the architecture keys, so a camera fine-tuning run refuses a state
-    checkpoint (and the reverse) instead of keeping a random encoder.
-
-    Raises:
-        CheckpointError: as :func:`robotrl.warmstart.pretrained_policy`.
-    """
-    cams = dict.fromkeys(CAMERA_ARCH_KEYS)
-    return warmstart.pretrained_policy(path, device, own=own, base=base, spec={**cams, **spec},
-                                       arch_keys=(*arch_keys, *CAMERA_ARCH_KEYS), what=what,
-                                       arch_defaults={**cams, **(arch_defaults or {})})
-
 
 @torch.no_grad()
 def ema_trainer(policy, net: nn.Module, *, lr: float, weight_decay: float
@@ -105,3 +83,52 @@ def load_trainer_state(agent, state: dict) -> None:
     agent.optimizer.load_state_dict(state["optimizer"])
     agent.num_updates = int(state["num_updates"])
     set_generator_state(agent.gen, state["gen"])
+
+
+class ChunkBCAgent(OffPolicyAgentBase):
+    """The training shell the chunk-BC agents share (:class:`~robotrl.agents.diffusion.DiffusionAgent`,
+    :class:`~robotrl.agents.flow.FlowAgent`): ``(To, Ta)`` windows as batches, one AdamW step of the trained copy
+    ``model`` per :meth:`update` with the deployed network an EMA of it (Chi et al. 2023; DPPO's pretraining),
+    the resumable state, and offline-only learning from cameras. A subclass builds ``self.policy`` and
+    ``self.device``, calls :meth:`_init_training` and defines :meth:`loss` and :meth:`explore`.
+    """
+
+    policy: nn.Module
+    device: torch.device
+
+    def _init_training(self, net: nn.Module, *, lr: float, weight_decay: float, max_grad_norm: float | None,
+                       ema_decay: float, ema_start: int, seed: int) -> None:
+        """Move the policy to the device and set up the EMA training parts of ``net`` (:func:`ema_trainer`)."""
+        self.policy.to(self.device).eval()
+        self.frame_stack = 1
+        self.ema_target, self.model, self.optimizer = ema_trainer(self.policy, net, lr=lr, weight_decay=weight_decay)
+        self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
+        self.num_updates = 0
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    def sample_batch(self, buffer, batch_size: int) -> Batch:
+        """``(To, Ta)`` windows from ``buffer`` (:meth:`ReplayBuffer.sample_sequences`)."""
+        return buffer.sample_sequences(batch_size, self.policy.To, self.policy.Ta)
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """The agent's training loss of ``self.model`` on a sequence batch (a scalar)."""
+        raise NotImplementedError
+
+    def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
+        self.model.train()
+        return ema_gradient_step(self, self.loss(batch), self.ema_target)
+
+    @property
+    def explores_online(self) -> bool:
+        """``False`` from cameras: the stateless ``explore`` keeps no frame history, so a chunk-BC agent learns
+        offline only there (the build path refuses online steps)."""
+        return not self.policy.has_cameras
+
+    def state_dict(self) -> dict:
+        """Trained and EMA weights, normalisers, optimizer, counters, RNG."""
+        return trainer_state(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of :meth:`state_dict`."""
+        load_trainer_state(self, state)

@@ -46,17 +46,17 @@ from robotrl.agent import OnPolicyAgentBase
 from robotrl.agents.diffusion.agent import camera_options
 from robotrl.agents.diffusion.sampling import chain_timesteps, sample_chain, step_mean_std
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule, denoising_discount
+from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.dppo.policy import DPPOPolicy
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
 from robotrl.agents.ppo.update import gae_targets, load_state, minibatch_epochs, save_state
 
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.agents.diffusion.training import pretrained_policy
 from robotrl.errors import CheckpointError
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
+from robotrl.warmstart import pretrained_policy
 
-_ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoising_steps", "denoiser", "denoiser_kwargs")
 
 
 class DPPOAgent(OnPolicyAgentBase):
@@ -145,8 +145,8 @@ class DPPOAgent(OnPolicyAgentBase):
             CheckpointError: another policy class, an architecture that does not match, or a checkpoint
                 that leaves weights of the policy unloaded (named) or holds weights it does not have.
         """
-        kind, state = pretrained_policy(path, self.device, own="DPPOPolicy", base="DiffusionPolicy",
-                                        spec=self.policy.spec(), arch_keys=_ARCH_KEYS,
+        kind, state = pretrained_policy(path, self.device, own="DPPOPolicy", base=DiffusionPolicy,
+                                        spec=self.policy.spec(),
                                         what="DPPO fine-tunes a diffusion-policy checkpoint")
         if kind == "own":
             self.load_state_dict(state["agent"])

@@ -33,9 +33,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.diffusion.agent import camera_options, seeded_init, step_frames
-from robotrl.agents.diffusion.training import ema_trainer, chunk_inputs, ema_gradient_step, load_trainer_state, trainer_state
+from robotrl.agents.diffusion.training import ChunkBCAgent, chunk_inputs
 from robotrl.agents.flow.loss import flow_matching_loss, shortcut_loss
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.agents.flow.sampling import interpolate
@@ -45,7 +44,7 @@ from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import ConfigError
 
 
-class FlowAgent(OffPolicyAgentBase):
+class FlowAgent(ChunkBCAgent):
     """Rectified-flow behaviour cloning over action chunks.
 
     Args:
@@ -95,20 +94,10 @@ class FlowAgent(OffPolicyAgentBase):
         self.shortcut, self.shortcut_fraction = bool(shortcut), float(shortcut_fraction)
         self.shortcut_ema_targets = bool(shortcut_ema_targets)
         self.policy.set_normalizers(obs_normalizer, action_scaler)
-        self.policy.to(self.device).eval()
-        self.frame_stack = 1
         # trained: the velocity net (a state policy, as before cameras were an option) or the whole policy,
         # encoder included; the deployed self.policy (or its velocity net) is the EMA
-        self.ema_target, self.model, self.optimizer = ema_trainer(self.policy, self.policy.velocity, lr=lr,
-                                                                  weight_decay=weight_decay)
-        self.max_grad_norm, self.ema_decay, self.ema_start = max_grad_norm, float(ema_decay), int(ema_start)
-        self.num_updates = 0
-        self.gen = torch.Generator(device=self.device).manual_seed(seed)
-
-    # ------------------------------------------------------------------ data
-    def sample_batch(self, buffer, batch_size: int) -> Batch:
-        """``(To, Ta)`` windows from ``buffer`` (:meth:`ReplayBuffer.sample_sequences`)."""
-        return buffer.sample_sequences(batch_size, self.policy.To, self.policy.Ta)
+        self._init_training(self.policy.velocity, lr=lr, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+                            ema_decay=ema_decay, ema_start=ema_start, seed=seed)
 
     # ------------------------------------------------------------------ training
     def loss(self, batch: Batch) -> torch.Tensor:
@@ -130,35 +119,9 @@ class FlowAgent(OffPolicyAgentBase):
         x_t, v = interpolate(x0, x1, t)
         return flow_matching_loss(net(x_t, t, cond), v, mask)
 
-    def update(self, batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """One gradient step and EMA update; returns detached ``loss`` and ``grad_norm``."""
-        self.model.train()
-        return ema_gradient_step(self, self.loss(batch), self.ema_target)
-
     # ------------------------------------------------------------------ acting
-    @property
-    def explore(self):
-        """``explore(obs (N, Do)) -> (N, Da)`` of a state agent (:meth:`_explore`).
-
-        Raises:
-            AttributeError: the agent reads cameras: it learns offline only, so ``hasattr(agent, "explore")`` is
-                false and the build path refuses online steps.
-        """
-        if self.policy.has_cameras:
-            raise AttributeError("flow BC from cameras learns offline only (no explore): set trainer.online_steps=0")
-        return self._explore
-
     @torch.no_grad()
-    def _explore(self, obs: np.ndarray) -> np.ndarray:
+    def explore(self, obs: np.ndarray) -> np.ndarray:
         """Stateless acting: first action of a fresh chunk per env ``(N, Da)`` raw (``To = 1`` semantics)."""
         x = torch.as_tensor(np.asarray(obs, np.float32), device=self.device)
         return self.policy.predict_chunk(x[:, None].expand(-1, self.policy.To, -1))[:, 0].cpu().numpy()
-
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict:
-        """Trained and EMA weights, normalisers, optimizer, counters, RNG."""
-        return trainer_state(self)
-
-    def load_state_dict(self, state: dict) -> None:
-        """Inverse of :meth:`state_dict`."""
-        load_trainer_state(self, state)

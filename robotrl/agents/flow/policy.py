@@ -82,6 +82,11 @@ class FlowPolicy(ObservationFrontend):
             ``frame_stack != 1``.
     """
 
+    ARCH_KEYS = (*ObservationFrontend.ARCH_KEYS, "obs_horizon", "action_horizon", "denoiser", "denoiser_kwargs",
+                 "shortcut", "shortcut_max_steps")
+    ARCH_DEFAULTS = {**ObservationFrontend.ARCH_DEFAULTS, "shortcut": False, "shortcut_max_steps": 128}  # before shortcuts
+
+
     def __init__(self, obs_dim: int, action_dim: int, *, obs_horizon: int = 1, action_horizon: int = 4,
                  act_steps: int = 4, flow_steps: int = 4, denoiser: str = "mlp", denoiser_kwargs: dict | None = None,
                  obs_clip: float | None = 10.0, x_clip: float | None = 1.0, shortcut: bool = False,

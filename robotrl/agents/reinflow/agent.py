@@ -59,7 +59,6 @@ import torch
 
 from robotrl.agent import OnPolicyAgentBase
 from robotrl.agents.diffusion.agent import camera_options
-from robotrl.agents.diffusion.training import pretrained_policy
 from robotrl.agents.dppo.agent import rollout_condition
 from robotrl.agents.flow.sampling import euler_sample
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule
@@ -67,17 +66,14 @@ from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo
 from robotrl.agents.ppo.update import ONPOLICY_STATE, gae_targets, load_state, minibatch_epochs, save_state
 from robotrl.agents.reinflow.loss import (chain_entropy, chain_log_prob, decayed_max_std, w2_bc_loss,
                                           warmup_cosine_lr)
+from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.agents.reinflow.policy import ReinFlowPolicy
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
+from robotrl.warmstart import pretrained_policy
 
-#: Settings of the flow network that a pretrained checkpoint and this agent must share.
-_ARCH_KEYS = ("obs_dim", "action_dim", "obs_horizon", "action_horizon", "denoiser", "denoiser_kwargs", "shortcut",
-              "shortcut_max_steps")
-#: What flow checkpoints written before the shortcut option were.
-_ARCH_DEFAULTS = {"shortcut": False, "shortcut_max_steps": 128}
 #: What the agent saves: the on-policy state plus the frozen pretrained velocity net (the BC reference).
 _STATE = (*ONPOLICY_STATE, "ref_velocity")
 
@@ -242,10 +238,9 @@ class ReinFlowAgent(OnPolicyAgentBase):
         Raises:
             CheckpointError: another policy class, or a flow network that does not match the config.
         """
-        kind, state = pretrained_policy(path, self.device, own=".ReinFlowPolicy", base=".FlowPolicy",
-                                        spec=self.policy.spec(), arch_keys=_ARCH_KEYS,
-                                        what="ReinFlow fine-tunes a flow-policy checkpoint (agent=flow)",
-                                        arch_defaults=_ARCH_DEFAULTS)
+        kind, state = pretrained_policy(path, self.device, own=".ReinFlowPolicy", base=FlowPolicy,
+                                        spec=self.policy.spec(),
+                                        what="ReinFlow fine-tunes a flow-policy checkpoint (agent=flow)")
         if kind == "own":
             self.load_state_dict(state["agent"])
             return
