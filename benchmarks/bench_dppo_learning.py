@@ -66,6 +66,7 @@ from robotrl.envs import make_env
 from robotrl.evaluation import evaluate
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.policy import act, policy_state
+from robotrl.provenance import now, phase_record, read_provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import learning_result, write_json  # noqa: E402
@@ -264,15 +265,20 @@ def main() -> None:
 
     rows = []
     for seed in a.seeds:
+        started = now()
         dp, bp, pre_s = pretrain(data, seed, a.bc_updates, work / f"s{seed}")
+        pre_rec = phase_record("pretraining (in-process, diffusion-BC and MLP-BC)", started, "cpu")
         for kind, init in (("dppo", dp), ("ppo", bp)):
             r = fine_tune(kind, data, init, seed, a.env_steps, work / f"s{seed}" / kind, dppo_args)
-            r.update(method=kind, seed=seed, pretrain_wall_s=round(pre_s, 1))
+            # where each phase ran (robotrl.provenance): the pretraining, then the fine-tuning run's segments
+            r.update(method=kind, seed=seed, pretrain_wall_s=round(pre_s, 1),
+                     provenance=[pre_rec, *read_provenance(work / f"s{seed}" / kind)])
             rows.append(r)
             _print_run(r)
         if "sb3" not in a.skip:
+            started = now()
             r = sb3_ppo(seed, a.env_steps)
-            r.update(method="sb3_ppo", seed=seed)
+            r.update(method="sb3_ppo", seed=seed, provenance=[phase_record("SB3 PPO training", started, "cpu")])
             rows.append(r)
             _print_run(r)
 

@@ -103,7 +103,10 @@ def _run_of(root: Path, seed: int, arm: str) -> dict:
             "curve": curve, "return_curve": [[int(h["step"]), float(h["return_mean"])] for h in hist],
             "wall_s": pre_wall + ft_wall, "pretrain_wall_s": pre_wall, "online_wall_s": ft_wall,
             "pretrain_offline_success": pre["summary"].get("final_success_rate"),
-            "first_update_step": ft["config"]["trainer"]["online_warmup_steps"]}
+            "first_update_step": ft["config"]["trainer"]["online_warmup_steps"],
+            # where each phase ran (robotrl.provenance; [] for runs made before it was recorded)
+            "provenance": {"pretraining": pre["summary"].get("provenance", []),
+                           "fine-tuning": ft["summary"].get("provenance", [])}}
 
 
 def main() -> None:

@@ -83,6 +83,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS_DIR, learning_result, set_threads, write_json  # noqa: E402
 
+from robotrl.provenance import read_provenance  # noqa: E402
+
 #: Full PPO's update (10 epochs, minibatch 1024), which ``--residual-peer-batch`` gives residual PPO too.
 PPO_PEER_BATCH = {"n_epochs": 10, "batch_size": 1024}
 LABELS = {"base": "base (frozen BC)", "residual_ppo": "residual PPO", "residual_offpolicy": "off-policy residual",
@@ -154,7 +156,7 @@ def train_base(task: str, demos: int, bc_steps: int, seed: int, run_dir: Path, e
     summary = build_trainer(cfg, run_dir).fit()
     wall = time.time() - t
     return {**final_step_success(load_policy(run_dir), task, eval_episodes), "trainer_success": summary["final_success_rate"],
-            "wall_s": wall}
+            "wall_s": wall, "provenance": read_provenance(run_dir)}
 
 
 def _train_env_factory(task: str, num_envs: int, seed: int, success_termination: bool):
@@ -208,7 +210,7 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
     wall = time.time() - t
     return {**final_step_success(agent.policy, task, eval_episodes), "trainer_success": summary["final_success_rate"],
             "trainer_start_success": summary["offline_success_rate"], "env_steps": summary["online_steps"],
-            "wall_s": wall}
+            "wall_s": wall, "provenance": read_provenance(run_dir)}
 
 
 def offpolicy_overrides(task: str, demos: int, base_dir: Path, seed: int, budget: int, eval_episodes: int, warmup: int,
@@ -250,7 +252,7 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     wall = time.time() - t
     return {**final_step_success(trainer.agent.policy, task, eval_episodes),
             "trainer_success": summary["final_success_rate"], "env_steps": budget,
-            "updates": summary["gradient_updates"], "wall_s": wall,
+            "updates": summary["gradient_updates"], "wall_s": wall, "provenance": read_provenance(run_dir),
             "curve": [[int(h["step"]), float(h.get("success_rate", float("nan"))), round(float(h.get("train_wall_s", 0.0)), 1)]
                       for h in trainer.history]}
 
@@ -287,7 +289,8 @@ def run_room(kind: str, seed: int, budget: int, run_dir: Path, eval_episodes: in
                          "controller, not a BC run that full fine-tuning could start from)")
     wall = time.time() - t
     success = room.room_success(policy, eval_episodes)
-    return {"success": success, "success_any_step": success, "env_steps": steps, "wall_s": wall}
+    return {"success": success, "success_any_step": success, "env_steps": steps, "wall_s": wall,
+            "provenance": read_provenance(run_dir)}
 
 
 def main() -> None:

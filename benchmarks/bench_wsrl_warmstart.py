@@ -165,6 +165,7 @@ def main() -> None:
 
     from robotrl.stats import ENDING_EVALS, ending_score
     from robotrl.bench.sweep import add_held_out, sweep_to_learning
+    from robotrl.provenance import read_provenance
 
     command = "python benchmarks/bench_wsrl_warmstart.py " + " ".join(sys.argv[1:])
     doc = sweep_to_learning(root / "online", benchmark="wsrl_warmstart", argv=sys.argv, command=command,
@@ -179,6 +180,9 @@ def main() -> None:
         run["mean_last5"] = ending_score(run["offline_score"], run["curve"], ENDING_EVALS)
         net = ARMS[run["method"]][1]
         run["pretrained_run"] = str(pretrain[net, run["seed"]])
+        # where each phase ran (robotrl.provenance): the CQL pretraining's segments and the fine-tuning's
+        run["provenance"] = {"pretraining": read_provenance(pretrain[net, run["seed"]]),
+                             "fine-tuning": read_provenance(root / "online" / run["sweep_job"])}
         best = max(score for _, score, *_ in run["curve"])
         # issue 43's endings target: the mean of the last five evaluations within 15 normalised points of the best
         run["ending_minus_best"] = run["mean_last5"] - best
