@@ -415,7 +415,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     cfg = warm_start_architecture(cfg, overrides, run_dir)
 
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
-    if data is not None and cfg.env.name is None and not data.metadata.get("env_spec"):
+    no_env = str(cfg.env.name).lower() == "none"  # env.name=none: the dataset's recorded env is not used either
+    if data is not None and (no_env or (cfg.env.name is None and not data.metadata.get("env_spec"))):
         return _build_without_env(cfg, run_dir, tcfg, data, device)  # recorded on a robot: offline, held-out validation
     task, cams, spec, info = run_spec(cfg, data)
     train_env = train_env_args(cfg.env, task)
@@ -503,8 +504,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
 
 def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data: OfflineData, device) -> "Runner":
     """A run on a dataset with no env behind it (no ``env_spec``, no ``env.name``: recorded on a robot, or converted
-    from LeRobot): offline updates on most episodes, evaluation on the held-out rest (:mod:`robotrl.validation`)
-    instead of rollouts. The checkpoint deploys through the bridge as any other.
+    from LeRobot; or ``env.name=none``: a dataset that records its env, such as a twin's recording, trained as a
+    physical robot's would be): offline updates on most episodes, evaluation on the held-out rest
+    (:mod:`robotrl.validation`) instead of rollouts. The checkpoint deploys through the bridge as any other.
 
     Raises:
         ConfigError: online steps or an on-policy agent (both need an env to act in), HER, too few episodes.
