@@ -551,7 +551,8 @@ def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data
                            "validation_transitions": held_out.num_transitions, "ref_scores": None}
     if spec.has_cameras:
         resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
-    emit(f"dataset {name!r} records no env: training offline on {train.num_episodes} episodes, measuring on "
+    how = "is trained without its env (env.name=none)" if str(cfg.env.name).lower() == "none" else "records no env"
+    emit(f"dataset {name!r} {how}: training offline on {train.num_episodes} episodes, measuring on "
           f"{held_out.num_episodes} held-out episodes (trainer.validation_fraction={tcfg.validation_fraction})")
     return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed),
                                                                        frame_stack=spec.frame_stack),
