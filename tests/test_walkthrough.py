@@ -203,3 +203,16 @@ def test_the_walkthrough_runs_end_to_end_on_the_camera_twin(tmp_path, minari_roo
     finally:
         for p in reversed(procs):
             stop(p)
+
+
+def test_recording_demonstrations_without_a_teleop_device_is_refused_in_one_line(tmp_path):
+    """``checkpoint=none`` holds the robot still: without a teleop device nothing would move, so ``robotrl deploy``
+    exits 2 with one line naming the way out, before it connects to any robot."""
+    from robotrl.real_robot.protocol import write_key_file
+
+    key = write_key_file(tmp_path / "robot.key")
+    res = subprocess.run([sys.executable, "-m", "robotrl.cli", "deploy", "checkpoint=none", "robot=sim", f"key_file={key}",
+                          "endpoint=tcp://127.0.0.1:1"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    lines = [line for line in res.stderr.splitlines() if line.startswith("robotrl:")]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "teleop=keyboard" in lines[0] and "checkpoint=none" in lines[0]
