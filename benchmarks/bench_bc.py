@@ -38,7 +38,7 @@ for how to make one; ``--skip d3rlpy`` runs robotrl alone in the plain interpret
     /tmp/d3rlpy-venv/bin/python benchmarks/bench_bc.py --seeds 0 1 2 --updates 20000 # the main job's 20k updates
     python benchmarks/bench_bc.py --seeds 0 1 2 --skip d3rlpy                        # robotrl only
 
-Writes ``benchmarks/results/bc.json`` (``--out``; relative names go under ``benchmarks/results``)
+Writes ``benchmarks/results/full/bc.json`` (``--out``; relative names go under ``benchmarks/results``)
 atomically: the normalised learning form of ``robotrl.bench.schema`` (metric
 ``normalized_score``, budgets ``[]``, per run ``offline_score`` = the final score,
 ``offline_success``, ``wall_s`` = training time) plus ``throughput`` (the row "BC updates/s":
@@ -232,7 +232,7 @@ def main() -> None:
                 print(f"seed {seed} {c:8s} score {e['normalized_score']:6.1f}  success {e['success_rate']:.2f}  "
                       f"return {e['return_mean']:7.2f}  {r['updates']} updates in {r['train_s']:.1f} s "
                       f"({r['updates'] / r['train_s']:,.0f}/s)", flush=True)
-    name = Path(args.out or ("bc_smoke.json" if args.smoke else "bc.json")).stem
+    name = Path(args.out or ("bc_smoke.json" if args.smoke else "full/bc.json")).stem
     tp = throughput(rows, f"{name}_updates")
     summary = {}
     for c in contenders:
@@ -254,7 +254,7 @@ def main() -> None:
         import d3rlpy
 
         res["environment"]["d3rlpy"] = d3rlpy.__version__
-    path = write_json(args.out or f"{name}.json", res)
+    path = write_json(args.out or ("bc_smoke.json" if args.smoke else "full/bc.json"), res)
     for c, s in summary.items():
         print(f"{LABELS[c]:11s} normalised score {s['normalized_score_mean']:6.1f}  success {s['success_mean']:.2f}  "
               f"{s['updates_per_s_median']:,.0f} updates/s")

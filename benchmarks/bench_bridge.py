@@ -60,6 +60,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
+from _formats import as_result  # noqa: E402
 from robotrl.real_robot.client import DeadlineExceeded, RobotClient, RobotCommandError
 from robotrl.real_robot.interface import RobotConnectionError
 from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
@@ -468,7 +469,7 @@ def compare(args) -> dict:
                     runs.append({"round": r, "label": label, "failed": proc.stderr[-2000:]})
                     print(f"round {r} {label}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
                     continue
-                runs.append({"round": r, "label": label, "result": json.loads(out.read_text())})
+                runs.append({"round": r, "label": label, "result": json.loads(out.read_text())["details"]})
             print(f"round {r} {label}: bridge p50 {runs[-1]['result']['bridge_step']['p50_ms']:.3f} ms", file=sys.stderr)
             if args.out:  # progress survives an interrupted session
                 write_json(Path(args.out).resolve(), {"partial": True, "runs": runs})
@@ -524,7 +525,7 @@ def main() -> None:
         res["environment"] = environment()
         print(json.dumps(res["side_by_side"], indent=2))
         if args.out:
-            write_json(Path(args.out).resolve(), res)
+            write_json(Path(args.out).resolve(), as_result(res, Path(args.out).stem, "bridge_compare"))
         return
     key = write_key_file(Path(tempfile.mkdtemp()) / "robot.key")
     res = {}
@@ -575,7 +576,7 @@ def main() -> None:
     res["environment"] = environment()  # versions, machine and the argv (the suite's resume key)
     print(json.dumps(res, indent=2))
     if args.out:
-        write_json(Path(args.out).resolve(), res)
+        write_json(Path(args.out).resolve(), as_result(res, Path(args.out).stem, "bridge"))
 
 
 if __name__ == "__main__":

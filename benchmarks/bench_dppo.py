@@ -7,7 +7,7 @@
 
 Usage (single thread, as on a shared 2-core machine)::
 
-    python benchmarks/bench_dppo.py --envs 8 --steps 64 --threads 1 --out benchmarks/results/dppo_throughput.json
+    python benchmarks/bench_dppo.py --envs 8 --steps 64 --threads 1 --out benchmarks/results/full/dppo_throughput.json
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
+from _formats import as_result  # noqa: E402
 
 from robotrl.agents.dppo import DPPOAgent
 from robotrl.data import ActionScaler, ObservationNormalizer
@@ -105,7 +106,7 @@ def main() -> None:
     res["environment"] = environment()  # versions, machine and the argv (the suite's resume key)
     print(json.dumps(res, indent=2))
     if a.out:
-        write_json(Path(a.out).resolve(), res)
+        write_json(Path(a.out).resolve(), as_result(res, Path(a.out).stem, "dppo_throughput"))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ Output: ``--out`` (JSON) in the normalised learning form of ``robotrl.bench.sche
 Usage (single torch thread, shared 2-core machine)::
 
     python benchmarks/bench_dppo_learning.py --seeds 0 1 2 3 4 --env-steps 100000 \
-        --out benchmarks/results/dppo_learning.json
+        --out benchmarks/results/full/dppo_learning.json
     python benchmarks/bench_dppo_learning.py --seeds 0 --env-steps 2000 --bc-updates 50 --data-steps 2000 \
         --out /tmp/dppo_smoke.json            # plumbing check, ~30 s (SB3 still does one 20,480-step rollout)
     python benchmarks/bench_dppo_learning.py ... --skip sb3   # without the SB3 PPO peer
@@ -66,6 +66,7 @@ from robotrl.envs import make_env
 from robotrl.evaluation import evaluate
 from robotrl.onpolicy import OnPolicyConfig, OnPolicyTrainer
 from robotrl.policy import act, policy_state
+from robotrl.provenance import now, phase_record, read_provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import learning_result, write_json  # noqa: E402
@@ -232,7 +233,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--minari-root", default=None, help="default: a temporary directory")
     ap.add_argument("--skip", nargs="*", default=[], choices=["sb3"], help="contenders to leave out (sb3: SB3 PPO)")
-    ap.add_argument("--out", default="benchmarks/results/dppo_learning.json")
+    ap.add_argument("--out", default="benchmarks/results/full/dppo_learning.json")
     ap.add_argument("--dppo", nargs="*", default=[], metavar="KEY=VALUE",
                     help="override a DPPOAgent argument of DPPO_ARGS / its defaults (YAML value), recorded in setting")
     a = ap.parse_args()
@@ -264,15 +265,20 @@ def main() -> None:
 
     rows = []
     for seed in a.seeds:
+        started = now()
         dp, bp, pre_s = pretrain(data, seed, a.bc_updates, work / f"s{seed}")
+        pre_rec = phase_record("pretraining (in-process, diffusion-BC and MLP-BC)", started, "cpu")
         for kind, init in (("dppo", dp), ("ppo", bp)):
             r = fine_tune(kind, data, init, seed, a.env_steps, work / f"s{seed}" / kind, dppo_args)
-            r.update(method=kind, seed=seed, pretrain_wall_s=round(pre_s, 1))
+            # where each phase ran (robotrl.provenance): the pretraining, then the fine-tuning run's segments
+            r.update(method=kind, seed=seed, pretrain_wall_s=round(pre_s, 1),
+                     provenance=[pre_rec, *read_provenance(work / f"s{seed}" / kind)])
             rows.append(r)
             _print_run(r)
         if "sb3" not in a.skip:
+            started = now()
             r = sb3_ppo(seed, a.env_steps)
-            r.update(method="sb3_ppo", seed=seed)
+            r.update(method="sb3_ppo", seed=seed, provenance=[phase_record("SB3 PPO training", started, "cpu")])
             rows.append(r)
             _print_run(r)
 

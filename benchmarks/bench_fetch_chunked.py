@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=50)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--root", default="runs/bench_fetch_chunked", help="where the runs go (resumable)")
-    ap.add_argument("--out", default="fetch_chunked_push.json", help="under benchmarks/results/")
+    ap.add_argument("--out", default="full/fetch_reinflow_dppo_push.json", help="under benchmarks/results/")
     ap.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE",
                     help="Hydra overrides of every pretraining and fine-tuning run (recorded in the command), e.g. "
                          "dataset.obs_std_floor=null to match pretrainings made before the Fetch std floor")

@@ -30,6 +30,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, write_json  # noqa: E402
+from _formats import as_result  # noqa: E402
 from robotrl.real_robot.control import latency_stats
 from robotrl.real_robot.learner_link import ActorLink, link_limits, stack_transitions
 from robotrl.real_robot.protocol import decode, encode, load_key, write_key_file
@@ -160,7 +161,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=20000)
     p.add_argument("--pushes", type=int, default=50)
-    p.add_argument("--out", default="online_link.json")
+    p.add_argument("--out", default="full/online_link.json")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         link = link_case(a.n, a.pushes, Path(d))
@@ -169,7 +170,7 @@ def main() -> None:
     out = {"benchmark": "online_link", "environment": environment(), "link": link, "bare_pyzmq": bare,
            "note": "loopback, two processes on a shared 2-core machine; the link fsyncs every batch to its spill "
                    "directory before sending it (nothing lost if the actor dies), bare pyzmq does not"}
-    path = write_json(a.out, out)
+    path = write_json(a.out, as_result(out, Path(a.out).stem, "online_link"))
     print(f"throughput: link {link['transitions_per_s']:.0f} transitions/s, bare pyzmq {bare['transitions_per_s']:.0f}/s")
     print(f"weights push p50/p99: link {link['weights_push']['p50_ms']:.2f}/{link['weights_push']['p99_ms']:.2f} ms, "
           f"bare pyzmq {bare['weights_push']['p50_ms']:.2f}/{bare['weights_push']['p99_ms']:.2f} ms")

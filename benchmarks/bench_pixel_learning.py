@@ -103,7 +103,10 @@ def _run_of(root: Path, seed: int, arm: str) -> dict:
             "curve": curve, "return_curve": [[int(h["step"]), float(h["return_mean"])] for h in hist],
             "wall_s": pre_wall + ft_wall, "pretrain_wall_s": pre_wall, "online_wall_s": ft_wall,
             "pretrain_offline_success": pre["summary"].get("final_success_rate"),
-            "first_update_step": ft["config"]["trainer"]["online_warmup_steps"]}
+            "first_update_step": ft["config"]["trainer"]["online_warmup_steps"],
+            # where each phase ran (robotrl.provenance; [] for runs made before it was recorded)
+            "provenance": {"pretraining": pre["summary"].get("provenance", []),
+                           "fine-tuning": ft["summary"].get("provenance", [])}}
 
 
 def main() -> None:
@@ -122,7 +125,7 @@ def main() -> None:
     ap.add_argument("--cpu-sized", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--root", default="runs/bench_pixel_learning", help="where the runs go (finished ones are kept)")
-    ap.add_argument("--out", default="pixel_learning.json", help="under benchmarks/results/")
+    ap.add_argument("--out", default="studies/pixels/learning.json", help="under benchmarks/results/")
     ap.add_argument("--smoke", action="store_true", help="1 seed, tiny budgets")
     args = ap.parse_args()
     if args.smoke:

@@ -66,7 +66,7 @@ backward):
 - augmentation: robotrl pad 4 shifts frames and next frames (one gather each); d3rlpy none.
 
 d3rlpy's pixel CQL is not timed: the robotrl agent here is SAC/RLPD (``algo="sac"``); a CQL
-comparison would need a robotrl ``algo="cql"`` case beside it. Results go to ``benchmarks/results/pixels.json``
+comparison would need a robotrl ``algo="cql"`` case beside it. Results go to ``benchmarks/results/studies/pixels/throughput.json``
 (``--quick``: ``pixels_quick.json``).
 """
 
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {"command": command_line(), "batch": args.batch, "threads": args.threads, "repeats": args.repeats,
                "environment": env, "setting": setting(args.batch, d3_ns), "results": results,
                "table": table, "memory_table": mem_table}
-    write_json("pixels.json" if not args.quick else "pixels_quick.json", payload)
+    write_json("studies/pixels/throughput.json" if not args.quick else "studies/pixels/throughput_quick.json", payload)
     return payload
 
 

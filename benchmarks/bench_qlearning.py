@@ -32,7 +32,7 @@ robotrl's WSRL network (N = 10 heads with LayerNorm, min over 2 random target he
 
 Contenders are timed round-robin (``benchmarks/_common.run_interleaved``), with the
 median over repeats and the paired ratio ours/d3rlpy per repeat. Results go to stdout
-and ``benchmarks/results/qlearning_throughput.json``.
+and ``benchmarks/results/full/qlearning_throughput.json``.
 
 Allocator before/after (``--malloc-compare``; project venv, no d3rlpy needed)::
 
@@ -45,7 +45,7 @@ robotrl`` applies (:mod:`robotrl._alloc`: mmap threshold 256 MiB, trim threshold
 subprocess warms up, then times ``--malloc-updates`` updates and counts minor page faults
 (``resource.getrusage(RUSAGE_SELF).ru_minflt``) over them. Reported: median updates/s per
 setting, the paired ratio tuned/default per repeat (median), page faults per update and
-peak RSS. Results go to ``benchmarks/results/qlearning_malloc.json``.
+peak RSS. Results go to ``benchmarks/results/studies/qlearning-pointmaze/malloc_wsrl_network.json``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Case, environment, format_table, paired_ratio, run_interleaved, set_threads, write_json  # noqa: E402
+from _formats import as_result  # noqa: E402
 
 TARGETS = {"sac": 2.0, "iql": 2.0, "cql": 3.0, "calql": 3.0}
 
@@ -205,7 +206,7 @@ def malloc_compare(args) -> None:
     print(format_table(["algo", "network", "default upd/s", "robotrl upd/s", "ratio (paired)", "default faults/upd",
                         "robotrl faults/upd", "peak RSS MiB default / robotrl"], rows))
     env = environment()
-    path = write_json(args.out if args.out != "qlearning_throughput.json" else "qlearning_malloc.json",
+    path = write_json(args.out if args.out != "full/qlearning_throughput.json" else "studies/qlearning-pointmaze/malloc_wsrl_network.json",
                       {"environment": env, "batch_size": 256, "repeats": args.repeats,
                        "updates_per_run": args.malloc_updates, "results": results})
     print(f"results: {path}")
@@ -220,7 +221,7 @@ def main() -> None:
     ap.add_argument("--algos", default="sac,cql,calql,iql")
     ap.add_argument("--unfused", action="store_true",
                     help="also time the previous float32 critic pass (module by module), for before/after ratios")
-    ap.add_argument("--out", default="qlearning_throughput.json", help="file name under benchmarks/results/")
+    ap.add_argument("--out", default="full/qlearning_throughput.json", help="file name under benchmarks/results/")
     ap.add_argument("--malloc-compare", action="store_true",
                     help="CQL/Cal-QL updates/s and page faults with glibc's default allocator vs robotrl's setting")
     ap.add_argument("--malloc-updates", type=int, default=20, help="timed updates per --malloc-compare subprocess")
@@ -269,7 +270,8 @@ def main() -> None:
 
     env = environment()
     env["d3rlpy"] = d3rlpy.__version__
-    path = write_json(args.out, {"environment": env, "batch_size": 256, "results": results})
+    path = write_json(args.out, as_result({"environment": env, "batch_size": 256, "results": results}, Path(args.out).stem,
+                                          "qlearning_throughput"))
     print(f"results: {path}")
 
 

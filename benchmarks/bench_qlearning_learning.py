@@ -34,7 +34,7 @@ Contenders (the online phase starts at env step 0 for all):
   (WSRL: one per env step).
 - ``sb3-sac``: stable-baselines3 SAC from scratch (no data), default hyper-parameters.
 
-Writes ``benchmarks/results/qlearning_learning.json``: per contender and seed the curve
+Writes ``benchmarks/results/full/qlearning_learning.json``: per contender and seed the curve
 ``[(env_steps, return_mean, success_rate, online wall s)]`` plus the mean over seeds at each budget,
 the onset dip (first online evaluation minus the offline one), wall time, and the ``threshold``
 (``--threshold``, success 0.9) of the tables' time-to-threshold column.
@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, set_threads, write_json  # noqa: E402
 
 from robotrl.files import atomic_write  # noqa: E402
+from robotrl.provenance import now, phase_record  # noqa: E402
 
 
 def _compose(overrides: list[str]):
@@ -90,7 +91,8 @@ def pretrain_run(args, seed: int, work: Path, variant: str = "") -> dict:
     # the critic's scale at the end of pretraining (Q - Monte-Carlo return on offline data, reward units):
     # far above 0, the online phase first spends its updates dragging the critic down (issue 11's onset)
     gap = pre.agent.q_minus_mc(pre.loop.offline.sample(4096, allow_small=True))
-    return {"return_mean": pre.history[-1]["return_mean"], "seconds": pre.wall_time, "q_minus_mc": gap}
+    return {"return_mean": pre.history[-1]["return_mean"], "seconds": pre.wall_time, "q_minus_mc": gap,
+            "provenance": pre.provenance.records}
 
 
 def _common(args, seed: int) -> list[str]:
@@ -116,7 +118,7 @@ def online_run(args, seed: int, mode: str, work: Path) -> dict:
                                  f"trainer.online_steps={args.online_steps}", f"trainer.eval_every={args.eval_every}",
                                  *warm, f"run_dir={d}", *args.robotrl_extra, *VARIANTS[variant]]), d)
     tr.fit()
-    return {"curve": _curve(tr.history, 0), "seconds": tr.wall_time}
+    return {"curve": _curve(tr.history, 0), "seconds": tr.wall_time, "provenance": tr.provenance.records}
 
 
 def _eval_fn(make_eval_env, episodes: int, seed: int):
@@ -285,14 +287,17 @@ def run_unit(args, seed: int, unit: str, work: str) -> dict:
     ``d3rlpy-calql`` or ``sb3-sac``; returns ``{"curve": [[env_steps, return, success, online wall s]],
     "seconds": s}`` (the pretraining: its offline return and critic scale instead of a curve)."""
     set_threads(args.threads)
+    started = now()
     if unit.startswith("robotrl-offline-calql"):
         return pretrain_run(args, seed, Path(work), _variant(unit))
     if unit.startswith("robotrl-"):
         return online_run(args, seed, unit.removeprefix("robotrl-"), Path(work))
     data, make_train_env, make_eval_env = _setup(args)
     if unit == "d3rlpy-calql":
-        return d3rlpy_run(args, seed, data, make_train_env, make_eval_env)
-    return sb3_run(args, seed, make_train_env, make_eval_env)
+        res = d3rlpy_run(args, seed, data, make_train_env, make_eval_env)
+    else:
+        res = sb3_run(args, seed, make_train_env, make_eval_env)
+    return {**res, "provenance": [phase_record(unit, started, "cpu")]}
 
 
 def units(args) -> list[tuple[str, str | None]]:
@@ -332,9 +337,12 @@ def to_runs(per_seed: dict[str, list[dict]], seeds: list[int], args) -> list[dic
                    "first_update_step": args.warmup if FIRST_UPDATE[name] == "warmup" else 0}
             if c.shape[1] > 3 and np.isfinite(c[:, 3]).all():
                 row["wall_curve"] = c[:, [0, 3]].tolist()
+            # where each phase ran (robotrl.provenance; absent from units cached before it was recorded)
+            row["provenance"] = {"run": r.get("provenance", [])}
             if name.startswith("robotrl") and name not in FROM_SCRATCH and i < len(offline):
                 row.update(pretrain_wall_s=offline[i]["seconds"], online_wall_s=r["seconds"],
                            wall_s=offline[i]["seconds"] + r["seconds"])
+                row["provenance"]["pretraining"] = offline[i].get("provenance", [])
             runs.append(row)
     return runs
 
@@ -373,7 +381,7 @@ def main() -> None:
                               "agent.model.critic_hidden=[64,64]", "agent.model.cql_n_actions=4"]
     set_threads(args.threads)
     _setup(args)  # generate the dataset once, before the seed processes start
-    out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "qlearning_learning.json")
+    out_name = args.out or ("qlearning_learning_smoke.json" if args.smoke else "full/qlearning_learning.json")
     t0 = time.time()
     per_seed: dict[str, list[dict]] = {}
     for res in seed_results(args):

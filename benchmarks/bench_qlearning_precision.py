@@ -13,7 +13,7 @@ Run from the repository root::
     python benchmarks/bench_qlearning_precision.py                     # 3 seeds, 3000 updates (~15 min on 2 cores)
     python benchmarks/bench_qlearning_precision.py --smoke             # plumbing check, ~1 min
 
-Writes ``benchmarks/results/qlearning_precision.json`` in the suite's learning form
+Writes ``benchmarks/results/full/qlearning_precision.json`` in the suite's learning form
 (offline-only: ``offline_score`` = success rate after pretraining), with returns, wall
 times and updates/s per run.
 """
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--dataset-id", default="robotrl/pointmaze/umaze-50k-v0")
     ap.add_argument("--dataset-steps", type=int, default=50000)
     ap.add_argument("--extra", nargs="*", default=[], help="extra Hydra overrides for both runs")
-    ap.add_argument("--out", default="qlearning_precision.json")
+    ap.add_argument("--out", default="full/qlearning_precision.json")
     ap.add_argument("--smoke", action="store_true", help="tiny budgets: checks the plumbing")
     args = ap.parse_args()
     if args.smoke:

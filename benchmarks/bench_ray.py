@@ -27,7 +27,7 @@ the calls (milliseconds), so it is an upper bound.
 
 Usage (small, as run on the shared 2-core machine)::
 
-    python benchmarks/bench_ray.py --envs 4 --steps 32 --repeats 3 --out ray.json
+    python benchmarks/bench_ray.py --envs 4 --steps 32 --repeats 3 --out studies/ray/collection.json
 """
 
 from __future__ import annotations

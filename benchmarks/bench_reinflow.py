@@ -25,11 +25,11 @@ DPPO's wall time (None: never reached), with its IQM over seeds.
 
 Usage (single torch thread; run niced and never beside another timing benchmark)::
 
-    nice -n 19 python benchmarks/bench_reinflow.py latency --out benchmarks/results/reinflow_latency.json
+    nice -n 19 python benchmarks/bench_reinflow.py latency --out benchmarks/results/full/reinflow_latency.json
     nice -n 19 python benchmarks/bench_reinflow.py learning --seeds 0 1 2 --env-steps 20000 \
-        --out benchmarks/results/reinflow_learning.json
+        --out benchmarks/results/full/reinflow_learning.json
     nice -n 19 python benchmarks/bench_reinflow.py shortcut --seeds 0 1 2 --steps 1 2 4 \
-        --out benchmarks/results/reinflow_shortcut_quality.json
+        --out benchmarks/results/studies/reinflow-pointmaze/shortcut_quality.json
 
 ``shortcut`` — flow vs shortcut policy (same BC budget) scored at 1 and K sampling steps on that task
 (:func:`shortcut_quality`).
@@ -50,6 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Case, command_line, environment, learning_result, paired_ratio, run_interleaved, set_threads, write_json  # noqa: E402,I001
+from _formats import as_result  # noqa: E402
 
 NET = {"hidden": [512, 512, 512], "time_dim": 16, "act": "mish"}
 SIZES = dict(obs_dim=11, action_dim=3)
@@ -409,7 +410,7 @@ def main() -> None:
     lat.add_argument("--repeats", type=int, default=30)
     lat.add_argument("--warmup", type=int, default=20)
     lat.add_argument("--block-s", type=float, default=0.1)
-    lat.add_argument("--out", default="benchmarks/results/reinflow_latency.json")
+    lat.add_argument("--out", default="benchmarks/results/full/reinflow_latency.json")
     lrn = sub.add_parser("learning")
     lrn.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     lrn.add_argument("--env-steps", type=int, default=20_000)
@@ -431,7 +432,7 @@ def main() -> None:
                      help="widths of both policies' residual-MLP network (default: the DPPO benchmark's 64 64; "
                           "the references' Gym network: 512 512 512)")
     lrn.add_argument("--time-dim", type=int, default=16, help="time embedding size with --denoiser-hidden")
-    lrn.add_argument("--out", default="benchmarks/results/reinflow_learning.json")
+    lrn.add_argument("--out", default="benchmarks/results/full/reinflow_learning.json")
     shc = sub.add_parser("shortcut", help="flow vs shortcut policy return at 1 and K steps (same BC budget)")
     shc.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     shc.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4], help="sampling steps K scored")
@@ -441,13 +442,14 @@ def main() -> None:
     shc.add_argument("--max-steps", type=int, default=128, help="shortcut_max_steps M")
     shc.add_argument("--fraction", type=float, default=0.25, help="shortcut_fraction")
     shc.add_argument("--minari-root", default=None)
-    shc.add_argument("--out", default="benchmarks/results/reinflow_shortcut_quality.json")
+    shc.add_argument("--out", default="benchmarks/results/studies/reinflow-pointmaze/shortcut_quality.json")
     for p in (lat, lrn, shc):
         p.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     set_threads(args.threads)
     res = {"latency": latency, "learning": learning, "shortcut": shortcut_quality}[args.mode](args)
-    print("wrote", write_json(Path(args.out).resolve(), res))
+    kind = {"latency": "reinflow_latency", "shortcut": "shortcut_quality"}.get(args.mode)  # learning: already the form
+    print("wrote", write_json(Path(args.out).resolve(), as_result(res, Path(args.out).stem, kind) if kind else res))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ What it does (see ``benchmarks/README.md`` for the meaning of every row):
 
 All contenders are timed side by side, round-robin, with warmup, several repeats and
 the median (``time.perf_counter``), with ``torch.set_num_threads(2)``. The table goes to
-stdout, the full results to ``benchmarks/results/replay.json``.
+stdout, the full results to ``benchmarks/results/full/replay.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Case, environment, fmt_rate, format_table, paired_ratio, run_interleaved, set_threads, write_json  # noqa: E402
+from _formats import as_result  # noqa: E402
 
 ENV_ID = "Hopper-v5"
 BATCH = 256
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=float, default=None, help="seconds per timed sampling block (default 0.15, 0.05 with --quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch threads (machine.md: 2)")
-    p.add_argument("--out", type=str, default="replay.json", help="file name under benchmarks/results/")
+    p.add_argument("--out", type=str, default="full/replay.json", help="file name under benchmarks/results/")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary MINARI_DATASETS_PATH")
     args = p.parse_args(argv)
     steps = args.steps or (3000 if args.quick else 20000)
@@ -324,7 +325,7 @@ def _run(args, steps, repeats, block, load_repeats, root: Path) -> int:
         "target": {"x_minari_required": TARGET_X_MINARI, "x_minari_hdf5": x_vs["hdf5"], "x_minari_arrow": x_vs["arrow"],
                    "met": target_met},
     }
-    path = write_json(args.out, payload)
+    path = write_json(args.out, as_result(payload, Path(args.out).stem, "replay"))
     print(f"results written to {path}")
     return 0
 

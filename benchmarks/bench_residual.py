@@ -47,7 +47,7 @@ tuning file: α 0.5, HER 0.8, γ 0.98), residual PPO with α 0.5 and the full-PP
 ``--utd``, ``--critic-n`` and ``--hidden`` override the off-policy experiment's own values (unset: the experiment's).
 
 The off-policy residual that lifts a 200-demonstration BC base (0.25 -> 0.56 final-step success in 20k env steps,
-~48 CPU-minutes per seed; ``benchmarks/results/residual_fetch_push_offpolicy.json``, README)::
+~48 CPU-minutes per seed; ``benchmarks/results/studies/residual-fetch-push/offpolicy.json``, README)::
 
     python benchmarks/bench_residual.py --task push --demos 200 --seeds 0 1 2 --methods residual_offpolicy \
         --budget 20000 --warmup 2000 --offpolicy-eval-every 2500 --no-success-termination \
@@ -82,6 +82,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS_DIR, learning_result, set_threads, write_json  # noqa: E402
+
+from robotrl.provenance import read_provenance  # noqa: E402
 
 #: Full PPO's update (10 epochs, minibatch 1024), which ``--residual-peer-batch`` gives residual PPO too.
 PPO_PEER_BATCH = {"n_epochs": 10, "batch_size": 1024}
@@ -154,7 +156,7 @@ def train_base(task: str, demos: int, bc_steps: int, seed: int, run_dir: Path, e
     summary = build_trainer(cfg, run_dir).fit()
     wall = time.time() - t
     return {**final_step_success(load_policy(run_dir), task, eval_episodes), "trainer_success": summary["final_success_rate"],
-            "wall_s": wall}
+            "wall_s": wall, "provenance": read_provenance(run_dir)}
 
 
 def _train_env_factory(task: str, num_envs: int, seed: int, success_termination: bool):
@@ -208,7 +210,7 @@ def run_onpolicy(kind: str, task: str, demos: int, base_dir: Path, seed: int, bu
     wall = time.time() - t
     return {**final_step_success(agent.policy, task, eval_episodes), "trainer_success": summary["final_success_rate"],
             "trainer_start_success": summary["offline_success_rate"], "env_steps": summary["online_steps"],
-            "wall_s": wall}
+            "wall_s": wall, "provenance": read_provenance(run_dir)}
 
 
 def offpolicy_overrides(task: str, demos: int, base_dir: Path, seed: int, budget: int, eval_episodes: int, warmup: int,
@@ -250,7 +252,7 @@ def run_offpolicy(task: str, demos: int, base_dir: Path, seed: int, budget: int,
     wall = time.time() - t
     return {**final_step_success(trainer.agent.policy, task, eval_episodes),
             "trainer_success": summary["final_success_rate"], "env_steps": budget,
-            "updates": summary["gradient_updates"], "wall_s": wall,
+            "updates": summary["gradient_updates"], "wall_s": wall, "provenance": read_provenance(run_dir),
             "curve": [[int(h["step"]), float(h.get("success_rate", float("nan"))), round(float(h.get("train_wall_s", 0.0)), 1)]
                       for h in trainer.history]}
 
@@ -287,7 +289,8 @@ def run_room(kind: str, seed: int, budget: int, run_dir: Path, eval_episodes: in
                          "controller, not a BC run that full fine-tuning could start from)")
     wall = time.time() - t
     success = room.room_success(policy, eval_episodes)
-    return {"success": success, "success_any_step": success, "env_steps": steps, "wall_s": wall}
+    return {"success": success, "success_any_step": success, "env_steps": steps, "wall_s": wall,
+            "provenance": read_provenance(run_dir)}
 
 
 def main() -> None:
@@ -412,7 +415,7 @@ def _write(args, results: dict, partial: bool) -> None:
                      f"{statistics.mean(w):.0f} |")
     if not partial:
         print("\n".join(table))
-    out = RESULTS_DIR / (args.out or f"residual_fetch_{args.task}.json")
+    out = RESULTS_DIR / (args.out or f"full/residual_fetch_{args.task}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_method": the raw figures
     task = ("PointMaze open room, biased PD base (robotrl.agents.residual.room)" if args.task == "room"

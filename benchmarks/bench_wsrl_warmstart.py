@@ -34,9 +34,9 @@ scale: 10k CQL updates cannot propagate a ~160-return horizon from a zero start,
 ``--matmul-dtype bfloat16`` where the CPU has native bf16 (same learning, ``qlearning_precision``).
 
 Commands (this machine, 2 cores):
-    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --out wsrl_warmstart_hopper.json   # ~1 h
+    python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --out studies/wsrl-hopper/adam_state.json   # ~1 h
     python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --arms 0 2 3 --matmul-dtype bfloat16 \
-        --online-steps 25000 --out wsrl_layernorm_hopper.json                                                # ~1.5 h
+        --online-steps 25000 --out studies/wsrl-hopper/layernorm_25k.json                                                # ~1.5 h
     # issue 43: WSRL's 10-head network on Hopper, an independent CQL pretraining per seed, best policy kept,
     # 50 held-out episodes (GPU-sized: ~3 GPU-hours or ~20 CPU-hours for the three seeds)
     python benchmarks/bench_wsrl_warmstart.py --seeds 0 1 2 --workers 2 --arms 2 --online-steps 105000 \
@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=5_000,
                     help="online steps between checkpoints (smaller on short GPU leases: a killed run resumes from its last)")
     ap.add_argument("--root", default="runs/bench_wsrl_warmstart", help="where the runs go (resumable)")
-    ap.add_argument("--out", default="wsrl_warmstart_hopper.json", help="under benchmarks/results/")
+    ap.add_argument("--out", default="studies/wsrl-hopper/adam_state.json", help="under benchmarks/results/")
     ap.add_argument("--arms", type=int, nargs="+", default=[0, 1],
                     help="indices of ARMS to run (0: pretrained Adam, 1: fresh Adam, 2: LayerNorm critic and actor, "
                          "3: LayerNorm critic only)")
@@ -165,6 +165,7 @@ def main() -> None:
 
     from robotrl.stats import ENDING_EVALS, ending_score
     from robotrl.bench.sweep import add_held_out, sweep_to_learning
+    from robotrl.provenance import read_provenance
 
     command = "python benchmarks/bench_wsrl_warmstart.py " + " ".join(sys.argv[1:])
     doc = sweep_to_learning(root / "online", benchmark="wsrl_warmstart", argv=sys.argv, command=command,
@@ -179,6 +180,9 @@ def main() -> None:
         run["mean_last5"] = ending_score(run["offline_score"], run["curve"], ENDING_EVALS)
         net = ARMS[run["method"]][1]
         run["pretrained_run"] = str(pretrain[net, run["seed"]])
+        # where each phase ran (robotrl.provenance): the CQL pretraining's segments and the fine-tuning's
+        run["provenance"] = {"pretraining": read_provenance(pretrain[net, run["seed"]]),
+                             "fine-tuning": read_provenance(root / "online" / run["sweep_job"])}
         best = max(score for _, score, *_ in run["curve"])
         # issue 43's endings target: the mean of the last five evaluations within 15 normalised points of the best
         run["ending_minus_best"] = run["mean_last5"] - best

@@ -12,7 +12,7 @@ For DPPO and ReinFlow runs (``bench_fetch_chunked.py``'s run directories), on ``
 Each quantity is averaged over states and entries, for the fine-tuning's starting policy (``start``: the warm start
 ``trainer.init_from``) and its last checkpoint (``end``). Sampling only, no env steps::
 
-    MINARI_DATASETS_PATH=... python benchmarks/exploration_spread.py RUN_DIR [RUN_DIR ...] --out fetch_exploration_spread.json
+    MINARI_DATASETS_PATH=... python benchmarks/exploration_spread.py RUN_DIR [RUN_DIR ...] --out studies/fetch-push-chunked/exploration_spread.json
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--states", type=int, default=128)
     ap.add_argument("--draws", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="fetch_exploration_spread.json")
+    ap.add_argument("--out", default="studies/fetch-push-chunked/exploration_spread.json")
     args = ap.parse_args()
     set_threads(1)
     rows = []

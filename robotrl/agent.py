@@ -73,6 +73,11 @@ class AgentBase:
         except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"init_from {path}: its agent state does not fit this agent ({exc})") from exc
 
+    def attach_offline_data(self, buffer: ReplayBuffer) -> None:
+        """The pretraining data (a replay buffer, raw rewards as the run stores them), handed over by the loop
+        before the online phase when the run holds it; e.g. for knowledge retention (BC on the pretraining data,
+        offline replay: ``robotrl.agents.retention``). Default: nothing."""
+
 
 class OffPolicyAgentBase(AgentBase):
     """No-op defaults of the hooks :class:`~robotrl.trainer.OffPolicyLoop` calls on every off-policy agent.
@@ -128,6 +133,10 @@ class OnPolicyAgentBase(AgentBase):
         """The envs ``env_ids`` start a new episode (per-env state such as a base policy's chunk queue).
         Default: nothing."""
 
+    def start_online(self) -> None:
+        """Called before the first online iteration, also on resume (e.g. the frozen pretrained snapshot of
+        knowledge retention). Default: nothing."""
+
 
 @runtime_checkable
 class PartLoader(Protocol):
@@ -165,7 +174,8 @@ class OffPolicyAgent(Protocol):
     """One gradient step per :meth:`update`; acting for online collection via :meth:`explore`.
 
     The hooks (``critic_utd``, ``frame_stack``, ``explores_online``, ``needs_mc_returns``, :meth:`init_from_data`,
-    :meth:`sample_batch`, :meth:`start_online`, :meth:`reset_explore`, :meth:`load_pretrained`)
+    :meth:`sample_batch`, :meth:`start_online`, :meth:`attach_offline_data`, :meth:`reset_explore`,
+    :meth:`load_pretrained`)
     are documented, with their defaults, on :class:`OffPolicyAgentBase`, which agents inherit.
     """
 
@@ -184,6 +194,8 @@ class OffPolicyAgent(Protocol):
     def sample_batch(self, buffer: ReplayBuffer, batch_size: int) -> Batch | None: ...
 
     def start_online(self) -> None: ...
+
+    def attach_offline_data(self, buffer: ReplayBuffer) -> None: ...
 
     def reset_explore(self, env_ids: np.ndarray | None = None) -> None: ...
 
@@ -212,7 +224,8 @@ class OnPolicyAgent(Protocol):
 
     ``policy`` has ``To`` (observation history) and ``Te`` (executed chunk length); ``gamma``
     is the discount of the running reward scaler, ``reward_scaling`` whether it is on.
-    The hooks (:meth:`reset_rollout`, :meth:`load_pretrained`) are documented, with their
+    The hooks (:meth:`reset_rollout`, :meth:`start_online`, :meth:`attach_offline_data`,
+    :meth:`load_pretrained`) are documented, with their
     defaults, on :class:`OnPolicyAgentBase`, which agents inherit.
     """
 
@@ -221,6 +234,10 @@ class OnPolicyAgent(Protocol):
     reward_scaling: bool
 
     def reset_rollout(self, env_ids: np.ndarray | None = None) -> None: ...
+
+    def start_online(self) -> None: ...
+
+    def attach_offline_data(self, buffer: ReplayBuffer) -> None: ...
 
     def load_pretrained(self, path: str) -> None: ...
 

@@ -29,7 +29,7 @@ from robotrl.errors import ConfigError, RobotRLError
 
 CONFIG_PATH = "pkg://robotrl.configs"
 USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,online-demo} [hydra overrides ...]
-       robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-readme] [--record]
+       robotrl bench {quick,full,check,tables,list} [--only TASK ...] [--force] [--no-docs] [--record]
        robotrl convert --from {lerobot,minari} SRC --to {minari,lerobot} DST [--root DIR] [--fps F] [--codec C] [--overwrite]
        robotrl export CHECKPOINT OUT_DIR [--formats {torchscript,onnx} ...] [--opset N] [--overwrite]
 
@@ -41,7 +41,7 @@ USAGE = """usage: robotrl {train,collect,eval,robot-server,deploy,actor,learner,
   actor         online RL, robot side: robotrl actor robot=sim learner=tcp://<host>:5600 key_file=online.key
   learner       online RL, learner: robotrl learner robot=sim agent=rlpd demos=<Minari id> key_file=online.key
   online-demo   robot server (twin) + learner + actor on this machine: robotrl online-demo
-  bench     benchmark suite: quick (< 30 min) or full tier, tables, plots, README block, regression check
+  bench     benchmark suite: quick or full tier, tables, plots, the docs results pages, regression check
   convert   LeRobotDataset (v3.0: parquet + mp4) <-> Minari dataset; robotrl convert --help lists its options
   export    a checkpoint's policy as a deploy bundle (TorchScript + ONNX + policy_meta.json; pixel policies with their cameras)
 
@@ -392,7 +392,8 @@ def _pretrain_hint(cfg, overrides: list[str]) -> ConfigError | None:
 
 
 def _official_dataset_hint(cfg) -> ConfigError | None:
-    """An official Minari dataset (no recipe) that is not downloaded: the download command."""
+    """An official Minari dataset (no recipe) that is not here: downloaded with ``minari.download_dataset`` when
+    the network allows (into ``$MINARI_DATASETS_PATH``), else one line with the reason and the download command."""
     ds = cfg.get("dataset")
     if not isinstance(ds, DictConfig) or ds.get("recipe") or not ds.get("id"):
         return None
@@ -409,9 +410,45 @@ def _official_dataset_hint(cfg) -> ConfigError | None:
         pass
     except Exception:  # noqa: BLE001  (the run reports anything else itself)
         return None
-    return ConfigError(f"dataset {ds_id!r} is an official Minari dataset that is not downloaded: run "
-                       f"`minari download {ds_id}` (needs network access), or train on a generated one "
-                       "(`robotrl collect list=true` lists the recipes; e.g. env=hopper dataset=hopper-medium)")
+    why = download_official_dataset(ds_id)
+    if why is None:
+        return None
+    return ConfigError(f"dataset {ds_id!r} is an official Minari dataset that is not downloaded, and {why}: run "
+                       f"`minari download {ds_id}` where the network allows (then copy it into $MINARI_DATASETS_PATH), "
+                       "or train on a generated one (`robotrl collect list=true` lists the recipes; e.g. env=hopper "
+                       "dataset=hopper-medium)")
+
+
+def download_official_dataset(ds_id: str) -> str | None:
+    """Download the official Minari dataset ``ds_id`` with ``minari.download_dataset`` (into the local Minari
+    directory, ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``).
+
+    Returns:
+        None when the dataset is there now; else why not, as a clause for a one-line error (Minari's download
+        needs ``huggingface_hub``, the ``download`` extra, and network access to the Hugging Face Hub).
+    """
+    import minari
+
+    log.info("dataset %s is an official Minari dataset: downloading it with minari.download_dataset", ds_id)
+    try:  # huggingface_hub's retry warnings would be lines beside the one error line: quiet while it tries
+        from huggingface_hub.utils import logging as hub_logging
+
+        level = hub_logging.get_verbosity()  # (its own set-up runs first, so it does not reset the level later)
+        hub_logging.set_verbosity_error()
+    except ImportError:
+        hub_logging = None
+    try:
+        minari.download_dataset(ds_id)
+    except ImportError as exc:  # minari's remote needs huggingface_hub (minari[hf])
+        return f'its download needs {getattr(exc, "name", None) or "huggingface_hub"}: pip install "robotrl[download]"'
+    except Exception as exc:  # noqa: BLE001  (no network, unknown id, server error: the line says which)
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"the download failed ({type(exc).__name__}: {first})"
+    finally:
+        if hub_logging is not None:
+            hub_logging.set_verbosity(level)
+    log.info("downloaded %s", ds_id)
+    return None
 
 
 def _check_values(cmd: str, cfg, base, key_overrides) -> None:

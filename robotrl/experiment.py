@@ -31,6 +31,7 @@ from robotrl.experiment_parts import (
     check_warm_start_spec,
     observation_normalizer,
     offline_buffer,
+    retention_reads_data,
     reward_transform,
 )
 from robotrl.progress import emit
@@ -148,7 +149,7 @@ def needs_dataset(cfg: DictConfig, tcfg: TrainerConfig) -> bool:
     (evaluated like its pretraining: the dataset's eval spec and reference scores)."""
     onpolicy = cfg.agent.get("onpolicy")
     if onpolicy is not None:
-        return bool(onpolicy.get("pretrain_steps"))
+        return bool(onpolicy.get("pretrain_steps")) or retention_reads_data(cfg.agent)
     return tcfg.offline_steps > 0 or tcfg.offline_ratio > 0 or bool(tcfg.init_from)
 
 
@@ -459,7 +460,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
                                       vectorization=ocfg.vectorization, action_chunk=int(agent.policy.Te))
 
         demos = None
-        if ocfg.pretrain_steps > 0:
+        if ocfg.pretrain_steps > 0 or retention_reads_data(cfg.agent):  # BC pretraining, knowledge retention
             if data is None:
                 raise ConfigError("agent.onpolicy.pretrain_steps > 0 needs a dataset (it pretrains on it)")
             demos = ReplayBuffer.from_offline(data, gamma=float(cfg.agent.get("gamma", 0.99)), device=device,

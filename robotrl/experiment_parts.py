@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from robotrl.data import ActionScaler, ObservationNormalizer, ReplayBuffer
 from robotrl.data.dataset import OfflineData
 from robotrl.errors import ConfigError, RobotRLError
+from robotrl.schema import RetentionConfig
 from robotrl.spec import ObservationSpec
 from robotrl.trainer import TrainerConfig
 
@@ -84,13 +85,25 @@ def replay_buffer(agent_cfg: DictConfig, spec: ObservationSpec, data: OfflineDat
     return buf
 
 
+def retention_reads_data(agent_cfg: DictConfig) -> bool:
+    """Whether ``agent.model.retention`` (:class:`robotrl.schema.RetentionConfig`) samples the pretraining data
+    online (BC, replay, or a KL on dataset states).
+
+    Raises:
+        ConfigError: a bad retention setting (one line naming it).
+    """
+    model = agent_cfg.get("model") or {}
+    return RetentionConfig.from_mapping(model.get("retention")).reads_data
+
+
 def offline_buffer(agent_cfg: DictConfig, data: OfflineData | None, tcfg: TrainerConfig, device: torch.device,
                    seed: int, frame_stack: int = 1) -> ReplayBuffer | None:
     """The offline :class:`~robotrl.data.ReplayBuffer` (cameras included: frames stored once as uint8, transitions
     sampled with stacks of ``frame_stack`` frames, the observation spec's) with the
     reward transform applied once (:func:`reward_transform`), or ``None`` when no phase reads offline rows
-    (no dataset, ``offline_steps == 0`` and ``offline_ratio == 0``)."""
-    if data is None or not (tcfg.offline_steps > 0 or tcfg.offline_ratio > 0):
+    (no dataset, ``offline_steps == 0``, ``offline_ratio == 0`` and no knowledge retention that reads the
+    pretraining data, :func:`retention_reads_data`)."""
+    if data is None or not (tcfg.offline_steps > 0 or tcfg.offline_ratio > 0 or retention_reads_data(agent_cfg)):
         return None
     _, _, fill = reward_transform(agent_cfg)
     return ReplayBuffer.from_offline(transformed_rewards(agent_cfg, data), gamma=float(agent_cfg.get("gamma", 0.99)),

@@ -395,6 +395,9 @@ class OnPolicyLoop:
                                                   reward_scaling=self.agent.reward_scaling, seed=self.seed + self.updates)
             if self._collector_state is not None:
                 self.collector.load_state_dict(self._collector_state)
+            if self.offline is not None:
+                self.agent.attach_offline_data(self.offline)  # e.g. knowledge retention's BC term
+            self.agent.start_online()  # e.g. knowledge retention's frozen pretrained snapshot
             while not self.done():
                 ro = self.collector.collect(self.agent, self.cfg.steps_per_iter)
                 metrics = self.agent.update_rollout(ro, self.updates)

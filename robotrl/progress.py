@@ -158,3 +158,64 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class LineBar:
+    """tqdm's ``update`` / ``set_postfix`` / ``close`` for a console that is not a terminal: instead of a bar's
+    ``\\r``-joined states, one line per ``every`` units (default: 5 % of ``total``) and one at the end, with the
+    rate, the elapsed time and an ETA, through :func:`emit` (so ``cli.log`` keeps them)::
+
+        [collect robotrl/pointmaze/umaze-slow-v1] 1000/5000 (20%) · 1290.3 step/s · 0:00:00 elapsed · ETA 0:00:03
+
+    Args:
+        total: units to do; desc: the task's name; unit: the unit's name in the rate.
+        enabled: ``False``: show nothing.
+        every: units between lines (``None``: 5 % of ``total``, at least 1).
+    """
+
+    def __init__(self, total: int, desc: str, unit: str = "step", enabled: bool = True, every: int | None = None):
+        self.total, self.desc, self.unit, self.enabled = int(total), desc, unit, enabled
+        self.every = max(1, int(every) if every is not None else self.total // 20)
+        self.n, self._t, self._post = 0, time.time(), {}  # type: tuple[int, float, dict]
+        self._last_line = -1
+
+    def line(self) -> str:
+        """The progress line: done / total, rate since the start, elapsed time, ETA at that rate, postfix."""
+        pct = f" ({100 * self.n // self.total}%)" if self.total else ""
+        elapsed = max(time.time() - self._t, 1e-9)
+        rate = self.n / elapsed
+        eta = _hms((self.total - self.n) / rate) if rate > 0 else "?"
+        parts = [f"[{self.desc}] {self.n}/{self.total}{pct}", f"{rate:.1f} {self.unit}/s", f"{_hms(elapsed)} elapsed",
+                 f"ETA {eta}", *(f"{k} {v}" for k, v in self._post.items())]
+        return " · ".join(parts)
+
+    def update(self, n: int = 1) -> None:
+        """``n`` more units done."""
+        before, self.n = self.n, self.n + int(n)
+        if self.enabled and (self.n // self.every > before // self.every or (self.n >= self.total > before)):
+            self._last_line = self.n
+            emit(self.line())
+
+    def set_postfix(self, ordered_dict: dict | None = None, refresh: bool = True, **kwargs) -> None:
+        """Values shown at the end of the next lines (tqdm's signature)."""
+        self._post.update(ordered_dict or {}, **kwargs)
+
+    def close(self) -> None:
+        """A last line when the last update was not shown."""
+        if self.enabled and self.n != self._last_line and self.n > 0:
+            self._last_line = self.n
+            emit(self.line())
+
+
+def progress_bar(total: int, desc: str, enabled: bool = True, unit: str = "step", tty: bool | None = None):
+    """A progress display of ``total`` units: a tqdm bar on a terminal, else a :class:`LineBar` (lines with an ETA
+    instead of the bar's ``\\r`` states in a non-terminal log); both take ``update``, ``set_postfix`` and ``close``.
+
+    ``tty``: ``None`` asks whether stderr is a terminal.
+    """
+    tty = sys.stderr.isatty() if tty is None else tty
+    if enabled and tty:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
+    return LineBar(total, desc, unit=unit, enabled=enabled)

@@ -14,6 +14,8 @@ everything else a run needs, the same way for every loop:
 - ``keep_best`` (a loop config flag, ``trainer.keep_best``): ``checkpoints/best.pt`` holds the
   deployable policy of the best evaluation so far (:meth:`Runner.keep_best`), for a user who
   keeps the best policy rather than the last;
+- provenance (:mod:`robotrl.provenance`): one hardware record per segment (start, each resume) in the
+  checkpoint, ``run_dir/provenance.json`` and the summary;
 - the report (:func:`~robotrl.report.write_report`) with the onset dip
   (:func:`~robotrl.report.onset_summary`), and a progress display.
 
@@ -38,11 +40,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from robotrl.agent import agent_device
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
 from robotrl.errors import CheckpointError
 from robotrl.evaluation import evaluate
+from robotrl.logging_wandb import logger_name
 from robotrl.policy import act, policy_state
 from robotrl.progress import Progress, emit
+from robotrl.provenance import ProvenanceLog
 from robotrl.report import drop_missing, format_eval, format_onset, onset_summary, write_report
 from robotrl.utils import get_rng_state, log_run_config, set_rng_state
 from robotrl.warmstart import warm_start
@@ -138,7 +143,10 @@ class Runner:
         self.wall_time = 0.0
         self._t0 = time.time()
         self._writer = None
+        self._wandb: Any = None  # logger=wandb: a robotrl.logging_wandb.WandbLogger, opened with the writer
         self.progress: Progress | None = None
+        self.provenance = ProvenanceLog(self.run_dir)
+        self._checkpoint_provenance: list = []
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name == "loop":
@@ -168,15 +176,24 @@ class Runner:
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=self.loop.step or None)
+            if logger_name(self.run_config) == "wandb":  # logger=wandb: every scalar to W&B as well
+                from robotrl.logging_wandb import WandbLogger
+
+                self._wandb = WandbLogger(self.run_dir, self.run_config)
         return self._writer
 
     def log(self, prefix: str, metrics: dict, step: int | None = None) -> None:
         """Log finite scalar ``metrics`` (floats or 0-d tensors) as ``prefix/name`` at ``step``
-        (default: the loop's step)."""
+        (default: the loop's step), to TensorBoard and, with ``logger=wandb``, to W&B."""
+        step = self.loop.step if step is None else step
+        out = {}
         for k, v in metrics.items():
             v = float(v.item() if torch.is_tensor(v) else v)
             if np.isfinite(v):
-                self.writer.add_scalar(f"{prefix}/{k}", v, self.loop.step if step is None else step)
+                self.writer.add_scalar(f"{prefix}/{k}", v, step)
+                out[f"{prefix}/{k}"] = v
+        if self._wandb is not None:
+            self._wandb.log(out, step)
 
     def print(self, line: str) -> None:
         """Print ``line`` when progress output is on (above the progress bar if one is shown)."""
@@ -205,6 +222,7 @@ class Runner:
         res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t,
                    train_wall_s=train_wall)
         self.history.append(res)
+        self.provenance.update(step=self.loop.step, phase=phase, evaluated=True)
         if getattr(cfg, "keep_best", False):
             self.keep_best(res)
         self.log("eval", {k: v for k, v in res.items() if isinstance(v, float)})
@@ -265,6 +283,8 @@ class Runner:
                  "agent": loop.agent.state_dict(), "policy": policy_state(loop.agent.policy), "rng": get_rng_state(),
                  "history": self.history, "config": self.run_config, "trainer": asdict(loop.cfg)}
         state.update(loop.state_dict(self.ckpt_dir))
+        self.provenance.update(step=loop.step, phase=loop.phase())
+        state["provenance"] = self.provenance.records
         return save_checkpoint(self.ckpt_dir / "latest.pt", state)
 
     def try_resume(self) -> bool:
@@ -292,6 +312,7 @@ class Runner:
             raise CheckpointError(f"checkpoint {path} does not fit this agent ({type(exc).__name__}: {exc}); "
                                   "use another run_dir") from exc
         self.wall_time = float(state.get("wall_time", 0.0))
+        self._checkpoint_provenance = list(state.get("provenance", []))
         best = self.ckpt_dir / "best.pt"  # the best policy on disk, even one evaluated after latest.pt was written
         self.best = load_checkpoint(best, map_location="cpu").get("best") if best.exists() else None
         return True
@@ -318,12 +339,17 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resumed = self.try_resume()
         self._t0 = time.time()
+        self._begin_segment(resumed)
         if not resumed:
             if self.warm_source:
                 self.init_from(self.warm_source, self.warm_parts)
             self.loop.start(self, warm_started=bool(self.warm_source))
         self._prepared = resumed
         return resumed
+
+    def _begin_segment(self, resumed: bool) -> None:
+        self.provenance.begin(resumed=resumed, step=self.loop.step, phase=self.loop.phase(),
+                              checkpoint_records=self._checkpoint_provenance, device=agent_device(self.loop.agent))
 
     def fit(self) -> dict:
         """Run (or resume) the loop, evaluate, checkpoint, and write the report (after :meth:`prepare`, if it ran).
@@ -340,6 +366,7 @@ class Runner:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             resumed = self.try_resume()
             self._t0 = time.time()
+            self._begin_segment(resumed)
         else:
             resumed = prepared
         with Progress(total=loop.total, initial=loop.clock, desc=self.title or "train",
@@ -353,12 +380,17 @@ class Runner:
         if not self.history or self.history[-1]["step"] != loop.step:
             self.evaluate(loop.phase())
         self.save()
+        self.provenance.update(step=loop.step, phase=loop.phase(), ended=True)
         summary = self._summary(resumed)
         # the composed config as text and the hyper-parameters against the summary, in the run's one event file
-        log_run_config(self.writer, self.run_config, {f"summary/{k}": float(v) for k, v in summary.items()
-                                                      if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                      and np.isfinite(v)}, step=self.loop.step)
+        scalars = {f"summary/{k}": float(v) for k, v in summary.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)}
+        log_run_config(self.writer, self.run_config, scalars, step=self.loop.step)
         self.writer.close()
+        if self._wandb is not None:
+            self._wandb.summary(scalars)
+            self._wandb.finish()
+            self._wandb = None
         paths = write_report(self.run_dir, summary=summary, history=self.history, config=self.run_config)
         summary["report_paths"] = {k: str(v) for k, v in paths.items()}
         return summary
@@ -377,7 +409,8 @@ class Runner:
         fields = dict(self.loop.summary(self.history))
         onset = fields.pop("onset")
         out.update(fields)
-        out.update({"wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir)})
+        out.update({"wall_time_s": round(self.wall_time, 1), "resumed": resumed, "run_dir": str(self.run_dir),
+                    "provenance": self.provenance.records})
         if self.best is not None:
             out["best"] = dict(self.best, checkpoint=str(self.ckpt_dir / "best.pt"))
         out.update(onset_summary(self.history, **onset))

@@ -11,11 +11,15 @@ SB3's habit of one meaning per knob).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+from robotrl.errors import ConfigError
 from robotrl.utils import check_schedule
 
-__all__ = ["TrainerConfig", "OnPolicyConfig", "register"]
+__all__ = ["TrainerConfig", "OnPolicyConfig", "RetentionConfig", "RetentionTerm", "register"]
 
 
 @dataclass
@@ -48,6 +52,10 @@ class TrainerConfig:
         validation_fraction: a run without an env (a dataset with no ``env_spec`` and no ``env.name``, e.g.
             recorded on a robot): the share of episodes held out of training to measure the policy on
             (:mod:`robotrl.validation`); unused when there is an env.
+        forgetting_starts: held-out resets of the forgetting metric (:func:`robotrl.evaluation.forgetting_report`:
+            the policy at the online start vs the final policy from the resets farthest from the online data),
+            computed when an off-policy run's online phase ends and written to its report (``forgetting``,
+            ``forgetting_near``, ``forgetting_detail``); 0: off. State observations only.
     """
 
     offline_steps: int = 20_000
@@ -71,13 +79,15 @@ class TrainerConfig:
     her_ratio: float = 0.0
     validation_fraction: float = 0.1
     keep_best: bool = False
+    forgetting_starts: int = 0
 
     def __post_init__(self) -> None:
         """Raises ConfigError on a count that cannot work (negative budgets, zero batch, ...)."""
         check_schedule(self, "trainer", positive=("batch_size", "n_step", "eval_every", "eval_episodes", "eval_envs",
                                                   "checkpoint_every", "log_every", "num_envs", "online_buffer_size",
                                                   "utd"),
-                       non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates"),
+                       non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates",
+                                     "forgetting_starts"),
                        fractions=("offline_ratio", "her_ratio", "validation_fraction"))
 
 
@@ -128,3 +138,119 @@ def register() -> None:
     cs = ConfigStore.instance()
     cs.store(group="schema", name="trainer", node=TrainerConfig)
     cs.store(group="schema", name="onpolicy", node=OnPolicyConfig)
+
+
+# ---------------------------------------------------------------------- knowledge retention
+DECAYS = ("none", "linear", "exp")
+PENALTIES = ("kl", "l2")
+KL_STATES = ("online", "offline")
+
+@dataclass(frozen=True)
+class RetentionTerm:
+    """One knowledge-retention term (:mod:`robotrl.agents.retention`): its weight and the decay of that weight.
+
+    Args:
+        weight: ``w ≥ 0`` (``bc``/``kl``: loss coefficient; ``replay``: batch fraction ``ρ ∈ [0, 1]``).
+        decay: ``"none"``, ``"linear"`` (to 0 at ``decay_steps``) or ``"exp"`` (half-life ``decay_steps``).
+        decay_steps: ``T`` in retention steps (:mod:`robotrl.agents.retention`); must be > 0 unless
+            ``decay="none"``.
+    """
+
+    weight: float = 0.0
+    decay: str = "none"
+    decay_steps: int = 0
+
+    def at(self, step: int) -> float:
+        """The weight after ``step`` retention steps."""
+        if self.weight == 0.0 or self.decay == "none":
+            return float(self.weight)
+        if self.decay == "linear":
+            return float(self.weight) * max(0.0, 1.0 - step / self.decay_steps)
+        return float(self.weight) * 0.5 ** (step / self.decay_steps)
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """Knowledge-retention settings (``agent.model.retention``; :mod:`robotrl.agents.retention`). Defaults: all off.
+
+    Declared here, beside the run schedules, so that the build parts (:func:`robotrl.experiment_parts.offline_buffer`)
+    know whether a run must keep its pretraining data without importing an agent.
+
+    Args:
+        bc: behaviour cloning on the pretraining data (dataset actions' negative log-likelihood).
+        kl: penalty toward the frozen pretrained policy (``penalty``, ``kl_states``).
+        replay: offline replay, fraction of each Q-learning batch (Q-learning family only).
+        penalty: ``"kl"`` (``KL(π₀ ‖ π)``, closed form) or ``"l2"`` (``‖μ − μ₀‖²``).
+        kl_states: ``"online"`` (the actor's minibatch: kickstarting) or ``"offline"`` (dataset states).
+        batch_size: rows sampled from the pretraining data per retention step for ``bc`` and offline
+            ``kl`` (``None``: the actor minibatch's size).
+    """
+
+    bc: RetentionTerm = field(default_factory=RetentionTerm)
+    kl: RetentionTerm = field(default_factory=RetentionTerm)
+    replay: RetentionTerm = field(default_factory=RetentionTerm)
+    penalty: str = "kl"
+    kl_states: str = "online"
+    batch_size: int | None = None
+
+    @classmethod
+    def from_mapping(cls, given: Mapping[str, Any] | RetentionConfig | None) -> RetentionConfig:
+        """A config from ``agent.model.retention`` (a mapping, e.g. Hydra's ``DictConfig``; ``None``: all off).
+
+        Raises:
+            ConfigError: an unknown key, a negative weight, a replay fraction above 1, an unknown
+                ``decay``/``penalty``/``kl_states``, or a decay without ``decay_steps > 0`` (one line
+                naming the setting).
+        """
+        if isinstance(given, RetentionConfig):
+            given.check()
+            return given
+        raw = dict(given or {})
+        known = {f.name for f in fields(cls)}
+        for k in raw:
+            if k not in known:
+                raise ConfigError(f"agent.model.retention.{k} is not a retention setting; choose from {sorted(known)}")
+        terms = {}
+        for name in ("bc", "kl", "replay"):
+            sub = dict(raw.pop(name, None) or {})
+            bad = set(sub) - {"weight", "decay", "decay_steps"}
+            if bad:
+                raise ConfigError(f"agent.model.retention.{name}.{sorted(bad)[0]} is not a term setting; "
+                                  "choose from weight, decay, decay_steps")
+            terms[name] = RetentionTerm(float(sub.get("weight", 0.0)), str(sub.get("decay", "none")),
+                                        int(sub.get("decay_steps", 0)))
+        cfg = cls(**terms, **raw)
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        """Raises :class:`~robotrl.errors.ConfigError` on a setting that cannot work (:meth:`from_mapping`)."""
+        for name in ("bc", "kl", "replay"):
+            t: RetentionTerm = getattr(self, name)
+            key = f"agent.model.retention.{name}"
+            if not math.isfinite(t.weight) or t.weight < 0:
+                raise ConfigError(f"{key}.weight={t.weight} must be a finite number >= 0 (0: off)")
+            if t.decay not in DECAYS:
+                raise ConfigError(f"{key}.decay={t.decay!r} is unknown; choose from {DECAYS}")
+            if t.decay != "none" and t.decay_steps <= 0:
+                raise ConfigError(f"{key}.decay={t.decay} needs {key}.decay_steps > 0 (retention steps), "
+                                  f"got {t.decay_steps}")
+        if self.replay.weight > 1:
+            raise ConfigError(f"agent.model.retention.replay.weight={self.replay.weight} is a batch fraction: "
+                              "choose it in [0, 1]")
+        if self.penalty not in PENALTIES:
+            raise ConfigError(f"agent.model.retention.penalty={self.penalty!r} is unknown; choose from {PENALTIES}")
+        if self.kl_states not in KL_STATES:
+            raise ConfigError(f"agent.model.retention.kl_states={self.kl_states!r} is unknown; choose from {KL_STATES}")
+        if self.batch_size is not None and self.batch_size <= 0:
+            raise ConfigError(f"agent.model.retention.batch_size={self.batch_size} must be > 0 (or null)")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any term has a weight."""
+        return any(getattr(self, n).weight > 0 for n in ("bc", "kl", "replay"))
+
+    @property
+    def reads_data(self) -> bool:
+        """Whether a term samples the pretraining data (``bc``, ``replay``, or ``kl`` on offline states)."""
+        return self.bc.weight > 0 or self.replay.weight > 0 or (self.kl.weight > 0 and self.kl_states == "offline")

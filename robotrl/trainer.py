@@ -23,6 +23,11 @@ they enter a buffer: :func:`robotrl.experiment.build_trainer` transforms the off
 data, the trainer every online reward, so MC returns computed by the buffers are in
 the same units.
 
+``forgetting_starts > 0``: the policy at the online start is kept (also in checkpoints) and, when the
+online phase ends, the forgetting metric (:func:`robotrl.evaluation.forgetting_report`) compares it with
+the final policy from the held-out resets farthest from the online buffer; the report gets ``forgetting``,
+``forgetting_near`` and ``forgetting_detail``.
+
 Evaluation, TensorBoard, checkpoints and resume are the :class:`~robotrl.runner.Runner`'s;
 this loop adds its step counters and sampler generators to every checkpoint and, online,
 the online buffer (``checkpoints/online_buffer.npz``). Starting again in the same run
@@ -38,11 +43,13 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from robotrl.agent import OffPolicyAgent
+from robotrl.agent import OffPolicyAgent, agent_device
 from robotrl.checkpoint import load_arrays, save_arrays
 from robotrl.data.mixing import MixedSampler
 from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import ConfigError
+from robotrl.evaluation import forgetting_report
+from robotrl.policy import act, build_policy, policy_state
 from robotrl.runner import Runner
 from robotrl.schema import TrainerConfig  # noqa: F401  (re-exported: robotrl.trainer.TrainerConfig)
 from robotrl.utd import batch_split, update_schedule
@@ -82,7 +89,7 @@ class OffPolicyLoop:
         ValueError: ``online_steps > 0`` without ``make_train_envs``, or ``offline_steps > 0``
             without an offline buffer.
         ConfigError: a relabeller with an agent that reads MC returns, or with offline data whose rewards are not
-            the task's (:meth:`robotrl.data.her.GoalRelabeler.check`).
+            the task's (:meth:`robotrl.data.her.GoalRelabeler.check`); ``forgetting_starts`` with cameras.
     """
 
     def __init__(self, agent: OffPolicyAgent, config: TrainerConfig, *, offline_buffer: ReplayBuffer | None,
@@ -99,6 +106,11 @@ class OffPolicyLoop:
         self.updates = 0
         self.online: ReplayBuffer | None = None
         self._ready = False  # the online buffer can feed updates (stays so: ended episodes stay ended)
+        self._reference: dict | None = None  # the policy at the online start (forgetting_starts > 0)
+        self._forgetting: dict | None = None
+        if config.forgetting_starts > 0 and obs_layout is not None:
+            raise ConfigError("trainer.forgetting_starts measures forgetting from state observations; this run has "
+                              "cameras: set trainer.forgetting_starts=0")
         if config.online_steps > 0 and make_train_envs is None:
             raise ValueError("online_steps > 0 needs make_train_envs (the training env factory)")
         if self.offline is None and config.offline_steps > 0:
@@ -146,13 +158,31 @@ class OffPolicyLoop:
             self._offline_phase(runner)
         if self.step < self.total:
             self._online_phase(runner)
+            self._measure_forgetting(runner)
+
+    def _measure_forgetting(self, runner: Runner) -> None:
+        """The forgetting metric of the online phase that just ended (``forgetting_starts > 0``)."""
+        if not self.cfg.forgetting_starts or self._reference is None or runner.make_eval_env is None \
+                or self.online is None or len(self.online) == 0:
+            return
+        pretrained = build_policy(self._reference, device=agent_device(self.agent))
+        self._forgetting = forgetting_report(
+            lambda o: act(pretrained, o), lambda o: act(self.agent.policy.eval(), o), runner.make_eval_env,
+            self.online.observations[: self.online.size], num_starts=self.cfg.forgetting_starts,
+            ref_scores=runner.ref_scores, num_envs=self.cfg.eval_envs)
+        runner.print(f"forgetting (start-of-online minus final policy, {self._forgetting['score']}) on the "
+                     f"{self._forgetting['num_far']} held-out resets farthest from the online data: "
+                     f"{self._forgetting['forgetting']:+.2f} (nearer ones: {self._forgetting['forgetting_near']:+.2f})")
 
     def state_dict(self, ckpt_dir: Path) -> dict:
         """Sampler generators; writes the online buffer to ``ckpt_dir/online_buffer.npz``."""
         if self.online is not None:
             save_arrays(ckpt_dir / "online_buffer.npz", {k: np.asarray(v) for k, v in self.online.state_dict().items()})
-        return {"sampler_rng": {name: buf.rng.bit_generator.state for name, buf in
-                                (("offline", self.offline), ("online", self.online)) if buf is not None}}
+        out: dict = {"sampler_rng": {name: buf.rng.bit_generator.state for name, buf in
+                                     (("offline", self.offline), ("online", self.online)) if buf is not None}}
+        if self._reference is not None:
+            out["forgetting_reference"] = self._reference
+        return out
 
     def load_state_dict(self, state: dict, ckpt_dir: Path) -> None:
         """The online buffer (past the offline phase) and the sampler generators.
@@ -164,6 +194,7 @@ class OffPolicyLoop:
         if self.step > self.cfg.offline_steps and buf.exists():
             self.online = self._new_online_buffer()
             self.online.load_state_dict(load_arrays(buf))
+        self._reference = state.get("forgetting_reference", self._reference)
         for name, rng_state in state.get("sampler_rng", {}).items():
             target = self.offline if name == "offline" else self.online
             if target is not None:
@@ -180,6 +211,10 @@ class OffPolicyLoop:
             out["offline_success_rate"] = offline[-1]["success_rate"]
         out["onset"] = {"online_start": self.cfg.offline_steps, "first_update": self.cfg.online_warmup_steps,
                         "budget": self.cfg.online_steps}
+        if self._forgetting is not None:
+            f = self._forgetting
+            out.update(forgetting=f["forgetting"], forgetting_near=f["forgetting_near"],
+                       forgetting_success=f["forgetting_success"], forgetting_detail=f)
         return out
 
     # ------------------------------------------------------------------ phases
@@ -206,16 +241,31 @@ class OffPolicyLoop:
                            od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
                            seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
                            image_shapes=layout.image_shapes if layout is not None else None,
-                           frame_stack=int(self.agent.frame_stack))
+                           frame_stack=int(self.agent.frame_stack), extra_dims=self._transition_fields())
         buf.relabeler = self.relabeler
         return buf
+
+    def _transition_fields(self) -> dict[str, int]:
+        """Float fields the agent records per transition (``agent.transition_fields``, e.g. a residual agent's
+        executed base action; :meth:`agent.explore_extras` gives them for each explore call); the offline buffer
+        gets them as NaN (unknown)."""
+        fields = dict(getattr(self.agent, "transition_fields", None) or {})
+        if self.offline is not None:
+            for name, d in fields.items():
+                self.offline.add_extra_field(name, d)
+        return fields
 
     def _online_phase(self, runner: Runner) -> None:
         cfg = self.cfg
         if self.online is None:
             self.online = self._new_online_buffer()
         self.online.end_open_episodes()  # on resume the envs restart: never link to a pre-kill episode
+        if self.offline is not None:
+            self.agent.attach_offline_data(self.offline)  # e.g. knowledge retention's BC / replay
         self.agent.start_online()  # e.g. Cal-QL offline -> SAC online (WSRL)
+        if self.cfg.forgetting_starts and self._reference is None:  # the policy the online phase starts from
+            ref = policy_state(self.agent.policy)
+            self._reference = {**ref, "state_dict": {k: v.detach().clone() for k, v in ref["state_dict"].items()}}
         sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) \
             if self.offline is not None and cfg.offline_ratio > 0 else None
         envs = self.make_train_envs()
@@ -239,12 +289,13 @@ class OffPolicyLoop:
     def _env_step(self, envs, obs, resetting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One vector step with ``agent.explore`` into the online buffer; returns ``(next obs, resetting)``."""
         actions = self.agent.explore(obs)
+        extras = self.agent.explore_extras() if self.online.extra else None
         next_obs, rew, term, trunc, _ = envs.step(actions)
         live = np.flatnonzero(~resetting)  # next-step autoreset: skip envs that only reset
         rew = self.reward_scale * np.asarray(rew, np.float32) + self.reward_bias
         (s, im), (s2, im2) = self._split(obs, live), self._split(next_obs, live)
         self.online.add(s, actions[live], rew[live], s2, term[live], trunc[live], env_ids=live, images=im,
-                        next_images=im2)
+                        next_images=im2, extras=None if extras is None else {k: v[live] for k, v in extras.items()})
         self._episodes_start(np.flatnonzero(resetting))  # those envs only reset: next_obs starts their episode
         self.step += 1
         return next_obs, term | trunc

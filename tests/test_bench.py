@@ -27,7 +27,7 @@ from robotrl.bench.suite import BenchError, Task, repo_root, tier_tasks
 from robotrl.bench.tables import learning_stats, learning_table, throughput_table
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "tests" / "data" / "bench_results"  # frozen copies of benchmarks/results/ (every format the adapters read)
+RESULTS = ROOT / "tests" / "data" / "bench_results"  # frozen copies of benchmarks/results/, converted to the one form
 
 
 def _doc(name: str) -> dict:
@@ -109,6 +109,22 @@ def test_adapters_read_every_existing_result_file():
     assert next(r for r in qll["runs"] if r["method"] == "SB3 SAC (from scratch)")["offline_score"] is None
     with pytest.raises(BenchFormatError):
         normalize({"something": 1}, "unknown")
+
+
+def test_every_stored_suite_result_is_in_the_one_form():
+    """The files of both tiers need no adapter: the scripts write the form (benchmarks/_formats.py converts theirs)."""
+    from robotrl.bench.schema import _detect, _online_robot
+
+    for tier in ("quick", "full"):
+        for task in tier_tasks(tier):
+            path = ROOT / task.output
+            if not path.exists():
+                continue
+            doc = json.loads(path.read_text())
+            kind = _detect(doc)
+            assert kind in ("learning", "throughput") or (kind is _online_robot and task.name == "online_robot"), path
+            if kind == "throughput":
+                assert "details" in doc and doc.get("environment"), path  # the raw figures and the machine, kept
 
 
 def test_normalised_form_passes_through_unchanged():
@@ -259,9 +275,9 @@ def test_a_learning_row_that_could_never_fail_is_flagged_and_refused_at_record(t
     passed, text = regression.check(tmp_path, "quick")             # a baseline recorded at 0 guards nothing
     assert not passed and "cannot fail" in text
     raw = json.loads((RESULTS / "residual_fetch_push.json").read_text())
-    for runs in raw["runs"].values():
-        for r in runs:
-            r["success"] = r["start_success"] = 0.0
+    for r in raw["runs"]:  # every method at 0, before and after
+        r["offline_score"] = 0.0
+        r["curve"] = [[s, 0.0] for s, _ in r["curve"]]
     (res / "residual_fetch_push.json").write_text(json.dumps(raw))
     with pytest.raises(BenchError, match="could never fail"):
         regression.record(tmp_path, "quick")
@@ -279,9 +295,10 @@ def test_cli_bench_check_exit_codes(tmp_path):
     src = json.loads((RESULTS / "residual_fetch_push.json").read_text())
     (good / "residual_fetch_push.json").write_text(json.dumps(src))
     worse = copy.deepcopy(src)
-    for runs in worse["runs"].values():
-        for r in runs:
-            r["success"] = 0.0
+    for r in worse["runs"]:  # every method ends at 0
+        r["curve"] = [[s, v if s == 0 else 0.0] for s, v in r["curve"]]
+        if not r["curve"]:
+            r["offline_score"] = 0.0
     (bad / "residual_fetch_push.json").write_text(json.dumps(worse))
     baseline = tmp_path / "quick.json"
     baseline.write_text(json.dumps(regression.make_baseline(regression.load_dir(good))))

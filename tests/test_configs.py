@@ -250,11 +250,11 @@ def test_cpu_sized_resfit_is_resfit_with_the_measured_sizing_only(env):
 
 
 def test_cpu_sized_resfit_on_fetch_push_is_the_recorded_runs_agent():
-    """The FetchPush runs of ``residual_fetch_push_offpolicy_cpu.json`` (recorded as overrides of
+    """The FetchPush runs of ``studies/residual-fetch-push/offpolicy_cpu.json`` (recorded as overrides of
     ``experiment=residual-offpolicy``) ran the agent and schedule ``experiment=residual-offpolicy-cpu env=fetch-push``
     composes: only where the runs wrote checkpoints, their base and data (paths, the 200-demo dataset), seed and
     run settings may differ."""
-    doc = json.loads((ROOT / "benchmarks/results/residual_fetch_push_offpolicy_cpu.json").read_text())
+    doc = json.loads((ROOT / "benchmarks/results/studies/residual-fetch-push/offpolicy_cpu.json").read_text())
     runs = [r for r in doc["runs"] if r["method"].startswith("CPU-sized ResFiT, gamma 0.98")]
     assert len(runs) >= 3
     cpu = OmegaConf.to_container(_compose("train", ["experiment=residual-offpolicy-cpu", "env=fetch-push"]), resolve=True)

@@ -93,6 +93,24 @@ def test_package_ships_py_typed_and_license_metadata():
     assert "Apache License" in (ROOT / "LICENSE").read_text() and "docs" in meta["optional-dependencies"]
 
 
+def test_the_supported_pythons_agree_everywhere_and_the_extras_name_only_optional_libraries():
+    """requires-python's lower bound is the oldest classifier and the version ruff and mypy check against
+    (tools/check_python_versions.sh compiles every module with the oldest and newest ones where they are installed)."""
+    import tomllib
+
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    meta = doc["project"]
+    oldest = meta["requires-python"].removeprefix(">=")
+    versions = sorted((c.rsplit(" :: ", 1)[1] for c in meta["classifiers"]
+                       if c.startswith("Programming Language :: Python :: 3.")), key=lambda v: int(v.split(".")[1]))
+    assert versions[0] == oldest and len(versions) >= 2
+    assert doc["tool"]["ruff"]["target-version"] == "py" + oldest.replace(".", "")
+    assert doc["tool"]["mypy"]["python_version"] == oldest
+    core = " ".join(meta["dependencies"])
+    for optional in ("stable-baselines3", "onnx", "pyzmq", "msgpack", "wandb", "ray", "huggingface"):
+        assert optional not in core, optional
+
+
 # ----------------------------------------------------------------------------- errors: one line, the way out
 def test_unknown_config_key_names_the_closest_key(tmp_path):
     line = _one_error_line(_robotrl(["train", "trainer.ofline_steps=100"], tmp_path))
@@ -133,9 +151,29 @@ def test_online_experiment_before_its_pretraining_names_the_command(tmp_path):
     assert "runs/pretrain/calql/" in line and "`robotrl train experiment=calql seed=3`" in line
 
 
-def test_official_minari_dataset_names_the_download_command(tmp_path):
-    line = _one_error_line(_robotrl(["train", "env=ant"], tmp_path, MINARI_DATASETS_PATH=str(tmp_path / "minari")))
+def test_official_minari_dataset_is_downloaded_or_the_line_says_why_not_and_the_command(tmp_path):
+    """env=ant (an official Minari id) is fetched with minari.download_dataset; here the network does not allow it."""
+    line = _one_error_line(_robotrl(["train", "env=ant"], tmp_path, MINARI_DATASETS_PATH=str(tmp_path / "minari"),
+                                    HF_HUB_OFFLINE="1"))
     assert "minari download mujoco/ant/" in line
+    assert "the download failed" in line or 'pip install "robotrl[download]"' in line
+
+
+def test_official_minari_dataset_without_huggingface_hub_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['huggingface_hub'] = None; from robotrl.cli import main; "
+            "main(['train', 'env=ant'])")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                         env=_env(MINARI_DATASETS_PATH=str(tmp_path / "minari")))
+    line = _one_error_line(res)
+    assert "its download needs huggingface_hub" in line and 'robotrl[download]' in line and "minari download mujoco/ant/" in line
+
+
+def test_official_minari_dataset_download_failure_names_the_reason(tmp_path):
+    """huggingface_hub present, the Hub out of reach (HF_HUB_OFFLINE, as on a machine without network)."""
+    pytest.importorskip("huggingface_hub")
+    line = _one_error_line(_robotrl(["train", "env=ant"], tmp_path, MINARI_DATASETS_PATH=str(tmp_path / "minari"),
+                                    HF_HUB_OFFLINE="1"))
+    assert "the download failed (" in line and "minari download mujoco/ant/" in line
 
 
 def test_unknown_command_names_the_closest(tmp_path):
@@ -192,6 +230,8 @@ def test_cli_log_keeps_the_console_with_timestamps_and_no_bar_states(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     log = (run_dir / "cli.log").read_text()
     assert log and "\r" not in log
+    assert "\r" not in res.stdout + res.stderr  # the dataset's collection too: lines, not a bar, off a terminal
+    assert re.search(r"\[collect robotrl/pointmaze/umaze-fh-v1\] 2000/2000 \(100%\) .* ETA 0:00:00", log)
     lines = log.splitlines()
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", ln) for ln in lines if ln and not ln.startswith((" ", "}", "{", '"')))
     progress = [ln for ln in lines if " 200/200 (100%) step 200 · " in ln]
@@ -201,6 +241,27 @@ def test_cli_log_keeps_the_console_with_timestamps_and_no_bar_states(tmp_path):
         if shown.strip():
             assert shown in log, shown
     assert "report.json" in log and "cli.log" in log
+
+
+def test_collector_progress_off_a_terminal_is_lines_with_an_eta(capsys):
+    from robotrl.progress import LineBar, progress_bar
+
+    bar = progress_bar(100, "collect x", tty=False)
+    assert isinstance(bar, LineBar)
+    for i in range(100):
+        bar.update(1)
+        if i == 50:
+            bar.set_postfix(ret="3")
+    bar.close()
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == 20 and "\r" not in out  # every 5 %, the last one once
+    assert lines[0].startswith("[collect x] 5/100 (5%) · ") and " step/s · " in lines[0] and " · ETA " in lines[0]
+    assert lines[-1].startswith("[collect x] 100/100 (100%)") and "ETA 0:00:00" in lines[-1] and lines[-1].endswith("ret 3")
+    quiet = progress_bar(100, "collect y", enabled=False, tty=False)
+    quiet.update(100)
+    quiet.close()
+    assert capsys.readouterr().out == ""
 
 
 def test_config_and_hparams_go_into_the_runs_one_event_file(tmp_path):

@@ -1,11 +1,26 @@
-"""The ReinFlow benchmark's result adapters (robotrl.bench.schema): the ONNX Runtime latency row and the
-"time to DPPO's final return" rows computed from per-seed curves, including a seed that never reaches it."""
+"""The ReinFlow benchmark's results: the latency and shortcut rows its script writes (benchmarks/_formats.py), with
+the ONNX Runtime latency row, and the "time to DPPO's final return" rows the suite derives from per-seed curves
+(robotrl.bench.schema), including a seed that never reaches it."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
 from robotrl.bench.schema import normalize
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+try:
+    from _formats import as_result  # the script's converter, as bench_reinflow.py writes its result
+finally:
+    sys.path.pop(0)
+
+
+def _written(raw: dict, name: str, kind: str) -> list[dict]:
+    """What the suite reads from the file the script writes."""
+    return normalize(as_result(raw, name, kind), name)
 
 
 def _learning_doc(rf_times: list[float | None]) -> dict:
@@ -59,16 +74,16 @@ def _latency(**extra: float) -> dict:
                                              ("deployed", "DDIM-5 (TorchScript as deployed)")])
 def test_latency_table_has_the_onnx_and_deployed_rows_when_measured(kind, peer_name):
     doc = {"benchmark": "reinflow_latency", "latency": _latency(), "ratios": {}, "one_step_under_0_5_ms": {}}
-    assert not any(r["peer_name"] == peer_name for r in normalize(doc, "reinflow_latency")[0]["rows"])
+    assert not any(r["peer_name"] == peer_name for r in _written(doc, "reinflow_latency", "reinflow_latency")[0]["rows"])
     doc["latency"] = _latency(**{f"flow_1_{kind}": 0.45, f"ddim_5_{kind}": 2.5})
-    rows = [r for r in normalize(doc, "reinflow_latency")[0]["rows"] if r["peer_name"] == peer_name]
+    rows = [r for r in _written(doc, "reinflow_latency", "reinflow_latency")[0]["rows"] if r["peer_name"] == peer_name]
     assert len(rows) == 1 and rows[0]["ours"] == 0.45 and rows[0]["ratio"] == pytest.approx(0.18)
     assert rows[0]["target"] == 0.5 and rows[0]["target_on"] == "ours"
 
 
 def test_latency_table_has_shortcut_rows_when_measured():
     lat = _latency(shortcut_1=1.8, shortcut_1_traced=1.1)
-    rows = normalize({"benchmark": "reinflow_latency", "latency": lat, "ratios": {}}, "reinflow_latency")[0]["rows"]
+    rows = _written({"benchmark": "reinflow_latency", "latency": lat, "ratios": {}}, "reinflow_latency", "reinflow_latency")[0]["rows"]
     sc = [r for r in rows if r["what"].startswith("shortcut")]
     assert [r["ours"] for r in sc] == [1.8, 1.1] and sc[0]["ratio"] == pytest.approx(1.8 / 1.6)
     assert sc[1]["peer_name"] == "flow 1-step (traced)"
@@ -79,6 +94,6 @@ def test_shortcut_quality_rows_compare_shortcut_and_flow_at_each_k():
                for n, k, r, s in (("flow", 1, 12.0, 0.2), ("flow", 4, 13.0, 0.4), ("shortcut", 1, 12.6, 0.3),
                                   ("shortcut", 4, 12.8, 0.0))}
     doc = {"benchmark": "reinflow_shortcut_quality", "setting": {"steps": [1, 4]}, "summary": summary}
-    rows = normalize(doc, "reinflow_shortcut_quality")[0]["rows"]
+    rows = _written(doc, "reinflow_shortcut_quality", "shortcut_quality")[0]["rows"]
     assert [r["ratio"] for r in rows] == pytest.approx([1.05, 1.5, 12.8 / 13.0, 0.0, 12.6 / 13.0])
     assert rows[-1]["peer_name"] == "flow 4-step" and not any(r["regression_check"] for r in rows)

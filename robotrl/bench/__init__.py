@@ -1,7 +1,7 @@
 """robotrl's benchmark suite behind ``robotrl bench`` (quick and full tiers).
 
 Modules (the statistics, IQM, bootstrap CI, regret, onset dip, are the core's :mod:`robotrl.stats`):
-:mod:`~robotrl.bench.schema` (the normalised result forms and adapters of older files),
+:mod:`~robotrl.bench.schema` (the one result form the scripts write),
 :mod:`~robotrl.bench.suite` (tasks and tiers), :mod:`~robotrl.bench.runner` (subprocesses,
 resume), :mod:`~robotrl.bench.sweep` (Hydra multirun sweeps of ``robotrl train``),
 :mod:`~robotrl.bench.peers` (d3rlpy's side venv), :mod:`~robotrl.bench.tables`,

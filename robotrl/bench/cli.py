@@ -1,13 +1,13 @@
-"""``robotrl bench``: run the benchmark tiers, render tables/plots/README, check regressions.
+"""``robotrl bench``: run the benchmark tiers, render tables/plots and the docs' results pages, check regressions.
 
 ::
 
-    robotrl bench quick                 # ~80 min on 2 shared cores: all quick tasks, tables, plots, README block, check
+    robotrl bench quick                 # ~80 min on 2 shared cores: all quick tasks, tables, plots, docs page, check
     robotrl bench quick --record        # ... and record its figures as benchmarks/baselines/quick.json
     robotrl bench full                  # the published numbers; resumes after an interruption
     robotrl bench full --only bridge replay --force
     robotrl bench check                 # latest quick results vs the recorded figures (exit 1 on regression)
-    robotrl bench tables --tier full    # rewrite tables, plots and README block from the results, run nothing
+    robotrl bench tables --tier full    # rewrite tables, plots and docs/results/full.md from the results, run nothing
     robotrl bench list                  # the tasks of a tier and whether their results are there
 
 Exit status: 0 fine, 1 a regression or a failed task, 2 bad input (``robotrl: error: ...``).
@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["quick", "full", "check", "tables", "list"])
     p.add_argument("--only", nargs="+", metavar="TASK", help="run only these tasks (robotrl bench list shows them)")
     p.add_argument("--force", action="store_true", help="rerun tasks whose results record the same command")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README's generated block")
+    p.add_argument("--no-docs", "--no-readme", dest="no_docs", action="store_true",
+                   help="do not rewrite the generated block of docs/results/<tier>.md")
     p.add_argument("--record", action="store_true", help="record the results as the baseline of the regression check")
     p.add_argument("--jobs", type=int, default=None,
                    help="learning tasks run side by side (default: 2 on machines with >= 2 CPUs; timing tasks always alone)")
@@ -44,13 +45,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _render(root, tier: str, write_readme: bool) -> None:
-    text = render_tier(root, tier)
+#: The docs page of a tier's results (its block between ``<!-- robotrl-bench:<tier>:begin/end -->`` is generated),
+#: relative to the repository root; the page's links to plots go one folder up (``docs/results/`` to the site root,
+#: where ``docs/hooks.py`` serves ``benchmarks/results/<tier>/plots/``).
+DOCS_PAGE = "docs/results/{tier}.md"
+
+
+def _render(root, tier: str, write_docs: bool) -> None:
     print(f"[bench] tables: {tier_dir(root, tier).relative_to(root)}/tables.md, plots in "
           f"{tier_dir(root, tier).relative_to(root)}/plots/")
-    if write_readme:
-        update_readme(root / "README.md", tier, text)
-        print(f"[bench] README.md: the {tier} block is rewritten")
+    text = render_tier(root, tier, link_prefix="../")
+    if write_docs:
+        page = DOCS_PAGE.format(tier=tier)
+        update_readme(root / page, tier, text)
+        print(f"[bench] {page}: the {tier} block is rewritten")
 
 
 def _check(root, tier: str, results=None, baseline=None) -> bool:
@@ -71,7 +79,7 @@ def main(argv: list[str]) -> int:
     if a.action in ("tables", "list"):
         tier = a.tier or "full"
         if a.action == "tables":
-            _render(root, tier, not a.no_readme)
+            _render(root, tier, not a.no_docs)
             return 0
         manifest = load_manifest(root, tier)
         for t in tier_tasks(tier, a.only):
@@ -89,7 +97,7 @@ def main(argv: list[str]) -> int:
     manifest = load_manifest(root, tier)
     manifest["suite"] = {"command": cmd, "environment": environment(), "wall_s": round(time.time() - t0, 1)}
     write_json(mpath, manifest)
-    _render(root, tier, not a.no_readme)
+    _render(root, tier, not a.no_docs)
     failed = [r for r in records if r["status"] == "failed"]
     for r in records:
         print(f"[bench] {r['task']:22s} {r['status']:12s} {r.get('reason', '')}")

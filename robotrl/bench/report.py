@@ -23,6 +23,8 @@ VERSION_ORDER = ("python", "torch", "numpy", "gymnasium", "mujoco", "minari", "s
 
 def _command(task: Task, doc: dict | None, entry: dict | None) -> str:
     own = own_argv(doc) if doc else None
+    if own and norm_argv(own) == norm_argv(task.argv):  # the task's command (only where the result is written may differ)
+        return task.display()
     if own and entry and entry.get("status") == "ok" and norm_argv(entry.get("argv", [])) == norm_argv(own):
         return entry["command"]
     if own:

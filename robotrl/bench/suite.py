@@ -127,7 +127,7 @@ QUICK = [
          note="robotrl BC vs d3rlpy BC, main job's data, 5k updates; updates/s side by side"),
 ]
 
-R = "benchmarks/results"
+R = "benchmarks/results/full"
 #: The full tier's offline-to-online Q-learning study (issue 11's table): the noisy slow demonstrator's UMaze data
 #: (actions x0.15 + N(0, 1): success ~0.5, its support covers the fast actions), Cal-QL pretraining from a critic
 #: started at the data's mean return (critic_init=data: calibrated from the first update) for 3k updates, which
@@ -144,8 +144,8 @@ _QL_FULL = ("--seeds", "0", "1", "2", "--workers", "2", "--threads", "1", "--dat
             "--robotrl-extra", "agent.model.num_critics=2", "agent.model.hidden=[64,64]",
             "agent.model.critic_hidden=[64,64]", "agent.model.target_subset=null", "agent.model.critic_layer_norm=true",
             "agent.model.critic_init=data")
-# The README's measured FetchPush residual setting (``residual_fetch_push_offpolicy_cpu.json`` and
-# ``residual_fetch_push_onpolicy_bc_base.json``): the BC base on 200 noisy demos, Fetch's own episodes; the off-policy
+# The README's measured FetchPush residual setting (``studies/residual-fetch-push/offpolicy_cpu.json`` and
+# ``studies/residual-fetch-push/onpolicy_bc_base_180k.json``): the BC base on 200 noisy demos, Fetch's own episodes; the off-policy
 # residual as experiment=residual-offpolicy-cpu (with its FetchPush tuning: α 0.5, HER 0.8, γ 0.98); residual PPO with
 # α 0.5 and the full-PPO peer's batch (32 envs x 50 steps, 10 epochs, minibatch 1024), full PPO beside it, γ 0.98.
 _RESIDUAL_PUSH = ("--demos", "200", "--seeds", "0", "1", "2", "--no-success-termination", "--warmup", "2000",
@@ -156,9 +156,9 @@ FULL = [
     Task("replay", "throughput", ("benchmarks/bench_replay.py",), f"{R}/replay.json"),
     Task("qlearning_throughput", "throughput", ("benchmarks/bench_qlearning.py", "--threads", "1", "--unfused"),
          f"{R}/qlearning_throughput.json", peer="d3rlpy", note="1 torch thread each"),
-    Task("qlearning_throughput_t2", "throughput",
-         ("benchmarks/bench_qlearning.py", "--threads", "2", "--out", "qlearning_throughput_t2.json"),
-         f"{R}/qlearning_throughput_t2.json", peer="d3rlpy", note="2 torch threads each (both cores)"),
+    Task("qlearning_throughput_2threads", "throughput",
+         ("benchmarks/bench_qlearning.py", "--threads", "2", "--out", "full/qlearning_throughput_2threads.json"),
+         f"{R}/qlearning_throughput_2threads.json", peer="d3rlpy", note="2 torch threads each (both cores)"),
     Task("dppo_throughput", "throughput",
          ("benchmarks/bench_dppo.py", "--envs", "8", "--steps", "32", "--threads", "1", "--reps", "30",
           "--out", f"{R}/dppo_throughput.json"), f"{R}/dppo_throughput.json"),
@@ -183,10 +183,10 @@ FULL = [
           "--offpolicy-eval-every", "10000"),
          f"{R}/residual_fetch_push.json",
          note="the README's measured FetchPush setting at a tier-sized 40k env steps (the targets' 180k runs: ~1 CPU-hour "
-              "per off-policy seed, recorded by hand in residual_fetch_push_offpolicy_cpu.json)"),
+              "per off-policy seed, recorded by hand in studies/residual-fetch-push/offpolicy_cpu.json)"),
     Task("residual_push_100k", "learning",
          ("benchmarks/bench_residual.py", "--task", "push", *_RESIDUAL_PUSH, "--budget", "100000",
-          "--methods", "residual_ppo", "full_ppo", "--out", "residual_fetch_push_onpolicy_100k.json"),
+          "--methods", "residual_ppo", "full_ppo", "--out", "full/residual_fetch_push_onpolicy_100k.json"),
          f"{R}/residual_fetch_push_onpolicy_100k.json"),
     Task("bc", "learning", ("benchmarks/bench_bc.py", "--seeds", "0", "1", "2", "--updates", "20000", "--threads", "1"),
          f"{R}/bc.json", peer="d3rlpy", without_peer=("--skip", "d3rlpy"),
@@ -203,16 +203,16 @@ FULL = [
               "(DPPO K=20, K'=10; ReinFlow K=4, repeat_samples 10), 100k env steps, 4 seeds"),
     Task("reinflow_fetch", "learning",
          ("benchmarks/bench_fetch_chunked.py", "--methods", "dppo", "reinflow", "--seeds", "0", "1", "2", "--demos", "100",
-          "--bc-updates", "20000", "--env-steps", "300000", "--workers", "2", "--out", "fetch_reinflow_dppo_push.json"),
+          "--bc-updates", "20000", "--env-steps", "300000", "--workers", "2", "--out", "full/fetch_reinflow_dppo_push.json"),
          f"{R}/fetch_reinflow_dppo_push.json",
          note="ReinFlow vs DPPO on FetchPush from flow / diffusion BC on 100 noisy demos (one pretraining per method "
               "and seed), 300k env steps, 3 seeds, one run per core; ReinFlow's time to DPPO's final success"),
     Task("online_link", "throughput", ("benchmarks/bench_online_link.py", "--n", "20000", "--pushes", "50",
-                                       "--out", "online_link_i16.json"),
-         f"{R}/online_link_i16.json", note="actor -> learner transitions/s and weight-push latency vs bare pyzmq"),
+                                       "--out", "full/online_link.json"),
+         f"{R}/online_link.json", note="actor -> learner transitions/s and weight-push latency vs bare pyzmq"),
     Task("online_robot", "learning", ("benchmarks/bench_online_robot.py", "--seeds", "0", "1", "2", "--paced-modes",
                                       "human", "pretrained", "--out", "online_robot.json"),
-         f"{R}/online_robot.json", note="online RL on the PointMaze twin through real actor and learner processes: "
+         "benchmarks/results/online_robot.json", note="online RL on the PointMaze twin through real actor and learner processes: "
                                         "scripted human, demonstrations, neither, offline-pretrained; paced and unpaced"),
 ]
 

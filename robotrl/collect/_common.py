@@ -166,10 +166,10 @@ def random_policy(env: gym.Env) -> Policy:
 
 
 def progress_bar(total: int, desc: str, enabled: bool, unit: str = "step"):
-    """A tqdm bar (disabled when ``enabled`` is false)."""
-    from tqdm.auto import tqdm
+    """A tqdm bar on a terminal, progress lines with an ETA otherwise (:func:`robotrl.progress.progress_bar`)."""
+    from robotrl.progress import progress_bar as bar
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, dynamic_ncols=True)
+    return bar(total, desc, enabled=enabled, unit=unit)
 
 
 #: The arguments of the recipe call in progress (set by :meth:`robotrl.collect.registry.Recipe.__call__`),

@@ -77,6 +77,12 @@ class ReplayBuffer:
         image_shapes: cameras ``{key: (H, W, C)}`` stored as uint8 frames beside the flat
             observations (``obs_dim`` may then be 0).
         frame_stack: ``k``, frames per camera in sampled transitions (module doc; 1: the frame alone).
+        extra_dims: float fields stored per transition beside the action, ``{name: d}`` (e.g. a residual
+            agent's executed base action, ``{"base_action": Da}``; :meth:`add_extra_field`): NaN where a
+            transition was written without it (offline data). Sampled batches carry ``extras[name]``
+            ``(B, d)`` of the transition and ``extras["next_" + name]`` ``(B, d)`` of the step that followed
+            its (n-step) next observation in the same episode, NaN where that step is not stored (episode end,
+            the env's newest step).
 
     Raises:
         ValueError: non-positive capacity, sizes or ``frame_stack``.
@@ -98,6 +104,7 @@ class ReplayBuffer:
         seed: int | None = None,
         image_shapes: dict[str, tuple[int, ...]] | None = None,
         frame_stack: int = 1,
+        extra_dims: dict[str, int] | None = None,
     ):
         if int(frame_stack) < 1:
             raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
@@ -132,6 +139,26 @@ class ReplayBuffer:
         self.relabeler: GoalRelabeler | None = None
         #: the cameras' frames (:class:`~robotrl.data.frames.FrameStore`), ``None`` without cameras
         self.cameras = FrameStore(C, self.image_shapes, self.frame_stack) if self.image_shapes else None
+        #: float fields per transition (``extra_dims``), NaN where unknown
+        self.extra: dict[str, np.ndarray] = {}
+        for name, d in (extra_dims or {}).items():
+            self.add_extra_field(name, d)
+
+    def add_extra_field(self, name: str, dim: int) -> None:
+        """Store a float field ``name`` ``(d,)`` per transition from now on (``extra_dims``); the transitions
+        already stored (offline data) get NaN. A field that exists with the same size is kept as is.
+
+        Raises:
+            ValueError: ``dim < 1``, or the field exists with another size.
+        """
+        if int(dim) < 1:
+            raise ValueError(f"extra field {name!r} needs a positive size, got {dim}")
+        have = self.extra.get(name)
+        if have is not None:
+            if have.shape[1] != int(dim):
+                raise ValueError(f"extra field {name!r} exists with size {have.shape[1]}, asked for {dim}")
+            return
+        self.extra[name] = np.full((self.capacity, int(dim)), np.nan, np.float32)
 
     @property
     def frames(self) -> dict[str, np.ndarray]:
@@ -173,7 +200,7 @@ class ReplayBuffer:
         return slots
 
     def add(self, observation, action, reward, next_observation, terminated, truncated, env_ids=None,
-            images=None, next_images=None) -> None:
+            images=None, next_images=None, extras=None) -> None:
         """Append one step from each of ``N`` envs (all ``num_envs``, or those in ``env_ids``).
 
         Args:
@@ -189,6 +216,11 @@ class ReplayBuffer:
         Cameras: ``images`` / ``next_images`` ``{key: uint8 (N, H, W, C)}`` (required when
         the buffer has ``image_shapes``). A next frame equal to the frame the env's next
         step brings is dropped then (stored once, read through the link).
+
+        ``extras``: ``{name: (N, d)}`` for the buffer's extra fields (``extra_dims``); a field left out is NaN.
+
+        Raises:
+            KeyError: an extra that is not one of the buffer's fields.
         """
         env_ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)
         N = env_ids.shape[0]
@@ -206,6 +238,13 @@ class ReplayBuffer:
         self.observations[slots], self.next_observations[slots], self.actions[slots] = obs, nobs, act
         self.rewards[slots], self.terminated[slots], self.truncated[slots] = rew, term, trunc
         self.mc_returns[slots] = -np.inf
+        unknown = set(extras or {}) - set(self.extra)
+        if unknown:
+            raise KeyError(f"extras {sorted(unknown)} are not fields of this buffer ({sorted(self.extra)}); "
+                           "declare them with extra_dims / add_extra_field")
+        for name, arr in self.extra.items():
+            arr[slots] = np.nan if extras is None or name not in extras else \
+                np.asarray(extras[name], np.float32).reshape(N, arr.shape[1])
         # vectorised linking (one row per env): claimed slots already carry episode_id -1, so a
         # predecessor overwritten by this very claim is never linked
         fresh = self._open_episode[env_ids] < 0
@@ -403,6 +442,9 @@ class ReplayBuffer:
             return Batch.from_numpy(self.device, actions=self.actions[idx], mc_returns=self.mc_returns[idx],
                                     extras=self._camera_extras(idx, last), **f)
         ret, disc, last, term = self.nstep(idx, n_step)
+        extras = self._camera_extras(idx, last)
+        if self.extra:
+            extras = {**(extras or {}), **self._field_extras(idx, last)}
         return Batch.from_numpy(
             self.device,
             observations=self.observations[idx],
@@ -413,8 +455,19 @@ class ReplayBuffer:
             truncated=self.truncated[last],
             discounts=disc,
             mc_returns=self.mc_returns[idx],
-            extras=self._camera_extras(idx, last),
+            extras=extras,
         )
+
+    def _field_extras(self, idx: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
+        """The extra fields of slots ``idx`` and (``"next_"``) of the successors of ``last`` (NaN: none stored)."""
+        succ = self.next_idx[last]
+        has = succ >= 0
+        out = {}
+        for name, arr in self.extra.items():
+            nxt = np.full((idx.shape[0], arr.shape[1]), np.nan, np.float32)
+            nxt[has] = arr[succ[has]]
+            out[name], out["next_" + name] = arr[idx], nxt
+        return out
 
     def sample_sequences(
         self, batch_size: int, obs_horizon: int, action_horizon: int, *, indices: np.ndarray | None = None
@@ -475,6 +528,7 @@ class ReplayBuffer:
         out.update(ptr=self.ptr, size=self.size, total_added=self.total_added, next_episode=self._next_episode)
         if self.cameras is not None:
             out.update(self.cameras.state_dict(n))
+        out.update({f"extra/{k}": v[:n].copy() for k, v in self.extra.items()})
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -498,3 +552,7 @@ class ReplayBuffer:
         self.total_added, self._next_episode = int(state["total_added"]), int(state["next_episode"])
         if self.cameras is not None:  # restored frames get fresh ids (no cache may hold them)
             self.cameras.load_state_dict(state, n)
+        for k, arr in self.extra.items():  # a buffer saved without the field: NaN (unknown)
+            arr[:] = np.nan
+            if f"extra/{k}" in state:
+                arr[:n] = np.asarray(state[f"extra/{k}"])[:n]

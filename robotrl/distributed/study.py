@@ -18,6 +18,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from robotrl.files import atomic_write
+from robotrl.progress import emit
 
 
 def study_summary(sweep_dir: str | Path) -> dict:
@@ -85,8 +86,8 @@ class StudySummary(Callback):
         try:
             path = write_study(sweep_dir)
         except Exception as exc:  # noqa: BLE001 - reported, never raised: see docstring
-            print(f"study summary: none written ({type(exc).__name__}: {exc}); "
-                  f"python -c \"from robotrl.distributed.study import write_study; write_study('{sweep_dir}')\" retries it")
+            emit(f"study summary: none written ({type(exc).__name__}: {exc}); "
+                 f"python -c \"from robotrl.distributed.study import write_study; write_study('{sweep_dir}')\" retries it")
             return
-        print((sweep_dir / "study.md").read_text())
-        print(f"study summary: {path}")
+        emit((sweep_dir / "study.md").read_text().rstrip("\n"))
+        emit(f"study summary: {path}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import io
-import sys
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +91,7 @@ def ensure_registered() -> None:
         import gymnasium_robotics
     for line in buffer.getvalue().splitlines():
         if "AdroitHand" not in line or "Dense-v1" not in line:
-            print(line, file=sys.stderr)
+            logging.getLogger(__name__).warning("gymnasium_robotics: %s", line)
     gym.register_envs(gymnasium_robotics)
     _REGISTERED = True
 

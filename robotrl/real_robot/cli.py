@@ -44,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from robotrl.errors import ConfigError, RobotRLError
 from robotrl.files import atomic_write
+from robotrl.progress import emit
 
 CONFIG_PATH = "pkg://robotrl.configs"
 
@@ -115,13 +116,13 @@ def run_server(cfg: DictConfig) -> int:
         if cfg.ready_file:
             atomic_write(cfg.ready_file, json.dumps({"endpoint": endpoint, "pid": os.getpid(), "latch_file": str(latch)}),
                          mode=0o666)
-        print(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
+        emit(f"robot-server: {robot.spec().name} listening on {endpoint} at {supervisor.config.rate_hz:g} Hz "
               f"(watchdog {supervisor.config.watchdog_s * 1000:.0f} ms, step deadline {server.horizon_s * 1000:.0f} ms); "
               f"robot_id {server.robot_id!r}, epoch {server.epoch}, key fingerprint {key_fingerprint(key)}, "
               f"e-stop latch {latch}{' (LATCHED)' if supervisor.estopped else ''} (kill -USR1 {os.getpid()} latches "
               f"it without the socket), scheduling {sched}"
               + (f"; cameras {[c.name for c in robot.spec().cameras]}: replies up to {limits.max_bytes} bytes"
-                 if robot.spec().cameras else ""), flush=True)
+                 if robot.spec().cameras else ""))
         try:
             server.serve(lambda: stop["flag"])
         except RobotConnectionError as exc:

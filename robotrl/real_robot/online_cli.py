@@ -18,6 +18,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from robotrl.errors import ConfigError, RobotRLError
+from robotrl.progress import emit
 
 CONFIG_PATH = "pkg://robotrl.configs"
 
@@ -191,14 +192,14 @@ def run_learner(cfg: DictConfig) -> dict:
         atomic_write_bytes(Path(cfg.ready_file), json.dumps({"endpoint": learner.ep.endpoint,
                                                               "pid": __import__("os").getpid()}).encode())
     st = learner.status()
-    print(f"learner: {type(learner.agent).__name__} for {learner.spec.name} on {learner.ep.endpoint} "
+    emit(f"learner: {type(learner.agent).__name__} for {learner.spec.name} on {learner.ep.endpoint} "
           f"({'resumed' if resumed else 'new'} run in {cfg.run_dir}: {st['online']} robot transitions, {st['demos']} in "
           f"the demonstration buffer, {st['updates']} updates); weights every {cfg.push_period_s:g} s, "
-          f"key fingerprint {key_fingerprint(key)}", flush=True)
+          f"key fingerprint {key_fingerprint(key)}")
     if st["demos"] == 0 and float(cfg.trainer.offline_ratio) > 0:
-        print(f"learner: no demonstrations: updates start once the demonstration buffer holds takeover steps for its "
+        emit(f"learner: no demonstrations: updates start once the demonstration buffer holds takeover steps for its "
               f"share of a batch (offline_ratio={cfg.trainer.offline_ratio}); set trainer.offline_ratio=0 to learn "
-              "from the robot's experience alone", flush=True)
+              "from the robot's experience alone")
     t_end = time.monotonic() + float(cfg.max_runtime_s) if cfg.max_runtime_s else None
     learner.should_stop = lambda: stop["flag"] or (t_end is not None and time.monotonic() > t_end)
     try:
@@ -312,8 +313,8 @@ def run_actor(cfg: DictConfig) -> dict:
                         max_duration_s=limits.max_duration_s, reset=reset, explore_std=float(cfg.explore_std),
                         wait_weights_s=float(cfg.wait_weights_s), seed=int(cfg.seed), reward_fn=reward_fn,
                         initial=load_weights(work / "weights.npz"))  # a restarted actor: its last weights
-    print(f"actor {cfg.actor_id}: {spec.name} at {rate:g} Hz ({cfg.robot_link}), learner {cfg.learner}, "
-          f"reset {reset.name}, pid {os.getpid()}", flush=True)
+    emit(f"actor {cfg.actor_id}: {spec.name} at {rate:g} Hz ({cfg.robot_link}), learner {cfg.learner}, "
+          f"reset {reset.name}, pid {os.getpid()}")
 
     def on_episode(info: dict) -> None:
         print(json.dumps({"episode": info}), flush=True)
@@ -389,14 +390,14 @@ def run_demo(cfg: DictConfig) -> int:
             ready.unlink(missing_ok=True)
             log = open(work / f"{name}.log", "w")
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy()))
-            print(f"online-demo: started {name} (pid {procs[-1].pid}, log {work / f'{name}.log'})", flush=True)
+            emit(f"online-demo: started {name} (pid {procs[-1].pid}, log {work / f'{name}.log'})")
             end = time.monotonic() + 120
             while not ready.exists():
                 if procs[-1].poll() is not None or time.monotonic() > end:
                     raise RobotRLError(f"{name} did not start; see {work / f'{name}.log'}")
                 time.sleep(0.1)
-        print(f"online-demo: actor runs {cfg.episodes} episodes; learner TensorBoard: tensorboard --logdir "
-              f"{work / 'learner' / 'tb'}", flush=True)
+        emit(f"online-demo: actor runs {cfg.episodes} episodes; learner TensorBoard: tensorboard --logdir "
+              f"{work / 'learner' / 'tb'}")
         code = subprocess.call(actor_cmd)
     finally:
         for p in reversed(procs):

@@ -24,6 +24,7 @@ import torch
 
 from robotrl.errors import CheckpointError
 from robotrl.real_robot.protocol import write_key_file
+from robotrl.real_robot.sim import LCORRIDOR_MAP
 
 
 def pushed_versions(weights_dir: str | os.PathLike) -> list[int]:
@@ -96,8 +97,17 @@ def evaluate_on_twin(policy: torch.nn.Module, task: str, seeds: list[int], max_s
 LEARNER = ("agent.gamma=0.9", "agent.reward_bias=-1.0", "agent.model.actor_lr=1e-3", "agent.model.critic_lr=1e-3", "agent.model.alpha_lr=1e-3",
            "agent.model.init_alpha=0.1")
 
-#: PointMaze maps: ``open`` a 2×2 room without inner walls; ``umaze`` the task's own U-maze
-MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaze": None}
+#: The settings of :func:`run_twin_trial`
+MODES = ("human", "demos", "none", "pretrained", "pretrained-human")
+
+#: SAC settings for the sparse-reward corridor (:data:`MAZES` ``lcorridor``): as :data:`LEARNER` but a far-sighted
+#: discount, since the only reward is at the goal, about 135 steps from the start
+LEARNER_SPARSE = ("agent.gamma=0.99", *LEARNER[1:])
+
+#: PointMaze maps: ``open`` a 2×2 room without inner walls; ``umaze`` the task's own U-maze; ``lcorridor``
+#: an L-shaped corridor one cell (1 m) wide, fixed start ``r`` at the bottom of the vertical leg and goal
+#: ``g`` at the end of the horizontal one (:data:`robotrl.real_robot.sim.LCORRIDOR_MAP`)
+MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaze": None, "lcorridor": LCORRIDOR_MAP}
 
 
 def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
@@ -152,6 +162,30 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
     return record_episodes(p.name, eps, spec, root=p.parent, description="P-D controller demonstrations on the twin")
 
 
+def train_twin_classifier(work: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
+                          seed: int = 0, steps: int = 2000, threshold: float = 0.5) -> tuple[Path, dict]:
+    """A state success classifier (:mod:`robotrl.real_robot.reward_classifier`) for the twin, trained on
+    ``episodes`` controller episodes (:func:`record_controller_demos`, starts from ``seed``) labelled by the
+    twin's success flag, as an operator's marked recording would be; written to ``<work>/classifier.pt``.
+
+    Returns:
+        The classifier's path and its metrics (``train_acc``, ``holdout_acc``, ``holdout_balanced_acc``,
+        ``positives``, ``n``).
+
+    Raises:
+        DatasetFormatError: the episodes hold only one class (no success, or only successes).
+    """
+    from robotrl.data.dataset import load_dataset
+    from robotrl.real_robot.reward_classifier import save_classifier, success_labels, train_success_classifier
+
+    w = Path(work)
+    data = load_dataset(str(record_controller_demos(w / "minari" / "classifier-data", episodes=episodes,
+                                                    max_steps=max_steps, maze=maze, reward=reward, seed=seed)))
+    states, labels = success_labels(data)
+    clf, metrics = train_success_classifier(states, labels, steps=steps, seed=seed)
+    return save_classifier(w / "classifier.pt", clf, threshold, metrics), metrics
+
+
 def _cli(args: list[str], log: Path, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "robotrl.real_robot.online_cli", *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, env=env)
@@ -166,8 +200,13 @@ def _status(run_dir: Path) -> dict:
 
 def robot_overrides(maze: str, reward: str, max_steps: int, paced: bool = False) -> list[str]:
     """Hydra overrides of the twin (learner and actor): PointMaze, ``maze`` map, ``reward`` type; ``paced``: the
-    twin keeps to wall-clock time (real-time pacing, as a physical robot), else it steps as fast as asked."""
-    out = ["robot.task=pointmaze-umaze", f"robot.realtime={str(bool(paced)).lower()}", f"robot.max_episode_steps={max_steps}"]
+    twin keeps to wall-clock time (real-time pacing, as a physical robot), else it steps as fast as asked.
+    ``lcorridor`` is the robot config ``robot=sim-lcorridor``."""
+    paced_s = f"robot.realtime={str(bool(paced)).lower()}"
+    if maze == "lcorridor":  # its own robot config (map, sparse reward, a workspace box that holds the map)
+        return ["robot=sim-lcorridor", paced_s, f"robot.max_episode_steps={max_steps}",
+                *(["robot.env_kwargs.reward_type=dense"] if reward == "dense" else [])]
+    out = ["robot.task=pointmaze-umaze", paced_s, f"robot.max_episode_steps={max_steps}"]
     if MAZES[maze] is not None:
         out.append(f"+robot.env_kwargs.maze_map={json.dumps(MAZES[maze]).replace(' ', '')}")
     if reward == "dense":
@@ -189,7 +228,8 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
                    rate: float = 100.0, utd: float = 1.0, push_s: float = 1.0, every: int = 2, maze: str = "open",
                    reward: str = "dense", hidden: int = 64, batch: int = 128, warmup: int = 500,
                    learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0,
-                   demo_episodes: int = 20, pretrain_steps: int = 1000, paced: bool = False) -> dict:
+                   demo_episodes: int = 20, pretrain_steps: int = 1000, paced: bool = False,
+                   reward_classifier: str | os.PathLike | None = None) -> dict:
     """One short online run on the PointMaze twin: a ``robotrl learner`` and a ``robotrl actor`` process.
 
     Args:
@@ -202,7 +242,8 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
             ``offline_ratio`` 0.5; ``"none"``: no human, no demonstrations, ``offline_ratio`` 0;
             ``"pretrained"``: offline-pretrained then online: the same demonstrations, ``pretrain_steps``
             Cal-QL updates on them in the learner before the actor starts (``trainer.offline_steps``), then
-            SAC online (``online_algo=sac``) with the demonstrations kept at ``offline_ratio`` 0.5.
+            SAC online (``online_algo=sac``) with the demonstrations kept at ``offline_ratio`` 0.5;
+            ``"pretrained-human"``: as ``"pretrained"``, and the scripted "human" drives as in ``"human"``.
         seed: learner seed; the actor's reset seeds start at ``1000 · seed``.
         episodes, max_steps: actor episodes and their step limit (also the twin's time limit).
         rate: actor control rate (Hz).
@@ -214,13 +255,18 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
         hidden, batch, warmup: SAC width (2 critics), batch size, transitions before updates.
         learner_overrides: more learner Hydra overrides (default :data:`LEARNER`).
         catch_up_s: how long to wait for the learner's remaining updates after the actor is done (s).
+        reward_classifier: a success classifier (``classifier.pt``, e.g. :func:`train_twin_classifier`): the
+            actor's reward is its thresholded score of the state each step led to and its success ends the
+            episode (``reward=classifier``, HIL-SERL) instead of the twin's reward; ``None``: the twin's.
 
     Returns:
         ``{"run_dir", "weights_dir", "t0" (wall clock at the actor's start, s), "actor_s", "wall_s",
         "learner_start_s" (learner launch to ready: start-up plus any offline pretraining, s),
-        "summary" (the actor's), "status" (the learner's last)}``.
+        "summary" (the actor's), "status" (the learner's last), "episode_log" (the actor's line per episode:
+        ``steps``, ``return``, ``success``, ``interventions``, ...)}``.
 
     Raises:
+        ValueError: ``mode`` is not one of :data:`MODES`.
         RuntimeError: the learner did not start or the actor failed (with the end of its log).
     """
     work.mkdir(parents=True, exist_ok=True)
@@ -231,32 +277,39 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     run_dir, actor_dir, wdir = work / "learner", work / "actor", work / "pushed"
     h = f"[{hidden},{hidden}]"
     demos = []
-    if mode in ("demos", "pretrained"):
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    pretrain, human = mode.startswith("pretrained"), mode in ("human", "pretrained-human")
+    if mode in ("demos", "pretrained", "pretrained-human"):
         path = record_controller_demos(work / "minari" / "demos", episodes=demo_episodes, max_steps=max_steps,
                                        maze=maze, reward=reward, seed=10 ** 6 + seed * 1000)
         demos = [f"demos={path}"]
     learner_args = ["learner", f"key_file={key}", *robot, "endpoint=tcp://127.0.0.1:0", f"run_dir={run_dir}",
-                    f"ready_file={work / 'learner.ready'}", f"agent={'calql' if mode == 'pretrained' else 'sac'}",
+                    f"ready_file={work / 'learner.ready'}", f"agent={'calql' if pretrain else 'sac'}",
                     "agent.model.num_critics=2",
                     f"agent.model.hidden={h}", f"agent.model.critic_hidden={h}", f"trainer.batch_size={batch}",
                     f"trainer.online_warmup_steps={warmup}", f"trainer.utd={utd}",
                     f"trainer.offline_ratio={0.0 if mode == 'none' else 0.5}", *demos, f"push_period_s={push_s}",
                     "checkpoint_every_s=10", f"pushed_weights_dir={wdir}", f"seed={seed}", *learner_overrides]
-    if mode == "pretrained":
+    if pretrain:
         learner_args += ["agent.model.online_algo=sac", f"trainer.offline_steps={pretrain_steps}"]
     t_launch = time.time()
     learner = _cli(learner_args, work / "learner.log", env)
-    end = time.monotonic() + 120 + (pretrain_steps / 20 if mode == "pretrained" else 0)
+    end = time.monotonic() + 300 + (pretrain_steps / 4 if pretrain else 0)  # generous: a loaded shared machine
     while not (work / "learner.ready").exists():
         if learner.poll() is not None or time.monotonic() > end:
+            learner.kill()  # a learner still starting (too slow) is not left running
+            learner.wait()
             raise RuntimeError(f"learner did not start: {(work / 'learner.log').read_text()[-2000:]}")
         time.sleep(0.1)
     endpoint = json.loads((work / "learner.ready").read_text())["endpoint"]
     learner_start_s = time.time() - t_launch  # start-up, and the offline pretraining of mode "pretrained"
     actor_args = ["actor", f"key_file={key}", *actor_robot, f"learner={endpoint}", f"episodes={episodes}",
                   f"max_steps={max_steps}", f"rate_hz={rate}", f"work_dir={actor_dir}", f"seed={1000 * seed}",
-                  f"teleop={'scripted' if mode == 'human' else 'none'}", f"scripted.every={every}", "scripted.start=0",
+                  f"teleop={'scripted' if human else 'none'}", f"scripted.every={every}", "scripted.start=0",
                   f"scripted.length={max_steps}", f"dataset_id=robot/bench/online-{mode}-{seed}-v0"]
+    if reward_classifier is not None:
+        actor_args += ["reward=classifier", f"reward_classifier={reward_classifier}"]
     t0 = time.time()
     actor = _cli(actor_args, work / "actor.log", env)
     try:
@@ -277,8 +330,10 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
                 p.wait()
     summary = json.loads((actor_dir / "summary.json").read_text())
     st = _status(run_dir)
+    episode_log = [json.loads(line)["episode"] for line in (work / "actor.log").read_text().splitlines()
+                   if line.startswith('{"episode"')]
     return {"run_dir": run_dir, "weights_dir": wdir, "t0": t0, "actor_s": t_actor, "wall_s": time.time() - t0,
-            "learner_start_s": learner_start_s, "summary": summary, "status": st}
+            "learner_start_s": learner_start_s, "summary": summary, "status": st, "episode_log": episode_log}
 
 
 def evaluate_trial(r: dict, *, maze: str, reward: str, max_steps: int, seeds: list[int], every_s: float) -> dict:

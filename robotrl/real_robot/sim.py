@@ -29,6 +29,20 @@ _UNITS = {  # per-task names and SI units of the flat observation and the action
                   ["m", "m", "m", "m", "m", "m", "m/s", "m/s"], ["fx", "fy"], ["1", "1"]),
 }
 
+#: A harder twin task (issue 42): PointMaze map (``maze_map`` env kwarg, 1 = wall, 0 = free, ``"r"`` the
+#: start cell, ``"g"`` the goal cell; cells 1 m) of an L-shaped corridor one cell wide, the start at the
+#: bottom of the vertical leg (4 cells) and the goal at the end of the horizontal one (5 cells), about
+#: 6.5 m of path. With the sparse reward (1 within 0.45 m of the goal) random actions almost never reach
+#: the goal within 200 steps (2 s), while the straight-to-goal controller
+#: (:func:`robotrl.real_robot.teleop.pointmaze_controller`) slides along the walls and reaches it in about
+#: 135 steps. ``robot=sim-lcorridor`` is this twin.
+LCORRIDOR_MAP: list[list] = [[1, 1, 1, 1, 1, 1, 1],
+                             [1, 0, 0, 0, 0, "g", 1],
+                             [1, 0, 1, 1, 1, 1, 1],
+                             [1, 0, 1, 1, 1, 1, 1],
+                             [1, "r", 1, 1, 1, 1, 1],
+                             [1, 1, 1, 1, 1, 1, 1]]
+
 
 @dataclass
 class FaultInjection:

@@ -50,9 +50,10 @@ from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.dppo.policy import DPPOPolicy
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
 from robotrl.agents.ppo.update import gae_targets, load_state, minibatch_epochs, save_state
+from robotrl.agents.retention import Retention
 
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.errors import CheckpointError
+from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 from robotrl.warmstart import pretrained_policy
@@ -85,6 +86,16 @@ class DPPOAgent(OnPolicyAgentBase):
             frame_stack, state_layout: the observation spec's cameras and their encoder
             (:class:`~robotrl.vision.frontend.ObservationFrontend`; must match the pretrained checkpoint;
             ``image_shapes=None``: a state agent).
+        retention: knowledge retention online (:mod:`robotrl.agents.retention`), DPPO's form: only the ``kl`` term
+            on the rollout's states (``kl_states="online"``): for every (env step, denoising step) pair of a
+            minibatch, ``KL(N(μ₀, σ²) ‖ N(μθ, σ²))`` of that reverse step between the fine-tuned denoiser frozen at
+            :meth:`start_online` and the live one (the same floored σ: ``‖μθ − μ₀‖² / 2σ²`` summed over
+            ``Ta×Da``; ``penalty="l2"``: ``‖μθ − μ₀‖²``), added to the PPO loss. The sum over the ``K'`` steps is
+            the KL of the two chains' path distributions, the exact KL a diffusion policy allows. ``None``: off.
+
+    Raises:
+        ConfigError: a retention term that reads the pretraining data (bc, replay, kl_states=offline: not built
+            for diffusion chains), or a bad retention setting.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
@@ -104,7 +115,7 @@ class DPPOAgent(OnPolicyAgentBase):
                  image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
                  pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 frame_stack: int = 1, state_layout: str | None = None):
+                 frame_stack: int = 1, state_layout: str | None = None, retention: Mapping | None = None):
         self.device = torch.device(device)
         self.sampler = "ddim" if use_ddim else "ddpm"
         cameras = camera_options(image_shapes=image_shapes, encoder=encoder, pooling=pooling, feature_dim=feature_dim,
@@ -135,6 +146,29 @@ class DPPOAgent(OnPolicyAgentBase):
         self.vf_coef, self.max_grad_norm = float(vf_coef), max_grad_norm
         self.critic_warmup_iters, self.reward_scaling = int(critic_warmup_iters), bool(reward_scaling)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.retention = Retention(retention, squash=False)
+        if self.retention.cfg.reads_data:
+            raise ConfigError("agent.model.retention for DPPO is the kl term on the rollouts' states "
+                              "(kl_states=online); bc, replay and kl_states=offline are not built for diffusion chains")
+
+    # ------------------------------------------------------------------ knowledge retention
+    def start_online(self) -> None:
+        """Freeze the fine-tuned denoiser as it starts (π₀ of knowledge retention; kept on resume)."""
+        self.retention.start(self.policy.denoiser_ft)
+
+    def _retention_term(self, cond: torch.Tensor, x_prev: torch.Tensor,
+                        i: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """The retention KL of the minibatch's pairs: conditions ``(M, To, F)``, ``x_prev (M, Ta, Da)``, steps ``i (M,)``."""
+        if self.retention.reference is None:
+            return None, {}
+        p = self
+
+        def gaussian(net, _cond):
+            mean, std = step_mean_std(p.policy.schedule, net, x_prev, p.ft_k[i], p.ft_k_prev[i], cond, p.sampler, 1.0)
+            return mean.flatten(1), std.clamp(min=p.min_logprob_std).expand_as(mean).flatten(1)
+
+        return self.retention.actor_loss(self.policy.denoiser_ft, gaussian=gaussian, states=cond,
+                                         batch_size=cond.shape[0])
 
     # ------------------------------------------------------------------ warm start
     def load_pretrained(self, path: str) -> None:
@@ -150,6 +184,7 @@ class DPPOAgent(OnPolicyAgentBase):
                                         what="DPPO fine-tunes a diffusion-policy checkpoint")
         if kind == "own":
             self.load_state_dict(state["agent"])
+            self.retention.reset()  # a new run: retention freezes the loaded denoiser at start_online
             return
         sd = {k: v for k, v in state.items() if not k.startswith("denoiser_ft.")}
         missing, unexpected = self.policy.load_state_dict(sd, strict=False)
@@ -221,6 +256,10 @@ class DPPOAgent(OnPolicyAgentBase):
             pl, info = ppo_policy_loss(logp, d["logp"][s, i], adv, self.clip_i[i])
             loss = loss + pl
             out.update(policy_loss=pl.detach(), **info)
+            keep, kept = self._retention_term(cond, d["chains"][s, i], i)
+            if keep is not None:
+                loss = loss + keep
+                out.update(kept)
         self.actor_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -235,18 +274,25 @@ class DPPOAgent(OnPolicyAgentBase):
         """PPO epochs over the rollout's (env step, denoising step) pairs; returns mean metrics."""
         d = self._prepare(ro)
         train_actor = iteration >= self.critic_warmup_iters
-        return minibatch_epochs(d["cond"].shape[0] * self.Kp, lambda idx: self._minibatch(d, idx, train_actor),
-                                n_epochs=self.n_epochs, batch_size=self.batch_size, target_kl=self.target_kl,
-                                generator=self.gen, device=self.device, drop_last=True)  # as DPPO: remainder skipped
+        out = minibatch_epochs(d["cond"].shape[0] * self.Kp, lambda idx: self._minibatch(d, idx, train_actor),
+                               n_epochs=self.n_epochs, batch_size=self.batch_size, target_kl=self.target_kl,
+                               generator=self.gen, device=self.device, drop_last=True)  # as DPPO: remainder skipped
+        self.retention.tick()
+        return out
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Policy, value net, optimizers, RNG (:data:`~robotrl.agents.ppo.update.ONPOLICY_STATE`)."""
-        return save_state(self)
+        """Policy, value net, optimizers, RNG (:data:`~robotrl.agents.ppo.update.ONPOLICY_STATE`); with knowledge
+        retention on, also its frozen denoiser and schedule step (``retention``)."""
+        out = save_state(self)
+        if self.retention.enabled:
+            out["retention"] = self.retention.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
         load_state(self, state)
+        self.retention.load_state_dict(state.get("retention"), self.policy.denoiser_ft)
 
 
 def rollout_condition(policy, observations) -> torch.Tensor:

@@ -10,7 +10,7 @@ on approximate KL. Symbols: ``T`` steps per env, ``N`` envs, ``M`` minibatch,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -19,11 +19,12 @@ from robotrl.agents.bc.loss import mse_loss
 from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.policy import GaussianPPOPolicy
 from robotrl.agents.ppo.update import gae_targets, load_state, ppo_epochs, save_state
+from robotrl.agents.retention import Retention
 
 from robotrl.checkpoint import load_checkpoint
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
-from robotrl.errors import CheckpointError
+from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
 
@@ -45,6 +46,12 @@ class PPOAgent(OnPolicyAgentBase):
         bc_lr: Adam rate of :meth:`bc_update` (behaviour-cloning pretraining of the actor mean,
             as ``agent=bc``'s MLP with its default rate).
         device, seed: torch device; seed of action sampling and minibatch order.
+        retention: knowledge retention online (:mod:`robotrl.agents.retention`): BC on the pretraining data
+            and a KL/action-distance penalty toward the policy frozen at :meth:`start_online`, added to the
+            PPO policy loss of every minibatch; schedules count iterations. ``None``: off (PPO unchanged).
+
+    Raises:
+        ConfigError: a retention replay weight (PPO is on-policy: use retention.bc), or a bad retention setting.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
@@ -55,7 +62,7 @@ class PPOAgent(OnPolicyAgentBase):
                  clip: float = 0.2, vf_coef: float = 0.5, n_epochs: int = 5, batch_size: int = 2048,
                  target_kl: float | None = 0.05, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
                  reward_scaling: bool = True, bc_lr: float = 1e-3, device: str | torch.device = "cpu",
-                 seed: int = 0):
+                 seed: int = 0, retention: Mapping | None = None):
         self.device = torch.device(device)
         self.policy = GaussianPPOPolicy(obs_dim, action_dim, hidden, act=act, init_log_std=init_log_std,
                                         obs_clip=obs_clip)
@@ -70,6 +77,30 @@ class PPOAgent(OnPolicyAgentBase):
         self.reward_scaling = bool(reward_scaling)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.bc_opt = torch.optim.Adam(self.policy.actor.parameters(), lr=bc_lr)
+        self.retention = Retention(retention, squash=False)
+        if self.retention.cfg.replay.weight > 0:
+            raise ConfigError("agent.model.retention.replay replays offline rows in Q-learning batches; PPO learns "
+                              "on-policy from its rollouts: use agent.model.retention.bc (BC on the pretraining data)")
+
+    # ------------------------------------------------------------------ knowledge retention
+    def start_online(self) -> None:
+        """Freeze the pretrained policy for knowledge retention (kept from the checkpoint on resume)."""
+        self.retention.start(self.policy)
+
+    def attach_offline_data(self, buffer) -> None:
+        """The pretraining data for knowledge retention's BC term."""
+        self.retention.attach_data(buffer)
+
+    def _retention_term(self, obs: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Retention loss on the minibatch's raw observations ``obs (B, Do)`` (``None``: off or not started)."""
+        if self.retention.reference is None:
+            return None, {}
+        p = self.policy
+        return self.retention.actor_loss(
+            p, gaussian=lambda pol, x: pol.distribution(x),
+            log_prob=lambda x, a: gaussian_log_prob(a, *p.distribution(x)).sum(-1),
+            prepare=lambda b: (b.observations, p.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)),
+            states=obs, batch_size=obs.shape[0])
 
     # ------------------------------------------------------------------ warm start
     def bc_update(self, batch: Batch) -> dict[str, torch.Tensor]:
@@ -103,6 +134,7 @@ class PPOAgent(OnPolicyAgentBase):
         target = state.get("policy", {}).get("target", "")
         if target.endswith("GaussianPPOPolicy"):
             self.load_state_dict(state["agent"])
+            self.retention.reset()  # a new run: retention freezes the loaded policy at start_online
             return
         if not target.endswith("BCPolicy"):
             raise CheckpointError(f"{path}: PPO fine-tuning starts from a BC or PPO checkpoint, not {target!r}")
@@ -150,15 +182,22 @@ class PPOAgent(OnPolicyAgentBase):
                          actor_opt=self.actor_opt, actor_params=list(self.policy.parameters()),
                          n_epochs=self.n_epochs, batch_size=self.batch_size, clip=self.clip, vf_coef=self.vf_coef,
                          max_grad_norm=self.max_grad_norm, target_kl=self.target_kl,
-                         train_actor=iteration >= self.critic_warmup_iters, generator=self.gen)
+                         train_actor=iteration >= self.critic_warmup_iters, generator=self.gen,
+                         actor_extra=(lambda i: self._retention_term(d["obs"][i])) if self.retention.enabled else None)
+        self.retention.tick()
         out["std"] = float(self.policy.log_std.detach().exp().mean())
         return out
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Policy, value net, optimizers, RNG (:data:`~robotrl.agents.ppo.update.ONPOLICY_STATE`)."""
-        return save_state(self)
+        """Policy, value net, optimizers, RNG (:data:`~robotrl.agents.ppo.update.ONPOLICY_STATE`); with knowledge
+        retention on, also its frozen snapshot and schedule step (``retention``)."""
+        out = save_state(self)
+        if self.retention.enabled:
+            out["retention"] = self.retention.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`."""
         load_state(self, state)
+        self.retention.load_state_dict(state.get("retention"), self.policy)

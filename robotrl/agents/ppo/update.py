@@ -123,6 +123,7 @@ def ppo_epochs(
     target_kl: float | None,
     train_actor: bool,
     generator: torch.Generator,
+    actor_extra: Callable[[torch.Tensor], tuple[torch.Tensor | None, dict[str, torch.Tensor]]] | None = None,
 ) -> dict[str, float]:
     """PPO epochs over shuffled minibatches of ``data``; early stop when approx KL > ``target_kl``.
 
@@ -132,6 +133,8 @@ def ppo_epochs(
         critic: value net on ``data[critic_input][i]`` → ``(B,)``.
         log_prob: ``(data, i) -> (B,)`` log-probs of the stored actions under the current policy.
         train_actor: ``False`` during critic warmup (value steps only).
+        actor_extra: ``i -> (loss or None, metrics)``: a term added to the policy loss of minibatch ``i``
+            (knowledge retention, :mod:`robotrl.agents.retention`); ``None``: the plain PPO loss.
 
     Returns:
         Means over minibatches of ``value_loss``, ``policy_loss`` and the loss's info
@@ -143,8 +146,9 @@ def ppo_epochs(
         out = {"value_loss": vl.detach()}
         if train_actor:
             pl, info = ppo_policy_loss(log_prob(data, i), data["logp"][i], normalize_advantages(data["adv"][i]), clip)
-            optimizer_step(pl, actor_opt, actor_params, max_grad_norm)
-            out.update(policy_loss=pl.detach(), **info)
+            extra, extra_info = actor_extra(i) if actor_extra is not None else (None, {})
+            optimizer_step(pl if extra is None else pl + extra, actor_opt, actor_params, max_grad_norm)
+            out.update(policy_loss=pl.detach(), **info, **extra_info)
         return out
 
     return minibatch_epochs(data["adv"].shape[0], step, n_epochs=n_epochs, batch_size=batch_size, target_kl=target_kl,

@@ -56,6 +56,7 @@ from robotrl.agent import OffPolicyAgentBase
 from robotrl.agents.qlearning import loss as L
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
+from robotrl.agents.retention import Retention
 
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
@@ -115,6 +116,9 @@ class QLAgent(OffPolicyAgentBase):
             shift ``augment_pad = 4`` by default, DrQ/SERL).
         cache_features: cache a frozen trunk's output per stored frame (needs ``freeze_encoder``,
             ``augment_pad=0``, ``frame_stack=1``); feature_cache_size: frames kept per camera.
+        retention: knowledge retention in the online phase (:mod:`robotrl.agents.retention`: BC on the
+            pretraining data, a KL/action-distance penalty toward the policy frozen at :meth:`start_online`,
+            offline replay; ``None``: off, the updates unchanged). State agents only.
 
     Attributes:
         frame_stack: ``k`` frames per camera the policy reads (1 for a state agent): the replay
@@ -124,7 +128,7 @@ class QLAgent(OffPolicyAgentBase):
         ValueError: unknown ``algo`` / ``online_algo`` / ``actor_q``, an IQL/SAC-family switch,
             ``target_subset > num_critics``, or IQL on cameras.
         ConfigError: ``cache_features`` without a frozen, unshifted, unstacked encoder (names the
-            settings to change).
+            settings to change); retention on a camera agent, or a bad retention setting.
     """
 
     def __init__(
@@ -143,7 +147,7 @@ class QLAgent(OffPolicyAgentBase):
         image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq", pooling: str = "flatten",
         feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None, freeze_encoder: bool = False,
         augment_pad: int = 4, state_layout: str | None = None, frame_stack: int = 1, cache_features: bool = False,
-        feature_cache_size: int = 100_000,
+        feature_cache_size: int = 100_000, retention: Mapping | None = None,
     ):
         if matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {matmul_dtype!r}")
@@ -207,6 +211,10 @@ class QLAgent(OffPolicyAgentBase):
         self.lrs = dict(actor=actor_lr, critic=critic_lr, alpha=alpha_lr, value=value_lr)
         self._make_optimizers()
         self.num_updates = 0
+        self.retention = Retention(retention, squash=True)
+        if self.retention.enabled and image_shapes:
+            raise ConfigError("agent.model.retention is built for state agents; this run has cameras: drop the "
+                              "retention settings or obs=pixels")
 
     def _init_cameras(self, cache_features: bool, feature_cache_size: int) -> None:
         """The camera parts (module doc): target encoder, the critic's parameter list (encoder first), Polyak
@@ -297,6 +305,34 @@ class QLAgent(OffPolicyAgentBase):
             if self.online_algo == "sac" and self.algo != "sac":
                 self._check_warm_start_network()
             self.algo = self.online_algo
+        self.retention.start(self.policy)  # the frozen pretrained policy (kept from the checkpoint on resume)
+
+    def load_pretrained(self, path: str) -> None:
+        """The whole pretrained agent state (:meth:`robotrl.agent.AgentBase.load_pretrained`); a retention snapshot
+        saved in it is dropped: this run's retention freezes the loaded policy at :meth:`start_online`."""
+        super().load_pretrained(path)
+        self.retention.reset()
+
+    def attach_offline_data(self, buffer) -> None:
+        """The pretraining data for knowledge retention (:mod:`robotrl.agents.retention`)."""
+        self.retention.attach_data(buffer)
+
+    def _retention_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """The retention terms for the actor step on normalised states ``obs (B, Do)`` (``None`` when off or
+        before the online start)."""
+        if self.retention.reference is None:
+            return None, {}
+        p = self.policy
+
+        def gaussian(pol, x):
+            mean, log_std = pol.actor(x)
+            return mean, log_std.exp()
+
+        def prepare(b):
+            return p.obs_normalizer(b.observations), p.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
+
+        return self.retention.actor_loss(p, gaussian=gaussian, log_prob=self.actor.log_prob, prepare=prepare,
+                                         states=obs, batch_size=obs.shape[0])
 
     def _check_warm_start_network(self) -> None:
         """Warn when plain SAC is about to fine-tune a pretrained critic that has no LayerNorm.
@@ -396,6 +432,8 @@ class QLAgent(OffPolicyAgentBase):
             (``cql_penalty``, ``calql_bound_rate``, ``value_loss``, ``adv_mean``).
         """
         batch = batch.to(self.device)
+        if self.retention.reference is not None:
+            batch = self.retention.replay(batch)  # offline replay (knowledge retention; unchanged when off)
         B = len(batch)
         k = self.critic_utd if B >= self.critic_utd else 1
         critic_step, actor_step = (self._iql_critic, self._iql_actor) if self.algo == "iql" else \
@@ -412,6 +450,7 @@ class QLAgent(OffPolicyAgentBase):
         if self.num_updates >= self.critic_warmup_updates:
             with self._amp():  # the last minibatch, its features with the gradient stopped (IQL: its advantage)
                 metrics.update(actor_step(mb, advantage, obs.detach()))
+            self.retention.tick()
         if "offline" in batch.extras:
             metrics["offline_frac"] = batch.extras["offline"].float().mean()
         if self.target_encoder is not None:
@@ -472,12 +511,13 @@ class QLAgent(OffPolicyAgentBase):
         q_pi = q.mean(0) if self.actor_q == "mean" else q.min(0).values
         alpha = self.log_alpha.exp()
         actor_loss = L.sac_actor_loss(q_pi, logp, alpha.detach())
-        self._opt_step(self.actor_opt, actor_loss, self.actor.parameters())
+        keep, kept = self._retention_loss(obs)
+        self._opt_step(self.actor_opt, actor_loss if keep is None else actor_loss + keep, self.actor.parameters())
         if self.fixed_alpha is None:
             self.alpha_opt.zero_grad(set_to_none=True)
             L.temperature_loss(self.log_alpha, logp, self.target_entropy).backward()
             self.alpha_opt.step()
-        return {"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha.detach()}
+        return {"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha.detach(), **kept}
 
     def _iql_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         """One IQL step of ``V`` (expectile) and ``Q`` (TD to ``V(s')``); returns the advantage ``(B,)`` and the
@@ -497,11 +537,12 @@ class QLAgent(OffPolicyAgentBase):
         act = self.policy.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
         logp = self.actor.log_prob(obs, act)
         actor_loss, w = L.awr_actor_loss(logp, advantage, self.iql["beta"], self.iql["max_weight"])
-        self._opt_step(self.actor_opt, actor_loss, self.actor.parameters())
+        keep, kept = self._retention_loss(obs)
+        self._opt_step(self.actor_opt, actor_loss if keep is None else actor_loss + keep, self.actor.parameters())
         with torch.no_grad():
             _, ent_lp = self.actor.sample(obs, self.gen)
         return {"actor_loss": actor_loss.detach(), "adv_mean": advantage.mean(), "awr_weight": w.mean(),
-                "entropy": -ent_lp.mean()}
+                "entropy": -ent_lp.mean(), **kept}
 
     # ------------------------------------------------------------------ acting
     def _inputs(self, obs, images: Mapping[str, np.ndarray] | None,
@@ -561,6 +602,8 @@ class QLAgent(OffPolicyAgentBase):
             out.update(value=self.value.state_dict(), value_opt=self.value_opt.state_dict())
         if self.target_encoder is not None:
             out["target_encoder"] = self.target_encoder.state_dict()
+        if self.retention.enabled:
+            out["retention"] = self.retention.state_dict()
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -571,6 +614,7 @@ class QLAgent(OffPolicyAgentBase):
         self._optimizers_from(state, keep_lr=False)
         set_generator_state(self.gen, state["gen"])
         self.num_updates = int(state.get("num_updates", 0))  # the former PixelSACAgent kept no count
+        self.retention.load_state_dict(state.get("retention"), self.policy)
 
     def load_parts(self, state: dict, parts: Sequence[str]) -> None:
         """Warm start from a pretrained agent's state: only ``parts`` of ``PARTS``.

@@ -9,7 +9,10 @@ deployable robotrl policy (``forward(raw obs (B, Do)) -> raw action (B, Da)``,
   :func:`robotrl.policy.build_policy`;
 - a stable-baselines3 model ``.zip`` (PPO/A2C, SAC, TD3/DDPG with MLP policies): the
   actor's linear layers are copied into :class:`SB3BasePolicy`, a plain robotrl module,
-  so the residual checkpoint never holds (or unpickles) SB3 objects.
+  so the residual checkpoint never holds (or unpickles) SB3 objects;
+- a folder where LeRobot saved an ACT or diffusion policy (``save_pretrained`` with its pre/post-processors):
+  :class:`robotrl.agents.residual.lerobot.LeRobotPolicy`, loaded through LeRobot's own library (the
+  ``[lerobot]`` extra), executing its action chunks as trained.
 
 The base is described by ``{"target": class path, "kwargs": spec}`` (JSON-able); its
 weights live in the residual policy's ``state_dict`` under ``base.``, so a residual
@@ -213,20 +216,25 @@ def load_base(source: str | os.PathLike | nn.Module | dict, overrides: dict | No
     """A frozen base policy (eval mode, ``requires_grad=False``) from what the user has.
 
     Args:
-        source: a robotrl checkpoint file or run directory, a stable-baselines3 ``.zip``,
-            a policy-state dict (``{"target", "kwargs", "state_dict"}``), or a module
+        source: a robotrl checkpoint file or run directory, a stable-baselines3 ``.zip``, a local
+            folder with a LeRobot ACT/diffusion policy (``overrides``: :class:`~robotrl.agents.residual.lerobot.
+            LeRobotPolicy` kwargs, e.g. ``{"n_action_steps": 2}``), a policy-state dict (``{"target", "kwargs", "state_dict"}``), or a module
             (used as is: it must be a robotrl policy to be saved with the residual).
         overrides: constructor kwargs replaced in the base's spec before rebuilding,
             e.g. ``{"act_steps": 1}`` to make a diffusion base re-plan every step.
         device: torch device.
 
     Raises:
-        CheckpointError: unreadable source, no policy in it, or weights that do not fit.
+        CheckpointError: unreadable source, no policy in it, or weights that do not fit (a LeRobot folder
+            without LeRobot installed: names the extra).
     """
+    from robotrl.agents.residual.lerobot import is_lerobot_policy_dir, load_lerobot_policy
     from robotrl.checkpoint import load_checkpoint
 
     if isinstance(source, nn.Module):
         base = source
+    elif not isinstance(source, dict) and is_lerobot_policy_dir(source):
+        base = load_lerobot_policy(source, **(overrides or {}))
     else:
         if isinstance(source, dict):
             state = source

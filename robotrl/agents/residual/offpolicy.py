@@ -25,11 +25,32 @@ All in normalised units: ``o_n`` the clamped normalised observation, actions in 
   current actor's sample, minus ``α_ent log π``), losses :func:`robotrl.agents.qlearning.loss.td_target` /
   :func:`~robotrl.agents.qlearning.loss.critic_td_loss`; n-step sums come from the
   buffer (``trainer.n_step``).
-- Base actions are recomputed from observations at update time: offline demonstrations
-  are thereby relabelled with the base's actions (ResFiT) and online transitions get the
-  base action their state had. This is exact for per-step bases (BC, SB3, diffusion with
-  ``act_steps = 1`` and ``obs_horizon = 1``); chunked bases should be loaded with
-  ``base_overrides={"act_steps": 1}`` (the agent enforces it for diffusion bases).
+- Base actions, per-step bases (BC, SB3, diffusion with ``act_steps = 1``): recomputed from observations at
+  update time, so offline demonstrations are relabelled with the base's actions (ResFiT) and online transitions
+  get the base action their state had (exact: the base is a function of the observation).
+- Base actions, chunked bases (``Te > 1``: robotrl diffusion/DPPO with ``act_steps > 1``, a LeRobot ACT or
+  diffusion policy, :mod:`robotrl.agents.residual.lerobot`; ``To = 1``): the base executes its chunks as it was
+  trained — one chunk prediction every ``Te`` env steps per env, from an exploration copy of the base whose
+  queues :meth:`reset_explore` clears at episode starts — and the residual acts every step on
+  ``(o_t, a_base_t)``, ``a_base_t`` the action of the current chunk due at step ``t``. Such an ``a_base_t`` is not
+  a function of ``o_t`` (it depends on the observation the chunk was predicted from), so it cannot be recomputed:
+  the agent declares ``transition_fields = {"base_action": Da}``, the trainer stores the base action actually
+  executed with each online transition (:meth:`explore_extras`, :class:`robotrl.data.ReplayBuffer` ``extra_dims``),
+  and updates read it back. Relabelling of a sampled transition ``(o, a, R, o')``:
+
+  * ``a_base(o)`` (residual input of the actor loss): the stored executed base action; for offline rows (no
+    stored base action) the first action of a fresh chunk predicted from ``o`` (ResFiT's relabelling of demos
+    with the base; the demos' own actions stay the critic's ``a``);
+  * ``a_base(o')`` (target action ``a'``): the executed base action stored with the step that followed ``o'``
+    in the same episode (the queued action mid-chunk, a fresh chunk's first at a chunk start) — what the base
+    really did at ``o'``; where that step is not stored (an episode cut by truncation, the env's newest step,
+    offline rows) the first action of a fresh chunk predicted from ``o'``: exact where a chunk starts at ``o'``,
+    an approximation mid-chunk (the base would have continued its queue);
+  * the critic scores the executed combined action ``a`` as stored, so ``Q`` is that of the policy that
+    runs (chunked base + per-step residual).
+
+  Bases on an observation history (``To > 1``) are refused: a fresh chunk cannot be predicted from one stored
+  observation. Camera agents take per-step bases only (:func:`~robotrl.agents.residual.policy.check_base_fits`).
 - Exploration (``explore``): the first ``base_noise_steps`` calls act with the base plus
   Gaussian noise (``base_noise_std``, normalised units) — set ``trainer.online_warmup_steps``
   to the same number so no update happens before; the first ``critic_warmup_updates``
@@ -164,7 +185,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         frame_stack: ``k`` frames per camera the policy reads (1 for a state agent): the replay buffer stacks that many.
 
     Raises:
-        ValueError: unknown ``actor``, or (states) a chunked base that is not per-step.
+        ValueError: unknown ``actor``, or (states) a base on an observation history (``To > 1``).
         ConfigError: (cameras) the base cannot be read (names ``agent.model.base``) or does not fit
             (:func:`~robotrl.agents.residual.policy.check_base_fits`).
     """
@@ -211,6 +232,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         self.obs_std_floor = float(obs_std_floor)
         self.policy.floor_obs_std(self.obs_std_floor)
         self.policy.to(self.device).eval()
+        self.explore_base: torch.nn.Module | None = None  # a chunked base's exploration copy (own chunk queues)
         if base is not None:
             self.set_base(self._load_base(base))
         # TD3 target actor for a' (ResFiT's actor_target); the SAC variant samples the current actor
@@ -241,6 +263,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.frame_stack = self.policy.frame_stack
         self.explore_frames = FrameHistory(self.frame_stack)
+        self._last_base: np.ndarray | None = None  # the base actions of the last explore call (chunked bases)
 
     @property
     def has_cameras(self) -> bool:
@@ -261,20 +284,60 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
                               "run directory") from exc
 
     def set_base(self, base) -> None:
-        """Install a frozen per-step base.
+        """Install a frozen base: per-step, or (states) chunked with ``To = 1`` (executed as trained; module doc).
 
         Raises:
-            ValueError: (states) the base executes chunks (``Te > 1``) or uses an observation history.
+            ValueError: (states) the base conditions on an observation history (``To > 1``).
             ConfigError: (cameras) the base does not fit (:func:`~robotrl.agents.residual.policy.check_base_fits`).
         """
-        if not self.has_cameras and (getattr(base, "Te", 1) != 1 or getattr(base, "To", 1) != 1):
-            raise ValueError("the off-policy residual recomputes base actions from single observations: load a "
-                             "chunked base with base_overrides={'act_steps': 1} and obs_horizon 1")
+        if not self.has_cameras and getattr(base, "To", 1) != 1:
+            raise ValueError(f"the off-policy residual predicts its chunked base's chunks from single stored "
+                             f"observations, and {type(base).__name__} conditions on To={base.To} of them: use a base "
+                             "trained with obs_horizon 1 (LeRobot: n_obs_steps 1)")
         self.policy.set_base(base)
+        self.explore_base = copy.deepcopy(self.policy.base) if self.chunked_base else None
         if self._identity_obs_norm:  # no dataset statistics given: use the base's own
             self.policy.use_base_obs_statistics()
             self.policy.floor_obs_std(self.obs_std_floor)
 
+    @property
+    def chunked_base(self) -> bool:
+        """Whether the base executes chunks (``Te > 1``): then base actions are recorded, not recomputed."""
+        return self.policy.base is not None and int(getattr(self.policy.base, "Te", 1)) > 1
+
+    @property
+    def transition_fields(self) -> dict[str, int]:
+        """Float fields the trainer stores per online transition (:class:`robotrl.data.ReplayBuffer`
+        ``extra_dims``): ``{"base_action": Da}`` with a chunked base (the base action executed), else none."""
+        return {"base_action": self.policy.action_dim} if self.chunked_base else {}
+
+    def explore_extras(self) -> dict[str, np.ndarray]:
+        """The :attr:`transition_fields` of the last :meth:`explore` call: ``{"base_action": raw (N, Da)}``.
+
+        Raises:
+            RuntimeError: called before :meth:`explore`.
+        """
+        if not self.transition_fields:
+            return {}
+        if self._last_base is None:
+            raise RuntimeError("explore_extras() before explore(): nothing was executed yet")
+        return {"base_action": self._last_base}
+
+    def _stored_base(self, stored: torch.Tensor | None, obs: torch.Tensor,
+                     images: Mapping[str, torch.Tensor] | None) -> torch.Tensor:
+        """Raw base actions ``(B, Da)``: the stored executed ones (``stored (B, Da)``, NaN where unknown), the
+        rest recomputed from ``obs`` (:meth:`base_actions`; a chunked base: a fresh chunk's first action)."""
+        if stored is None:
+            return self.base_actions(obs, images)
+        stored = stored.to(obs.device)
+        known = torch.isfinite(stored).all(-1)
+        if bool(known.all()):
+            return stored
+        out = stored.clone()
+        miss = torch.nonzero(~known).squeeze(-1)
+        sub = None if images is None else {k: v[miss] for k, v in images.items()}
+        out[miss] = self.base_actions(obs[miss], sub)
+        return out
     @torch.no_grad()
     def base_actions(self, obs: torch.Tensor, images: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Raw base actions ``(B, Da)`` recomputed for observations ``(B, Do)`` (and frames; relabelling)."""
@@ -324,7 +387,11 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         agent's exploration history, :meth:`reset_explore` at episode starts)."""
         o, images = self._observations(obs, self.explore_frames)
         self.policy.eval()
-        base_raw = self.base_actions(o, images)
+        if self.explore_base is not None:  # a chunked base executes its chunk (per-env queues)
+            base_raw = self.explore_base(o).to(o.dtype)
+            self._last_base = base_raw.cpu().numpy()
+        else:
+            base_raw = self.base_actions(o, images)
         sc = self.policy.action_scaler
         self.num_explore += 1
         if self.num_explore <= self.base_noise_steps:
@@ -352,8 +419,11 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
 
     def reset_explore(self, env_ids: np.ndarray | None = None) -> None:
         """The episodes of the trainer's envs ``env_ids`` (``None``: all) start: their exploration frame stacks
-        start afresh (nothing to clear for a state agent or ``frame_stack = 1``)."""
+        and a chunked base's exploration queues start afresh (nothing to clear for a state agent with a per-step
+        base)."""
         self.explore_frames.reset(env_ids)
+        if self.explore_base is not None:
+            self.explore_base.reset(env_ids)
 
     # ------------------------------------------------------------------ update
     def _clip(self, params) -> torch.Tensor:
@@ -383,8 +453,9 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         if self.target_encoder is None:
             o_n, no_n = p.obs_normalizer(obs), p.obs_normalizer(nobs)
         alpha = self.log_alpha.exp().detach()
+        ex = batch.extras
         with torch.no_grad():
-            nbase = self.base_actions(nobs, next_images)
+            nbase = self._stored_base(ex.get("next_base_action"), nobs, next_images)
             if self.target_encoder is not None:
                 no_n = self.target_encoder(next_images, p.normalized_state(nobs))
             nx = p.residual_input(no_n, nbase)
@@ -411,26 +482,29 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         self.num_updates += 1
         out = {"critic_loss": c_loss.detach(), "q_mean": q.mean().detach(), "critic_grad_norm": c_gn.detach()}
         if self.num_updates > self.critic_warmup_updates and self.num_updates % self.actor_delay == 0:
-            out.update(self._actor_step(obs, o_n, images))
+            with torch.no_grad():
+                base = self._stored_base(ex.get("base_action"), obs, images)
+            out.update(self._actor_step(obs, o_n, images, base))
         polyak_update_(*self._polyak, self.tau)
         p.eval()
         return out
 
-    def actor_loss(self, obs: torch.Tensor, z: torch.Tensor,
-                   images: Mapping[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def actor_loss(self, obs: torch.Tensor, z: torch.Tensor, images: Mapping[str, torch.Tensor] | None = None,
+                   base_raw: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(loss, log π or None)``: TD3 ``−mean Q(z, a_π)``, SAC ``mean(α log π − Q(z, a_π))``, ``Q`` the mean
         over heads, ``a_π = clip(a_base + α r)``. ``z (B, W)``, the observation features, is read with the
-        gradient stopped (with cameras the actor never trains the shared encoder: DrQ/SERL)."""
+        gradient stopped (with cameras the actor never trains the shared encoder: DrQ/SERL); ``base_raw (B, Da)``:
+        the base actions (the relabelling of the module doc; ``None``: recomputed)."""
         z = z.detach()
-        a_pi, logp = self.combined_action(obs, deterministic=False, z=z, images=images)
+        a_pi, logp = self.combined_action(obs, deterministic=False, z=z, images=images, base_raw=base_raw)
         q_pi = self.critic(z, a_pi).mean(0)
         alpha = self.log_alpha.exp().detach()
         return (sac_actor_loss(q_pi, logp, alpha) if logp is not None else -q_pi.mean()), logp
 
-    def _actor_step(self, obs: torch.Tensor, z: torch.Tensor,
-                    images: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    def _actor_step(self, obs: torch.Tensor, z: torch.Tensor, images: Mapping[str, torch.Tensor] | None,
+                    base_raw: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         self.policy.train()
-        loss, logp = self.actor_loss(obs, z, images)
+        loss, logp = self.actor_loss(obs, z, images, base_raw)
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = self._clip(self.policy.residual.parameters())
@@ -465,6 +539,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         a checkpoint of the former ``PixelResidualAgent``, which had no temperature)."""
         install_saved_base(self.policy, state)
         self.policy.load_state_dict(state["policy"])
+        self.explore_base = copy.deepcopy(self.policy.base) if self.chunked_base else None
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
         if self.target_encoder is not None:

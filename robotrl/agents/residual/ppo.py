@@ -60,8 +60,9 @@ class ResidualPPOAgent(OnPolicyAgentBase):
         obs_dim, action_dim, obs_normalizer, action_scaler: as for every agent (the
             normaliser's statistics are copied, its clip replaced by ``obs_clip``; an
             identity normaliser means "no dataset statistics": the base's are used).
-        base: the frozen base — a robotrl checkpoint / run dir, an SB3 ``.zip``, a
-            policy-state dict or a module (:func:`~robotrl.agents.residual.base.load_base`);
+        base: the frozen base — a robotrl checkpoint / run dir, an SB3 ``.zip``, a folder with a LeRobot ACT or
+            diffusion policy (:mod:`robotrl.agents.residual.lerobot`; chunks executed per env as trained, histories
+            of ``n_obs_steps`` kept), a policy-state dict or a module (:func:`~robotrl.agents.residual.base.load_base`);
             ``None``: set later by :meth:`load_pretrained` (the on-policy ``init_from``).
         base_overrides: constructor kwargs replaced in the base's spec (e.g. ``act_steps``).
         hidden, act, residual_scale, obs_clip, init_log_std, learn_log_std: see
