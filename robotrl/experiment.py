@@ -416,7 +416,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     cfg = warm_start_architecture(cfg, overrides, run_dir)
 
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
-    if data is not None and cfg.env.name is None and not data.metadata.get("env_spec"):
+    no_env = str(cfg.env.name).lower() == "none"  # env.name=none: the dataset's recorded env is not used either
+    if data is not None and (no_env or (cfg.env.name is None and not data.metadata.get("env_spec"))):
         return _build_without_env(cfg, run_dir, tcfg, data, device)  # recorded on a robot: offline, held-out validation
     task, cams, spec, info = run_spec(cfg, data)
     train_env = train_env_args(cfg.env, task)
@@ -504,8 +505,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
 
 def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data: OfflineData, device) -> "Runner":
     """A run on a dataset with no env behind it (no ``env_spec``, no ``env.name``: recorded on a robot, or converted
-    from LeRobot): offline updates on most episodes, evaluation on the held-out rest (:mod:`robotrl.validation`)
-    instead of rollouts. The checkpoint deploys through the bridge as any other.
+    from LeRobot; or ``env.name=none``: a dataset that records its env, such as a twin's recording, trained as a
+    physical robot's would be): offline updates on most episodes, evaluation on the held-out rest
+    (:mod:`robotrl.validation`) instead of rollouts. The checkpoint deploys through the bridge as any other.
 
     Raises:
         ConfigError: online steps or an on-policy agent (both need an env to act in), HER, too few episodes.
@@ -550,7 +552,8 @@ def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data
                            "validation_transitions": held_out.num_transitions, "ref_scores": None}
     if spec.has_cameras:
         resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
-    emit(f"dataset {name!r} records no env: training offline on {train.num_episodes} episodes, measuring on "
+    how = "is trained without its env (env.name=none)" if str(cfg.env.name).lower() == "none" else "records no env"
+    emit(f"dataset {name!r} {how}: training offline on {train.num_episodes} episodes, measuring on "
           f"{held_out.num_episodes} held-out episodes (trainer.validation_fraction={tcfg.validation_fraction})")
     return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed),
                                                                        frame_stack=spec.frame_stack),

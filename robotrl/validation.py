@@ -115,15 +115,22 @@ class Validator:
     @torch.no_grad()
     def action_errors(self, policy: nn.Module) -> tuple[float, float]:
         """``(mse raw, mse normalised)`` of the policy's actions on the held-out observations, each episode
-        replayed from its start as the policy acts (all episodes side by side, one batch row each)."""
+        replayed from its start as the policy acts (all episodes side by side, one batch row each); a camera policy
+        (``image_keys``) gets each row's recorded frames, uint8 ``(B, H, W, C)`` per camera."""
         d = self.data
         starts, lengths = d.episode_starts, d.episode_ends - d.episode_starts
         T = int(lengths.max())
         policy.reset(None)
         pred = np.zeros_like(d.actions)
+        keys = list(getattr(policy, "image_keys", None) or [])  # a camera policy also reads each row's frames
+        device = next((p.device for p in policy.parameters()), torch.device("cpu"))
         for t in range(T):
             rows = starts + np.minimum(t, lengths - 1)  # an ended episode repeats its last observation (ignored)
-            a = act(policy, d.observations[rows])
+            if keys and d.images is not None and d.image_index is not None:
+                frames = {k: torch.as_tensor(d.images[k][d.image_index[rows]], device=device) for k in keys}
+                a = policy(torch.as_tensor(d.observations[rows], device=device), frames).cpu().numpy()
+            else:
+                a = act(policy, d.observations[rows])
             live = t < lengths
             pred[rows[live]] = a[live]
         err = pred - d.actions

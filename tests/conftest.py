@@ -114,7 +114,7 @@ def pointmaze_spaces():
 #: Test files that drive real robot-server / deploy / actor processes against the clock (watchdog periods,
 #: deadlines, held steps): they run in a second, serial pass (`-m realtime -n 0`, the README's test command),
 #: never beside another worker, whose load would starve their control loops.
-REALTIME_FILES = ("test_robot_", "test_online_robot")
+REALTIME_FILES = ("test_robot_", "test_online_robot", "test_walkthrough")
 
 
 def pytest_collection_modifyitems(config, items):

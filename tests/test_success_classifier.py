@@ -382,9 +382,9 @@ def test_the_deploy_loop_records_the_operators_marks_as_labels(tmp_path, minari_
                       env_kwargs={"maze_map": GOAL_MAZE, "continuing_task": True})
     spec = twin.spec()
     key = bytes(range(32))
-    marks = {5: True, 10: False}  # the operator's keys at the 6th and 11th poll (the loop does not restart its count)
+    marks = {(0, 5): True, (1, 4): False}  # the operator's keys: episode 0's 6th poll, episode 1's 5th
     human = ScriptedTeleop(lambda s: np.zeros(2, np.float32), lambda ep, k: False, spec.action.low, spec.action.high,
-                           label=lambda ep, k, s: marks.get(k))
+                           label=lambda ep, k, s: marks.get((ep, k)))
     with ServerThread(twin, make_supervisor({**safety, "rate_hz": 20, "watchdog_s": 30}, spec), key) as srv:
         with RobotClient(srv.endpoint, key, timeout_s=10.0, link_timeout_s=30.0) as c:
             c.use_limits(camera_limits(spec.cameras))

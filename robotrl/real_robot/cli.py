@@ -42,7 +42,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from robotrl.errors import RobotRLError
+from robotrl.errors import ConfigError, RobotRLError
 from robotrl.files import atomic_write
 from robotrl.progress import emit
 
@@ -148,7 +148,7 @@ def run_deploy(cfg: DictConfig) -> dict:
     from robotrl.errors import SpaceMismatchError
     from robotrl.real_robot.client import RobotClient
     from robotrl.real_robot.control import ChunkScheduler, ControlLoop, latency_stats
-    from robotrl.real_robot.export import check_cameras, load_deploy_policy
+    from robotrl.real_robot.export import DeployPolicy, check_cameras, load_deploy_policy
     from robotrl.real_robot.interface import Observation
     from robotrl.real_robot.protocol import Limits
     from robotrl.real_robot.recording import record_dataset
@@ -156,23 +156,29 @@ def run_deploy(cfg: DictConfig) -> dict:
 
     set_rt_priority(cfg.get("rt_priority"))  # before the client's ZeroMQ context and the inference thread
     key = _key(cfg)
-    policy = load_deploy_policy(cfg.checkpoint, cfg.backend)
+    hold_only = str(cfg.checkpoint).lower() == "none"  # no policy yet: hold the robot, the teleop device drives (demos)
+    if hold_only and cfg.teleop == "none":
+        raise ConfigError("checkpoint=none holds the robot still: record demonstrations with teleop=keyboard (or "
+                          "teleop=scripted on the PointMaze twin), or name a checkpoint")
+    policy = None if hold_only else load_deploy_policy(cfg.checkpoint, cfg.backend)
     client = RobotClient(cfg.endpoint, key, timeout_s=1.0, link_timeout_s=float(cfg.link_timeout_s),
                          limits=Limits(max_bytes=int(cfg.max_message_bytes)))
     logs, summary = [], {}
     try:
         spec = client.hello()
         client.use_camera_limits()  # the frames travel in every observation (and are recorded)
+        if policy is None:
+            hold = np.asarray(spec.hold_action, np.float32)
+            policy = DeployPolicy(spec.observation.dim, spec.action.dim, 1, 1, "hold",
+                                  lambda obs: np.broadcast_to(hold, (1, 1, hold.size)).copy())
         check_cameras(policy, spec)  # a pixel policy: the robot's cameras and frame sizes, before anything moves
         do = spec.observation.dim if policy.cameras and policy.obs_dim == 0 else policy.obs_dim  # cameras-only policy
         if (do, policy.action_dim) != (spec.observation.dim, spec.action.dim):
             raise SpaceMismatchError(f"policy takes Do={policy.obs_dim}, Da={policy.action_dim} but robot {spec.name} has "
                                      f"Do={spec.observation.dim}, Da={spec.action.dim}; deploy a policy trained on this robot's task")
-        teleop = None
-        if cfg.teleop == "keyboard":
-            from robotrl.real_robot.teleop import KeyboardTeleop
+        from robotrl.real_robot.online_cli import make_teleop
 
-            teleop = KeyboardTeleop(sys.stdin, spec.hold_action, spec.action.low, spec.action.high)
+        teleop = make_teleop(cfg, spec)  # none | keyboard (stdin) | scripted (the PointMaze twin's scripted human)
         scheduler = ChunkScheduler(policy, act_steps=cfg.act_steps or policy.act_steps, prefetch=int(cfg.prefetch))
         frames = {c.name: np.zeros(c.shape, np.uint8) for c in spec.cameras} or None
         scheduler.warmup(Observation(np.zeros(spec.observation.dim, np.float32), 0.0, images=frames))

@@ -239,6 +239,7 @@ class ControlLoop:
         self.hold = np.asarray(hold_action, np.float32)
         self.deadline_frac, self.max_missed = float(deadline_frac), int(max_missed)
         self.missed = 0
+        self.episodes = 0  # episodes started: a teleop device with ``new_episode`` (ScriptedTeleop) is told each one
 
     def _command(self, a_pol: np.ndarray | None, cmd: TeleopCommand) -> tuple[np.ndarray | None, bool]:
         if cmd.engaged and cmd.action is not None:
@@ -259,6 +260,9 @@ class ControlLoop:
         from robotrl.real_robot.interface import RobotConnectionError
 
         log = EpisodeLog(seed=seed)
+        if hasattr(self.teleop, "new_episode"):
+            self.teleop.new_episode(self.episodes)  # as the online actor does: per-episode takeovers and marks
+        self.episodes += 1
         self.scheduler.reset()
         obs = self.client.reset(seed)
         t0, k, consecutive = time.monotonic() + self.period, 0, 0
