@@ -15,6 +15,7 @@ trains the shared encoder, the actor reads its features with the gradient stoppe
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -215,7 +216,8 @@ class PixelEncoder(nn.Module):
         augment_pad: random-shift pad ``p`` applied in training mode (0: off).
 
     Raises:
-        ConfigError: unknown encoder/pooling, no cameras, or unusable weights.
+        ConfigError: unknown encoder/pooling, no cameras, or unusable weights. (A frame so small that the trunk
+            leaves fewer than 2x2 cells for a keypoint pooling is warned about: its keypoints are constant.)
     """
 
     def __init__(self, image_shapes: Mapping[str, Sequence[int]], state_dim: int = 0, *, encoder: str = "drq",
@@ -246,6 +248,11 @@ class PixelEncoder(nn.Module):
                 trunk.requires_grad_(False)
             with torch.no_grad():
                 _, K, h, w = trunk(torch.zeros(1, C, H, W)).shape
+            if pooling == "spatial_softmax" and h * w < 4:  # the keypoints of a 1x1 map are constant
+                warnings.warn(f"camera {k} ({H}x{W} px) leaves a {h}x{w} feature map after the {encoder} trunk, too "
+                              f"small for pooling={pooling}: its keypoints are constant, so the policy does not see this "
+                              "camera; record larger frames (e.g. 64 px for resnet10, 24 px for drq) or set "
+                              "agent.model.pooling=flatten", RuntimeWarning, stacklevel=2)
             pool: nn.Module = {"flatten": nn.Flatten(), "spatial_softmax": SpatialSoftmax(),
                                "spatial_embedding": SpatialEmbedding(K, h, w)}[pooling]
             pooled += {"flatten": K * h * w, "spatial_softmax": 2 * K, "spatial_embedding": K * 8}[pooling]
