@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robotrl", "robotrl.errors", "robotrl._alloc", "robotrl._resolvers", "robotrl.progress",
                     "robotrl.utils", "robotrl.files", "robotrl.checkpoint", "robotrl.stats", "robotrl.networks",
-                    "robotrl.schema", "robotrl.configs")),
+                    "robotrl.schema", "robotrl.configs", "robotrl.provenance", "robotrl.logging_wandb")),
     ("data", ("robotrl.data",)),
     ("envs and vision", ("robotrl.envs", "robotrl.vision")),
     ("run pieces", ("robotrl.agent", "robotrl.policy", "robotrl.utd", "robotrl.evaluation", "robotrl.report",
