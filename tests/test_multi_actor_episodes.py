@@ -13,6 +13,8 @@ MC returns.
 
 from __future__ import annotations
 
+import json
+
 import os
 import signal
 import time
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
-from online_procs import free_port, start, status, wait
+from online_procs import start, status, wait
 
 from robotrl.data.returns import discounted_return_to_go
 from robotrl.real_robot.factory import make_robot
@@ -78,17 +80,20 @@ def test_one_actor_killed_and_two_taken_over_leave_every_other_episode_whole(tmp
     do, da = len(spec["observation"]["names"]), len(spec["action"]["names"])
     key_file = write_key_file(tmp_path / "online.key")
     key = load_key(key_file)
-    port = free_port()
-    endpoint, run_dir = f"tcp://127.0.0.1:{port}", tmp_path / "learner"
+    run_dir, ready = tmp_path / "learner", tmp_path / "learner.ready"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     log = tmp_path / "learner.log"
-    learner = start(["learner", f"key_file={key_file}", "robot.realtime=false", f"endpoint={endpoint}",
+    # port 0 and a ready file: a port picked here beforehand can be taken by another test's server in between
+    learner = start(["learner", f"key_file={key_file}", "robot.realtime=false", "endpoint=tcp://127.0.0.1:0",
+                     f"ready_file={ready}",
                      f"run_dir={run_dir}", "agent=sac", "agent.gamma=0.99", "agent.reward_scale=1.0",
                      "agent.reward_bias=0.0", "agent.model.num_critics=2", "agent.model.hidden=[16,16]",
                      "agent.model.critic_hidden=[16,16]", "trainer.online_warmup_steps=100000", "trainer.offline_ratio=0",
                      "max_actors=3", "push_period_s=5", "checkpoint_every_s=60"], log, env)
     links: dict[str, ActorLink] = {}
     n = dict.fromkeys(ACTORS, 0)
+
+    endpoint = ""
 
     def link(a: str, spill: str) -> ActorLink:
         links[a] = ActorLink(endpoint, key, a, spec, tmp_path / spill, batch_size=4, flush_s=0.01, ack_timeout_s=0.5,
@@ -106,6 +111,8 @@ def test_one_actor_killed_and_two_taken_over_leave_every_other_episode_whole(tmp
              "the learner to take every row sent", [(learner, log)], timeout=180)  # the first includes its start
 
     try:
+        endpoint = wait(lambda: ready.is_file() and json.loads(ready.read_text())["endpoint"], "the learner to start",
+                        [(learner, log)], timeout=180)
         for a in ACTORS:
             link(a, f"spill_{a}")
         send("a2", 0, range(0, 5), takeover=(3, 4))          # a2's takeover opens (steps 3..6)
