@@ -7,21 +7,11 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
+
+from robotrl.provenance import cpu_model
 
 #: Distributions whose versions the README block states (missing ones are left out).
 VERSIONED = ("torch", "numpy", "gymnasium", "mujoco", "minari", "stable-baselines3", "pyzmq", "hydra-core")
-
-
-def cpu_model() -> str:
-    """The CPU model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load_average() -> list[float] | None:
