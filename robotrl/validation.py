@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robotrl.data.batch import Batch
 from robotrl.data.dataset import OfflineData
 from robotrl.data.replay import ReplayBuffer
 from robotrl.errors import ConfigError
@@ -39,8 +40,10 @@ __all__ = ["CriticAgent", "Validator", "split_episodes", "select_episodes"]
 class CriticAgent(Protocol):
     """An agent with an ensemble critic (:class:`robotrl.agents.qlearning.QLAgent`)."""
 
-    def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Ensemble ``Q(s, a)`` ``(N, B)`` for raw observations ``(B, Do)`` and raw actions ``(B, Da)``."""
+    frame_stack: int
+
+    def batch_q_values(self, batch: Batch) -> torch.Tensor:
+        """Ensemble ``Q(s, a)`` ``(N, B)`` of a replay batch (raw units; camera frames in ``batch.extras``)."""
         ...
 
 
@@ -109,8 +112,17 @@ class Validator:
 
     def __init__(self, held_out: OfflineData, *, gamma: float = 0.99, mc_sparse_fill: float | None = None):
         self.data = held_out
-        self.returns = ReplayBuffer.from_offline(held_out, gamma=gamma, mc_sparse_fill=mc_sparse_fill)
-        self.gamma = float(gamma)
+        self.gamma, self.mc_sparse_fill = float(gamma), mc_sparse_fill
+        self._buffers: dict[int, ReplayBuffer] = {}
+
+    def _buffer(self, frame_stack: int) -> ReplayBuffer:
+        """The held-out transitions with their MC returns (camera frames stacked ``frame_stack`` deep, as the
+        agent's replay stacks them); built once per stack depth."""
+        if frame_stack not in self._buffers:
+            kw = {"frame_stack": frame_stack} if self.data.images else {}
+            self._buffers[frame_stack] = ReplayBuffer.from_offline(self.data, gamma=self.gamma,
+                                                                   mc_sparse_fill=self.mc_sparse_fill, **kw)
+        return self._buffers[frame_stack]
 
     @torch.no_grad()
     def action_errors(self, policy: nn.Module) -> tuple[float, float]:
@@ -142,10 +154,10 @@ class Validator:
     @torch.no_grad()
     def critic_metrics(self, agent: CriticAgent) -> dict[str, float]:
         """``val_q_minus_mc``, ``val_q_mc_corr``, ``val_td_error`` (module doc) on the held-out transitions."""
-        b = self.returns
+        b = self._buffer(agent.frame_stack)
         n = b.size
-        obs, actions = torch.as_tensor(b.observations[:n]), torch.as_tensor(b.actions[:n])
-        q = agent.q_values(obs, actions).float().mean(0).cpu().numpy()
+        q = np.concatenate([agent.batch_q_values(b.sample(len(rows), indices=rows, allow_small=True)).mean(0).cpu().numpy()
+                            for rows in np.array_split(np.arange(n), max(1, -(-n // 1024)))])
         g = b.mc_returns[:n]
         ok = np.isfinite(g)
         out = {"val_q_minus_mc": float(np.mean(q[ok] - g[ok])) if ok.any() else math.nan}

@@ -103,3 +103,32 @@ def test_calql_reports_critic_calibration_on_held_out_episodes(robot_data, tmp_p
 def test_online_steps_without_an_env_are_refused_with_the_way_out(robot_data, tmp_path):
     with pytest.raises(ConfigError, match="nothing to act in.*trainer.online_steps=0.*env.name"):
         build_trainer(_cfg(robot_data, tmp_path, "experiment=rlpd"), tmp_path, overrides=[])
+
+
+def test_a_camera_critic_is_validated_on_the_held_out_frames(tmp_path):
+    """A Cal-QL agent reading a camera (``obs=pixels``) beside the state, on a recording with no env: its critic is
+    scored on the held-out episodes' own frames (the critic's encoder reads them), not on the state alone."""
+    def frames(s: np.ndarray) -> np.ndarray:  # a bright square where the state's first two coordinates put it
+        img = np.zeros((len(s), 24, 24, 3), np.uint8)
+        for t, (x, y) in enumerate(np.clip(((s[:, :2] + 2) / 4 * 20).astype(int), 0, 20)):
+            img[t, y:y + 4, x:x + 4] = 255
+        return img
+
+    eps = [Episode(observations={"state": e.observations, "cam": frames(e.observations)}, actions=e.actions,
+                   rewards=e.rewards, terminations=e.terminations, truncations=e.truncations)
+           for e in _episodes(10, 20, 1)]
+    space = gym.spaces.Dict({"state": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+                             "cam": gym.spaces.Box(0, 255, (24, 24, 3), np.uint8)})
+    path = write_dataset("robot/arm/teleop-cam-v0", eps, env=None, observation_space=space,
+                         action_space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32), root=tmp_path / "minari")
+    cfg = _cfg(path, tmp_path / "run", "agent=calql", "obs=pixels", "agent.model.hidden=[16,16]",
+               "agent.model.critic_hidden=[16,16]", "agent.model.num_critics=2", "agent.model.cql_n_actions=2",
+               "agent.model.feature_dim=8", "agent.model.channels=4", "trainer.offline_steps=40", "trainer.batch_size=16",
+               "trainer.eval_every=40", "trainer.checkpoint_every=40")
+    trainer = build_trainer(cfg, tmp_path / "run", overrides=[])
+    assert trainer.agent.policy.has_cameras
+    trainer.fit()
+    last = json.loads((tmp_path / "run" / "report.json").read_text())["history"][-1]
+    assert last["evaluation"] == "validation"
+    for k in ("val_q_minus_mc", "val_td_error", "val_action_mse"):
+        assert np.isfinite(last[k]), k

@@ -591,6 +591,15 @@ class QLAgent(OffPolicyAgentBase):
         a = self.policy.action_scaler.normalize(actions.to(self.device)).clamp(-1, 1)
         return self.critic(o, a)
 
+    @torch.no_grad()
+    def batch_q_values(self, batch: Batch) -> torch.Tensor:
+        """Ensemble ``Q(s, a)`` ``(N, B)`` of a replay :class:`Batch` (raw units), states or cameras (the frames in
+        ``batch.extras``, read by the critic's encoder): what held-out validation scores
+        (:class:`robotrl.validation.Validator`)."""
+        obs, act, _ = self._normalize(batch)
+        with self._amp():
+            return self.critic(obs, act).float()
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """Networks (policy with normalisers, critic, target, temperature, value), optimizers, RNG, counter."""
