@@ -75,7 +75,7 @@ def test_fuzzed_requests_are_answered_cleanly_and_a_latched_robot_never_moves(la
     sock.send_multipart([payload, mac(KEY, payload)])
     answered = envelope != "old_ts" and (envelope != "no_dst" or type_ == "hello")
     if answered:
-        assert sock.poll(20000), f"no answer to {type_!r} {body!r}"  # 20 s: a stalled CI machine is not silence
+        assert sock.poll(5000), f"no answer to {type_!r} {body!r}"
         ans = Authenticator(KEY, ident=auth.ident).open(sock.recv_multipart())["body"]
         assert ans["re"] == seq and isinstance(ans["ok"], bool)
         if not ans["ok"]:

@@ -243,11 +243,19 @@ class ConnectionGuard:
         except (OSError, IndexError, TypeError):
             return "?"
 
-    def authenticated(self, fd: int) -> None:
-        """Mark the connection of descriptor ``fd`` as having sent an authenticated message (never cut)."""
+    def authenticated(self, fd: int) -> bool:
+        """Mark the connection of descriptor ``fd`` as having sent an authenticated message (never cut); returns
+        whether it is marked. The monitor reports connections asynchronously, so a connection's first message can
+        arrive before its ``ACCEPTED`` event: the pending events are read first then (otherwise the mark would be
+        lost and the authenticated connection cut as unauthenticated after ``unauth_timeout_s``)."""
         c = self._conns.get(int(fd))
-        if c is not None:
-            c[2] = True
+        if c is None:
+            self.events()
+            c = self._conns.get(int(fd))
+        if c is None:
+            return False
+        c[2] = True
+        return True
 
     def cut(self, fd: int, reason: str) -> None:
         """Cut connection ``fd`` now (a quarantined connection); an authenticated one is kept."""

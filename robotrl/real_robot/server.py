@@ -363,8 +363,8 @@ class RobotServer:
                 self.guard.cut(frame.get(zmq.SRCFD), "quarantine")
             return
         if frame is not None and self.guard is not None and ident not in self._auth_ids:
-            self.guard.authenticated(frame.get(zmq.SRCFD))
-            self._auth_ids[ident] = None
+            if self.guard.authenticated(frame.get(zmq.SRCFD)):  # not yet known to the guard: marked on a later message
+                self._auth_ids[ident] = None
             while len(self._auth_ids) > 4096:
                 self._auth_ids.popitem(last=False)
         if not self.latch.persisted:  # a latch write owed from before (its directory was gone): retry first
