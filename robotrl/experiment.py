@@ -170,6 +170,13 @@ def _size(value: Any) -> list[int]:
     return [int(v) for v in value]
 
 
+def env_name_none(cfg: DictConfig) -> bool:
+    """Whether the run says ``env.name=none`` (the string; ``null`` means "the dataset's env"): train the dataset
+    without an env even when it records one (a twin's recording trained as a physical robot's)."""
+    name = cfg.env.get("name")
+    return isinstance(name, str) and name.lower() == "none"
+
+
 def wants_cameras(cfg: DictConfig) -> bool:
     """Whether the run observes cameras: ``obs.cameras`` is not ``[]`` (``obs=pixels``: ``null``, the
     dataset's cameras; or a list of names)."""
@@ -416,7 +423,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
     cfg = warm_start_architecture(cfg, overrides, run_dir)
 
     data = load_dataset(ensure_dataset(cfg.dataset)) if needs_dataset(cfg, tcfg) else None
-    no_env = str(cfg.env.name).lower() == "none"  # env.name=none: the dataset's recorded env is not used either
+    no_env = env_name_none(cfg)  # env.name=none: the dataset's recorded env is not used either
     if data is not None and (no_env or (cfg.env.name is None and not data.metadata.get("env_spec"))):
         return _build_without_env(cfg, run_dir, tcfg, data, device)  # recorded on a robot: offline, held-out validation
     task, cams, spec, info = run_spec(cfg, data)
@@ -552,7 +559,7 @@ def _build_without_env(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, data
                            "validation_transitions": held_out.num_transitions, "ref_scores": None}
     if spec.has_cameras:
         resolved["derived"]["image_shapes"] = {k: list(v) for k, v in spec.image_shapes.items()}
-    how = "is trained without its env (env.name=none)" if str(cfg.env.name).lower() == "none" else "records no env"
+    how = "is trained without its env (env.name=none)" if env_name_none(cfg) else "records no env"
     emit(f"dataset {name!r} {how}: training offline on {train.num_episodes} episodes, measuring on "
           f"{held_out.num_episodes} held-out episodes (trainer.validation_fraction={tcfg.validation_fraction})")
     return Trainer(agent, run_dir, tcfg, offline_buffer=offline_buffer(cfg.agent, train, tcfg, device, int(cfg.seed),
