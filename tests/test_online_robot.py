@@ -33,6 +33,8 @@ from robotrl.real_robot.learner_link import (
 from robotrl.real_robot.protocol import write_key_file
 from robotrl.real_robot.teleop import ScriptedTeleop, SpaceMouseTeleop, pointmaze_controller
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small networks on a shared CPU: one torch thread
+
 SPEC = {"name": "toy", "observation": {"names": ["a", "b"], "units": ["1", "1"], "low": [None, None], "high": [None, None]},
         "action": {"names": ["u"], "units": ["1"], "low": [-1.0], "high": [1.0]}, "control_rate_hz": 10.0,
         "hold_action": [0.0], "gym_env_id": None, "episodic": True, "extra": {}}
@@ -413,13 +415,6 @@ def test_actor_without_learner_holds_or_acts_and_keeps_recording(tmp_path, mode)
 
 
 # ----------------------------------------------------------------------------- success classifier
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Small networks on a shared CPU: one intra-op thread (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

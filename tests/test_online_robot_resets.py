@@ -15,22 +15,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from online_procs import OPEN_MAZE, SMALL_SAC, episode_lines, free_port, start, status, stop_all, wait
 
 from robotrl.errors import ConfigError
 from robotrl.real_robot.resets import EpisodeLimits, HomeTarget, RobotReset, ScriptedReset, make_limits, make_reset
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small networks on a shared CPU: one torch thread
+
 HOME = {"indices": [4, 5], "target": [0.0, 0.0], "action_indices": [0, 1], "velocity_indices": [6, 7],
         "gain": 5.0, "damping": 0.5, "tolerance": 0.1, "max_steps": 600}
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _open_twin(**kw):

@@ -136,14 +136,6 @@ def demos():
     return _demos()  # per test: its batches do not depend on the other test having run
 
 
-@pytest.fixture
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
-
-
 SMALL_CHUNK = ["agent.model.obs_horizon=1", "agent.model.action_horizon=1", "agent.model.act_steps=1",
                "agent.model.denoiser_kwargs.hidden=[64,64]", "agent.model.denoiser_kwargs.time_dim=8",
                "agent.model.critic_hidden=[64,64]", "agent.model.n_epochs=5", "agent.model.batch_size=64",

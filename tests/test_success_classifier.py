@@ -25,6 +25,8 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 from robotrl.envs import osmesa_available  # noqa: E402
 from robotrl.errors import ConfigError  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small networks on a shared CPU: one torch thread
+
 PX = 48
 #: the open 2x2 room with the goal cell fixed (a task site, as on a real cell); the start is any free cell
 GOAL_MAZE = [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, "g", 1], [1, 1, 1, 1]]
@@ -34,12 +36,6 @@ WIDTH = 8
 camera = pytest.mark.skipif(not osmesa_available(), reason="headless MuJoCo rendering needs libosmesa6")
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
