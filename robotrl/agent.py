@@ -125,6 +125,19 @@ class OffPolicyAgentBase(AgentBase):
         """The episodes of ``env_ids`` (``None``: every env) start with the observations the envs just
         returned (per-env exploration state such as frame stacks starts afresh). Default: nothing."""
 
+    @property
+    def transition_fields(self) -> dict[str, int]:
+        """Float fields the loop stores with every online transition beside the usual ones, as
+        ``{name: width}`` (:class:`robotrl.data.ReplayBuffer` ``extra_dims``; the offline buffer holds them as
+        NaN, unknown), e.g. a residual agent's executed base action with a chunked base
+        (:class:`robotrl.agents.residual.offpolicy.ResidualOffPolicyAgent`). Default: none."""
+        return {}
+
+    def explore_extras(self) -> dict[str, np.ndarray]:
+        """The :attr:`transition_fields` of the last :meth:`explore` call, ``{name: (N, width)}`` float arrays
+        for its ``N`` observations. Default: none."""
+        return {}
+
 
 class OnPolicyAgentBase(AgentBase):
     """No-op defaults of the hooks :class:`~robotrl.onpolicy.OnPolicyLoop` calls on every on-policy agent."""
@@ -198,6 +211,11 @@ class OffPolicyAgent(Protocol):
     def attach_offline_data(self, buffer: ReplayBuffer) -> None: ...
 
     def reset_explore(self, env_ids: np.ndarray | None = None) -> None: ...
+
+    @property
+    def transition_fields(self) -> dict[str, int]: ...
+
+    def explore_extras(self) -> dict[str, np.ndarray]: ...
 
     def load_pretrained(self, path: str) -> None: ...
 

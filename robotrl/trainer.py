@@ -235,21 +235,22 @@ class OffPolicyLoop:
         od, ad = (ref.obs_dim, ref.action_dim) if ref is not None else (
             layout.state_dim if layout is not None else int(np.prod(self.agent.policy.obs_dim)),
             int(self.agent.policy.action_dim))
-        gamma = self.gamma if self.gamma is not None else getattr(ref, "gamma", 0.99)
-        fill = self.mc_sparse_fill if self.mc_sparse_fill is not None else getattr(ref, "mc_sparse_fill", None)
+        gamma = self.gamma if self.gamma is not None else (ref.gamma if ref is not None else 0.99)
+        fill = self.mc_sparse_fill if self.mc_sparse_fill is not None else (
+            ref.mc_sparse_fill if ref is not None else None)
         buf = ReplayBuffer(min(self.cfg.online_buffer_size, max(self.cfg.online_steps, 1) * self.cfg.num_envs),
                            od, ad, gamma=gamma, num_envs=self.cfg.num_envs, mc_sparse_fill=fill,
-                           seed=self.seed + 1, device=getattr(ref, "device", "cpu"),
+                           seed=self.seed + 1, device=ref.device if ref is not None else "cpu",
                            image_shapes=layout.image_shapes if layout is not None else None,
                            frame_stack=int(self.agent.frame_stack), extra_dims=self._transition_fields())
         buf.relabeler = self.relabeler
         return buf
 
     def _transition_fields(self) -> dict[str, int]:
-        """Float fields the agent records per transition (``agent.transition_fields``, e.g. a residual agent's
-        executed base action; :meth:`agent.explore_extras` gives them for each explore call); the offline buffer
-        gets them as NaN (unknown)."""
-        fields = dict(getattr(self.agent, "transition_fields", None) or {})
+        """Float fields the agent records per transition (the declared hook ``agent.transition_fields``, e.g. a
+        residual agent's executed base action; ``agent.explore_extras()`` gives them for each explore call); the
+        offline buffer gets them as NaN (unknown)."""
+        fields = dict(self.agent.transition_fields)
         if self.offline is not None:
             for name, d in fields.items():
                 self.offline.add_extra_field(name, d)
