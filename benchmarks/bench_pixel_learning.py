@@ -72,15 +72,15 @@ def _networks(args, arm: str) -> list[str]:
         return []
     net = ["agent.model.num_critics=2", "agent.model.hidden=[64,64]", "agent.model.critic_hidden=[64,64]",
            "agent.model.critic_layer_norm=true", "trainer.batch_size=128"]
-    if arm == "state":
-        return [*net, "agent.model.target_subset=null"]
-    return [*net, "agent.model.num_min_critics=2", f"agent.model.channels={args.channels}"]
+    net.append("agent.model.target_subset=null")  # the target's min over both critics, as the camera arm always had
+    return net if arm == "state" else [*net, f"agent.model.channels={args.channels}"]
 
 
 def _commands(args, root: Path, ids: dict[str, str], seed: int, arm: str) -> tuple[tuple, tuple]:
     pre_exp, ft_exp = ARMS[arm]
     pre, ft = root / "runs" / f"{arm}_calql_s{seed}", root / "runs" / f"{arm}_wsrl_s{seed}"
-    data = [f"dataset={args.recipe}", f"dataset.id={ids[arm]}", "dataset.generate=false"]
+    data = [f"dataset={args.recipe}", f"dataset.id={ids[arm]}", "dataset.generate=false",
+            f"dataset.recipe_args.num_steps={args.data_steps}"]  # the recipe arguments the data was collected with
     common = [*data, f"obs={arm}", f"seed={seed}", "trainer.progress=false", "torch_threads=1", f"trainer.eval_episodes={args.eval_episodes}",
               *_networks(args, arm)]
     pretrain = (["train", f"experiment={pre_exp}", *common, f"trainer.offline_steps={args.offline_steps}",
