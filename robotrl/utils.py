@@ -1,5 +1,8 @@
 """Small shared utilities: device choice, seeding, RNG state (pickle-free) and the config section check.
-Atomic file writes are :mod:`robotrl.files` (no torch there)."""
+Atomic file writes are :mod:`robotrl.files` (no torch there).
+
+Importing this module does not import torch (the command line's non-training commands import it and
+start in well under a second): the functions that need torch import it when called."""
 
 from __future__ import annotations
 
@@ -8,12 +11,14 @@ import hashlib
 import random
 import warnings
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import torch
 
 from robotrl.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 _T = TypeVar("_T")
 
@@ -24,6 +29,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     Raises:
         ValueError: ``"cuda"`` requested but no GPU is visible.
     """
+    import torch
+
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -40,6 +47,8 @@ def native_bf16(device: str | torch.device = "cpu") -> bool | None:
     AVX2 EPYC here a (7936, 64) x (64, 64) product took 66 ms in bf16 against 15 ms in
     float32, so ``matmul_dtype=bfloat16`` slows the Q-learning update instead of speeding it.
     """
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
@@ -55,6 +64,8 @@ def native_bf16(device: str | torch.device = "cpu") -> bool | None:
 
 def set_seed(seed: int) -> None:
     """Seed Python, NumPy and torch (CPU and CUDA)."""
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -62,6 +73,8 @@ def set_seed(seed: int) -> None:
 
 def get_rng_state() -> dict:
     """Python, NumPy and torch RNG states as tensors/lists (loadable with ``weights_only=True``)."""
+    import torch
+
     py = random.getstate()
     np_state = np.random.get_state()
     out = {
@@ -105,6 +118,8 @@ def set_rng_state(state: dict) -> None:
     (a resume on a GPU) carries them there, while torch takes RNG states only as CPU byte tensors.
     CUDA generators are restored for the devices both the state and this machine have.
     """
+    import torch
+
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]
