@@ -2,13 +2,18 @@
 Atomic file writes are :mod:`robotrl.files` (no torch there).
 
 Importing this module does not import torch (the command line's non-training commands import it and
-start in well under a second): the functions that need torch import it when called."""
+start in well under a second): the functions that need torch import it when called. The headless-rendering
+choice the command line makes first thing (:func:`prefer_headless_rendering`) lives here too, not in
+:mod:`robotrl.envs.video` (which re-exports it): the ``robotrl.envs`` package imports gymnasium and torch."""
 
 from __future__ import annotations
 
+import ctypes.util
 import dataclasses
 import hashlib
+import os
 import random
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,6 +26,37 @@ if TYPE_CHECKING:
     import torch
 
 _T = TypeVar("_T")
+
+
+def osmesa_available() -> bool:
+    """True when the OSMesa shared library (Debian ``libosmesa6``) can be found."""
+    return ctypes.util.find_library("OSMesa") is not None
+
+
+def has_display() -> bool:
+    """True when an X11 (``DISPLAY``) or Wayland (``WAYLAND_DISPLAY``) display is set."""
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def prefer_headless_rendering() -> str | None:
+    """Choose OSMesa for MuJoCo before its GL backend is chosen, on a machine without a display.
+
+    The ``robotrl`` command line calls this first thing, so camera recording (``cameras=[...]``,
+    ``video_dir=...``) works headless with no environment variable set by hand. It sets
+    ``MUJOCO_GL=osmesa`` and ``PYOPENGL_PLATFORM=osmesa`` only when ``MUJOCO_GL`` is unset, no
+    display (``DISPLAY``/``WAYLAND_DISPLAY``) is present, mujoco is not imported yet and libOSMesa
+    is installed; otherwise it changes nothing (a display's GLFW, or the user's choice, stays).
+
+    Returns:
+        the backend set (``"osmesa"``), or ``None`` when nothing was changed.
+    """
+    if os.environ.get("MUJOCO_GL", "").strip() or has_display() or "mujoco" in sys.modules:
+        return None
+    if not osmesa_available():
+        return None
+    os.environ["MUJOCO_GL"] = "osmesa"
+    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    return "osmesa"
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

@@ -24,8 +24,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from robotrl._headless import has_display as _has_display
-from robotrl._headless import osmesa_available, prefer_headless_rendering  # noqa: F401  (re-exported)
+from robotrl.utils import has_display as _has_display
+from robotrl.utils import osmesa_available, prefer_headless_rendering  # noqa: F401  (re-exported)
 from robotrl.errors import ConfigError, RobotRLError
 from robotrl.files import atomic_path
 
