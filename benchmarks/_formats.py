@@ -231,11 +231,25 @@ def _qlearning_learning(doc: dict, name: str) -> list[dict]:
     return [{**_meta(doc, name), "task": task, "metric": "return", "budgets": sorted(int(s) for s in steps), "runs": runs}]
 
 
+def _online_robot(doc: dict, name: str) -> list[dict]:
+    """``bench_online_robot.py``: success before / after a short online run on the twin, per mode (a method each;
+    ``(paced)``: the twin kept to wall-clock time). Curves: ``[0, before]`` and ``[robot env steps, after]``."""
+    runs = []
+    for r in doc["runs"]:
+        method = f"{r['mode']}{' (paced)' if r.get('paced') else ''}"
+        runs.append({"method": method, "family": r["mode"], "peer": False, "seed": r["seed"],
+                     "offline_score": r["success_before"],
+                     "curve": [[0, r["success_before"]], [int(r["steps"]), r["success_after"]]], "wall_s": r["wall_s"]})
+    return [{**_meta(doc, name), "task": "PointMaze twin, online RL through real actor and learner processes",
+             "metric": "success", "budgets": [], "runs": runs}]
+
+
 #: The converter of each script's raw output (``kind`` of :func:`as_result`).
 CONVERTERS = {"replay": _replay, "bridge": _bridge, "bridge_compare": _bridge_compare,
               "reinflow_latency": _reinflow_latency, "shortcut_quality": _shortcut_quality, "online_link": _online_link,
               "dppo_throughput": _dppo_throughput, "qlearning_throughput": _qlearning_throughput,
-              "dppo_learning": _dppo_learning, "residual": _residual, "qlearning_learning": _qlearning_learning}
+              "dppo_learning": _dppo_learning, "residual": _residual, "qlearning_learning": _qlearning_learning,
+              "online_robot": _online_robot}
 
 #: Keys of a raw document that stay at the top level of the result (what the suite reads besides the form).
 TOP = ("command", "argv", "environment", "partial")
@@ -283,6 +297,8 @@ def detect(doc: dict) -> str | None:
         return "residual"
     if "per_seed" in doc:
         return "qlearning_learning"
+    if str(doc.get("benchmark", "")).startswith("online_robot") and isinstance(doc.get("runs"), list):
+        return "online_robot"
     return None
 
 

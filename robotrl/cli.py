@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> None:
 
     Process-wide settings belong here, not to ``import robotrl``: the glibc allocator tuning
     (:func:`robotrl._alloc.tune_malloc`; ``ROBOTRL_MALLOC_TUNE=0`` opts out) and headless
-    MuJoCo rendering on a machine without a display (:func:`robotrl.envs.video.prefer_headless_rendering`).
+    MuJoCo rendering on a machine without a display (:func:`robotrl.utils.prefer_headless_rendering`).
     Bad input ends with one line ``robotrl: error: ...`` and exit status 2.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"robotrl: error: unknown command {cmd!r}{_did_you_mean(cmd, list(_COMMANDS))}\n{USAGE}", file=sys.stderr)
         sys.exit(2)
     from robotrl._alloc import tune_malloc
-    from robotrl.envs.video import prefer_headless_rendering
+    from robotrl.utils import prefer_headless_rendering  # not robotrl.envs: that package imports torch
 
     tune_malloc()
     prefer_headless_rendering()

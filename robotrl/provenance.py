@@ -36,11 +36,13 @@ import socket
 import sys
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from robotrl.files import atomic_write
 from robotrl.utils import native_bf16
+
+if TYPE_CHECKING:  # torch is imported by machine_record only: robotrl.bench reads cpu_model without it
+    import torch
 
 FILE = "provenance.json"
 
@@ -72,6 +74,8 @@ def machine_record(device: str | torch.device | None = None) -> dict:
         :func:`robotrl.utils.native_bf16`), ``gpu`` (name of the current CUDA device, ``None`` without
         one), ``device``, ``python``, ``torch``, ``platform`` and ``argv``.
     """
+    import torch
+
     gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else None
     return {"host": socket.gethostname(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
             "cpu_bf16": native_bf16("cpu"), "gpu": gpu, "device": None if device is None else str(device),

@@ -1,21 +1,62 @@
 """Small shared utilities: device choice, seeding, RNG state (pickle-free) and the config section check.
-Atomic file writes are :mod:`robotrl.files` (no torch there)."""
+Atomic file writes are :mod:`robotrl.files` (no torch there).
+
+Importing this module does not import torch (the command line's non-training commands import it and
+start in well under a second): the functions that need torch import it when called. The headless-rendering
+choice the command line makes first thing (:func:`prefer_headless_rendering`) lives here too, not in
+:mod:`robotrl.envs.video` (which re-exports it): the ``robotrl.envs`` package imports gymnasium and torch."""
 
 from __future__ import annotations
 
+import ctypes.util
 import dataclasses
 import hashlib
+import os
 import random
+import sys
 import warnings
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import torch
 
 from robotrl.errors import ConfigError
 
+if TYPE_CHECKING:
+    import torch
+
 _T = TypeVar("_T")
+
+
+def osmesa_available() -> bool:
+    """True when the OSMesa shared library (Debian ``libosmesa6``) can be found."""
+    return ctypes.util.find_library("OSMesa") is not None
+
+
+def has_display() -> bool:
+    """True when an X11 (``DISPLAY``) or Wayland (``WAYLAND_DISPLAY``) display is set."""
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def prefer_headless_rendering() -> str | None:
+    """Choose OSMesa for MuJoCo before its GL backend is chosen, on a machine without a display.
+
+    The ``robotrl`` command line calls this first thing, so camera recording (``cameras=[...]``,
+    ``video_dir=...``) works headless with no environment variable set by hand. It sets
+    ``MUJOCO_GL=osmesa`` and ``PYOPENGL_PLATFORM=osmesa`` only when ``MUJOCO_GL`` is unset, no
+    display (``DISPLAY``/``WAYLAND_DISPLAY``) is present, mujoco is not imported yet and libOSMesa
+    is installed; otherwise it changes nothing (a display's GLFW, or the user's choice, stays).
+
+    Returns:
+        the backend set (``"osmesa"``), or ``None`` when nothing was changed.
+    """
+    if os.environ.get("MUJOCO_GL", "").strip() or has_display() or "mujoco" in sys.modules:
+        return None
+    if not osmesa_available():
+        return None
+    os.environ["MUJOCO_GL"] = "osmesa"
+    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    return "osmesa"
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -24,6 +65,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     Raises:
         ValueError: ``"cuda"`` requested but no GPU is visible.
     """
+    import torch
+
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -40,6 +83,8 @@ def native_bf16(device: str | torch.device = "cpu") -> bool | None:
     AVX2 EPYC here a (7936, 64) x (64, 64) product took 66 ms in bf16 against 15 ms in
     float32, so ``matmul_dtype=bfloat16`` slows the Q-learning update instead of speeding it.
     """
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
@@ -55,6 +100,8 @@ def native_bf16(device: str | torch.device = "cpu") -> bool | None:
 
 def set_seed(seed: int) -> None:
     """Seed Python, NumPy and torch (CPU and CUDA)."""
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -62,6 +109,8 @@ def set_seed(seed: int) -> None:
 
 def get_rng_state() -> dict:
     """Python, NumPy and torch RNG states as tensors/lists (loadable with ``weights_only=True``)."""
+    import torch
+
     py = random.getstate()
     np_state = np.random.get_state()
     out = {
@@ -105,6 +154,8 @@ def set_rng_state(state: dict) -> None:
     (a resume on a GPU) carries them there, while torch takes RNG states only as CPU byte tensors.
     CUDA generators are restored for the devices both the state and this machine have.
     """
+    import torch
+
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]

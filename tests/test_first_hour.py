@@ -76,6 +76,25 @@ def test_import_changes_nothing_process_wide():
     assert out.stdout.split() == ["not", "run", "False", "None"], out.stdout
 
 
+def test_the_command_line_and_its_non_training_commands_do_not_import_torch():
+    """``import robotrl.cli`` and ``robotrl bench list`` / ``robotrl collect list=true`` leave torch unimported
+    (it costs ~3 s, which every command paid while robotrl.utils, robotrl.data and robotrl.envs imported it);
+    the lazy names still resolve afterwards (``robotrl.data.Batch`` then imports torch)."""
+    probe = ("import sys; import robotrl, robotrl.cli, robotrl.utils, robotrl.provenance, robotrl.bench.cli, "
+             "robotrl.collect, robotrl.data; print('torch' in sys.modules, end=' '); "
+             "print(robotrl.data.Batch.__module__, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "robotrl.data.batch", "True"], out.stdout
+    for args in (["bench", "list"], ["collect", "list=true"]):  # the commands themselves (they end in sys.exit)
+        run = ("import atexit, sys; atexit.register(lambda: print('torch loaded:', 'torch' in sys.modules)); "
+               f"from robotrl.cli import main; main({args!r})")
+        out = subprocess.run([sys.executable, "-c", run], env=_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 0, (args, out.stderr[-2000:])
+        assert out.stdout.splitlines()[-1] == "torch loaded: False", (args, out.stdout[-500:])
+        assert "pointmaze" in out.stdout, (args, out.stdout[-500:])
+
+
 def test_learning_curve_leaves_the_matplotlib_backend_alone(tmp_path):
     probe = ("import matplotlib; matplotlib.use('svg'); from pathlib import Path; from robotrl.report import "
              "plot_learning_curve; p = plot_learning_curve([{'step': 0, 'return_mean': 1.0}, {'step': 5, 'return_mean': 2.0}],"

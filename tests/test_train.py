@@ -51,11 +51,20 @@ def _compose(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
 
 
+@pytest.fixture(scope="module")
+def bc_cli_run(minari_module_root, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One real ``robotrl train`` process (BC, 300 updates, evaluations and checkpoints at 150 and 300), its output
+    piped, with the progress summary lines on (log_every 10); the end-to-end test and the piped-output test read it."""
+    run_dir = tmp_path_factory.mktemp("bc-cli") / "run"
+    res = _robotrl(["train", *TINY[:-2], "trainer.progress=true", "trainer.log_every=10", "torch_threads=1",
+                    "trainer.offline_steps=300", "trainer.eval_every=150", "trainer.checkpoint_every=150",
+                    f"run_dir={run_dir}"], minari_module_root)
+    return res, run_dir
+
+
 @pytest.mark.slow
-def test_train_generates_dataset_evaluates_reports_and_eval_cli(minari_module_root, tmp_path):
-    run_dir = tmp_path / "run"
-    res = _robotrl(["train", *TINY, "trainer.offline_steps=300", "trainer.eval_every=150",
-                    "trainer.checkpoint_every=150", f"run_dir={run_dir}"], minari_module_root)
+def test_train_generates_dataset_evaluates_reports_and_eval_cli(bc_cli_run, minari_module_root, tmp_path):
+    res, run_dir = bc_cli_run
     assert res.returncode == 0, res.stderr[-3000:]
     # the dataset was generated on first use and cached under the Minari root
     assert (minari_module_root / DATASET_ID / "data" / "metadata.json").is_file()
@@ -277,17 +286,15 @@ def test_killed_on_policy_run_resumes_exactly(minari_module_root, tmp_path, kill
     assert any((run_dir / "tb").iterdir()), "on-policy runs write TensorBoard events"
 
 
-def test_piped_output_prints_summary_lines_not_a_bar(minari_module_root, tmp_path):
+def test_piped_output_prints_summary_lines_not_a_bar(bc_cli_run):
     """With stdout/stderr piped (a log file), progress is one summary line per 5 % of the
-    budget, not a tqdm refresh per update."""
-    res = _robotrl(["train", *TINY[:-2], "trainer.progress=true", "trainer.offline_steps=200",
-                    "trainer.eval_every=100000", "trainer.checkpoint_every=100000", "trainer.log_every=10",
-                    "torch_threads=1", f"run_dir={tmp_path / 'run'}"], minari_module_root)
+    budget, not a tqdm refresh per update (the end-to-end run's own output: 300 updates)."""
+    res, _ = bc_cli_run
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("[bc on ")]
     assert len(lines) == 20, lines
-    assert lines[0].startswith("[bc on ") and " 10/200 (5%) step 10 · " in lines[0] and "loss" in lines[0]
-    assert " 200/200 (100%) step 200 · " in lines[-1]
+    assert lines[0].startswith("[bc on ") and " 15/300 (5%) step 15 · " in lines[0] and "loss" in lines[0]
+    assert " 300/300 (100%) step 300 · " in lines[-1]
     assert "\r" not in res.stderr and "it/s]" not in res.stderr  # no bar refreshes
 
 

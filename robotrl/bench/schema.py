@@ -2,7 +2,7 @@
 
 Every suite script writes this form, with its own raw figures under ``details`` (the scripts' converters are in
 ``benchmarks/_formats.py``, beside the scripts; ``python benchmarks/_formats.py FILE`` converts a file an older
-script wrote). The one exception left: ``bench_online_robot.py``'s own form, read by :func:`_online_robot`.
+script wrote).
 
 Learning results (one benchmark = one table and one plot)::
 
@@ -106,10 +106,6 @@ def command_of(doc: dict) -> str | None:
     return None
 
 
-def _meta(doc: dict, benchmark: str) -> dict:
-    return {"benchmark": benchmark, "command": command_of(doc), "environment": doc.get("environment", {})}
-
-
 def _num(x) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
@@ -147,22 +143,7 @@ def _reinflow_learning_time(doc: dict) -> dict | None:
             "environment": doc.get("environment", {}), "rows": rows}
 
 
-def _online_robot(doc: dict, name: str) -> list[dict]:
-    """``bench_online_robot.py``: success before / after a short online run on the twin, per mode (a method each;
-    ``(paced)``: the twin kept to wall-clock time). Curves: ``[0, before]`` and ``[robot env steps, after]``."""
-    runs = []
-    for r in doc["runs"]:
-        method = f"{r['mode']}{' (paced)' if r.get('paced') else ''}"
-        runs.append({"method": method, "family": r["mode"], "peer": False, "seed": r["seed"],
-                     "offline_score": r["success_before"],
-                     "curve": [[0, r["success_before"]], [int(r["steps"]), r["success_after"]]], "wall_s": r["wall_s"]})
-    return [{**_meta(doc, name), "task": "PointMaze twin, online RL through real actor and learner processes",
-             "metric": "success", "budgets": [], "runs": runs}]
-
-
-def _detect(doc: dict):
-    if doc.get("benchmark") == "online_robot" and isinstance(doc.get("runs"), list) and "budgets" not in doc:
-        return _online_robot  # bench_online_robot.py's own form, until that script writes the learning form itself
+def _detect(doc: dict) -> str | None:
     if is_learning(doc) and (not doc["runs"] or (isinstance(doc["runs"][0], dict) and "curve" in doc["runs"][0])):
         return "learning"
     if is_throughput(doc):
@@ -192,12 +173,9 @@ def normalize(doc: dict, name: str) -> list[dict]:
         if rt is not None:
             docs.append(validate_throughput(rt))
         return docs
-    if kind == "throughput":
-        out = {**doc}
-        out.setdefault("command", command_of(doc))
-        return [validate_throughput(out)]
-    docs = kind(doc, name)
-    return [validate_learning(d) if "runs" in d else validate_throughput(d) for d in docs]
+    out = {**doc}  # throughput
+    out.setdefault("command", command_of(doc))
+    return [validate_throughput(out)]
 
 
 def load_results(path: str | Path) -> list[dict]:

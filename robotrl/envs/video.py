@@ -14,7 +14,6 @@ Software rendering costs about 150 ms per 240x240 frame: keep frames small
 
 from __future__ import annotations
 
-import ctypes.util
 import importlib.util
 import os
 import sys
@@ -25,6 +24,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from robotrl.utils import has_display as _has_display
+from robotrl.utils import osmesa_available, prefer_headless_rendering  # noqa: F401  (re-exported)
 from robotrl.errors import ConfigError, RobotRLError
 from robotrl.files import atomic_path
 
@@ -37,11 +38,6 @@ _APT_HINT = (
 
 class RenderingError(RobotRLError, RuntimeError):
     """Frames cannot be rendered or written (missing OSMesa, missing video encoder)."""
-
-
-def osmesa_available() -> bool:
-    """True when the OSMesa shared library (Debian ``libosmesa6``) can be found."""
-    return ctypes.util.find_library("OSMesa") is not None
 
 
 def configure_headless_rendering() -> str:
@@ -94,35 +90,10 @@ def _switch_mujoco_to_osmesa() -> None:
     gl.GLContext = GLContext
 
 
-def _has_display() -> bool:
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-
-
 def _backend_mujoco_chose() -> str | None:
     """The ``MUJOCO_GL`` value mujoco read when it chose its GL backend; ``None`` before that."""
     gl = sys.modules.get("mujoco.gl_context")
     return None if gl is None else str(getattr(gl, "_MUJOCO_GL", ""))
-
-
-def prefer_headless_rendering() -> str | None:
-    """Choose OSMesa for MuJoCo before its GL backend is chosen, on a machine without a display.
-
-    The ``robotrl`` command line calls this first thing, so camera recording (``cameras=[...]``,
-    ``video_dir=...``) works headless with no environment variable set by hand. It sets
-    ``MUJOCO_GL=osmesa`` and ``PYOPENGL_PLATFORM=osmesa`` only when ``MUJOCO_GL`` is unset, no
-    display (``DISPLAY``/``WAYLAND_DISPLAY``) is present, mujoco is not imported yet and libOSMesa
-    is installed; otherwise it changes nothing (a display's GLFW, or the user's choice, stays).
-
-    Returns:
-        the backend set (``"osmesa"``), or ``None`` when nothing was changed.
-    """
-    if os.environ.get("MUJOCO_GL", "").strip() or _has_display() or "mujoco" in sys.modules:
-        return None
-    if not osmesa_available():
-        return None
-    os.environ["MUJOCO_GL"] = "osmesa"
-    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
-    return "osmesa"
 
 
 VIDEO_FORMATS = ("gif", "mp4")

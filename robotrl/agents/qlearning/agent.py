@@ -428,8 +428,8 @@ class QLAgent(OffPolicyAgentBase):
 
         Returns:
             Detached scalar tensors: ``q_mean``, ``q_max``, ``td_error``, ``critic_loss``,
-            ``actor_loss``, ``entropy``, ``alpha``, ``offline_frac`` and algorithm extras
-            (``cql_penalty``, ``calql_bound_rate``, ``value_loss``, ``adv_mean``).
+            ``actor_loss``, ``entropy``, ``alpha`` (``alpha_loss`` when the temperature learns), ``offline_frac``
+            and algorithm extras (``td_loss``, ``cql_penalty``, ``calql_bound_rate``, ``value_loss``, ``adv_mean``).
         """
         batch = batch.to(self.device)
         if self.retention.reference is not None:
@@ -515,8 +515,10 @@ class QLAgent(OffPolicyAgentBase):
         self._opt_step(self.actor_opt, actor_loss if keep is None else actor_loss + keep, self.actor.parameters())
         if self.fixed_alpha is None:
             self.alpha_opt.zero_grad(set_to_none=True)
-            L.temperature_loss(self.log_alpha, logp, self.target_entropy).backward()
+            alpha_loss = L.temperature_loss(self.log_alpha, logp, self.target_entropy)
+            alpha_loss.backward()
             self.alpha_opt.step()
+            kept = {**kept, "alpha_loss": alpha_loss.detach()}  # the temperature's loss, logged beside alpha
         return {"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean(), "alpha": alpha.detach(), **kept}
 
     def _iql_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:

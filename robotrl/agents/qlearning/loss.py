@@ -159,7 +159,7 @@ def cql_critic_loss(critic: Critic, obs: torch.Tensor, act: torch.Tensor, target
         mc_lower_bound: ``(B,)`` Cal-QL's ``V^μ(s)`` or ``None`` (plain CQL).
 
     Returns:
-        ``(loss, q (N, B) of the data actions, {"cql_penalty", "cql_ood"[, "calql_bound_rate"]})``.
+        ``(loss, q (N, B) of the data actions, {"td_loss", "cql_penalty", "cql_ood"[, "calql_bound_rate"]})``.
     """
     B, R, Da = obs.shape[0], n_actions, act.shape[-1]
     # rows: data (B) | uniform (R·B) | policy at s' (R·B) | policy at s (R·B); all scored at s
@@ -169,8 +169,9 @@ def cql_critic_loss(critic: Critic, obs: torch.Tensor, act: torch.Tensor, target
     lp = logp_pi.reshape(2, R, B).transpose(1, 2)  # (2, B, R): s', s
     penalty, info = cql_penalty(q, rest[0], rest[2], rest[1], lp[1], lp[0], Da, mc_lower_bound=mc_lower_bound,
                                 temperature=temperature, clip_diff=clip_diff)
-    loss = critic_td_loss(q, target) + alpha * penalty.sum()
-    return loss, q, {"cql_penalty": penalty.mean().detach(), **info}
+    td = critic_td_loss(q, target)
+    loss = td + alpha * penalty.sum()
+    return loss, q, {"td_loss": td.detach(), "cql_penalty": penalty.mean().detach(), **info}
 
 
 def q_minus_mc(q: torch.Tensor, mc_returns: torch.Tensor) -> torch.Tensor:

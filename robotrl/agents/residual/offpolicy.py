@@ -439,7 +439,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
 
         Returns:
             Detached ``critic_loss``, ``q_mean``, ``critic_grad_norm`` (and ``actor_loss``, ``actor_grad_norm``,
-            ``alpha``).
+            and for SAC ``alpha``, ``alpha_loss``, ``entropy``).
         """
         dev, p = self.device, self.policy
         obs, nobs = batch.observations.to(dev), batch.next_observations.to(dev)
@@ -518,6 +518,8 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
             t_loss.backward()
             self.alpha_opt.step()
             out["alpha"] = self.log_alpha.exp().detach()
+            out["alpha_loss"] = t_loss.detach()
+            out["entropy"] = -logp.detach().mean()
         return out
 
     # ------------------------------------------------------------------ state
