@@ -3,7 +3,9 @@
 - Serves the benchmark suite's learning-curve plots (``benchmarks/results/<tier>/plots/*.png``) at the
   same paths in the site, so the generated result pages link them where the suite writes them.
 - Expands ``<!-- config: GROUP/NAME.yaml -->`` into that config file, verbatim, as a YAML block
-  (the algorithm pages: reference defaults and the deviations their comments record).
+  (the algorithm pages: reference defaults and the deviations their comments record); for an agent config
+  (``agent/NAME.yaml``, which writes only its presets) also every ``agent.model`` setting as composed: the
+  constructor's defaults included (:func:`robotrl.schema.model_schema`), interpolations as written.
 - Expands ``<!-- config-reference -->`` into the config reference: every group of
   ``robotrl/configs/``, each option with the first line of its comment, and the top-level configs.
 
@@ -12,6 +14,7 @@ Generated from the files at build time, so the pages cannot drift from the confi
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -47,7 +50,22 @@ def _block(rel: str) -> str:
     path = CONFIGS / rel
     if not path.is_file():
         raise FileNotFoundError(f"docs: <!-- config: {rel} --> names no file under robotrl/configs/")
-    return f"`robotrl/configs/{rel}`:\n\n```yaml\n{path.read_text().rstrip()}\n```\n"
+    block = f"`robotrl/configs/{rel}`:\n\n```yaml\n{path.read_text().rstrip()}\n```\n"
+    if rel.startswith("agent/"):
+        block += (f"\n`agent.model` of `agent={path.stem}` as composed (every setting; the defaults are its agent "
+                  f"class's constructor's):\n\n```yaml\n{_composed_model(path.stem).rstrip()}\n```\n")
+    return block
+
+
+@functools.cache
+def _composed_model(agent: str) -> str:
+    """``agent.model`` of ``robotrl train agent=<agent>`` as YAML (unresolved: ``${..gamma}`` stays as written)."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"agent={agent}"])
+    return OmegaConf.to_yaml(cfg.agent.model)
 
 
 def _reference() -> str:
