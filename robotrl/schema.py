@@ -179,7 +179,7 @@ def _setting_type(annotation: Any) -> Any:
         item = args[0] if args else Any
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             return Any
-        return List[item] if item in _SCALARS else Any  # noqa: UP006
+        return List[item] if item in _SCALARS else Any  # type: ignore[valid-type]  # noqa: UP006
     return Any
 
 
