@@ -448,18 +448,21 @@ def test_each_agent_declares_its_architecture_among_its_settings():
 
 
 def test_a_warm_start_adopts_the_fine_tuning_classes_architecture(tmp_path):
-    """``warm_start_architecture`` takes from the checkpoint exactly the keys the fine-tuning class declares: a BC
-    checkpoint's ``hidden`` and ``act`` for PPO, not its ``gaussian`` or ``layer_norm`` (no PPO settings), and
-    nothing that is not an architecture key (its learning rate)."""
+    """``warm_start_architecture`` takes from the checkpoint exactly the recorded keys the fine-tuning class declares
+    (PPO's ``hidden``, ``act``, ``critic_act``), not a recorded setting PPO lacks (BC's ``gaussian``) nor one that is
+    no architecture key (``actor_lr``, ``clip``); an explicit override of a declared key that differs is refused."""
     from robotrl.checkpoint import save_checkpoint
+    from robotrl.errors import ConfigError
     from robotrl.experiment import warm_start_architecture
 
-    recorded = {"_target_": "robotrl.agents.bc.BCAgent", "hidden": [16, 16], "act": "tanh", "gaussian": True,
-                "layer_norm": True, "obs_clip": 10.0, "lr": 0.5}
-    save_checkpoint(tmp_path / "bc.pt", {"config": {"agent": {"model": recorded}}})
-    cfg = _compose("train", ["agent=ppo", f"trainer.init_from={tmp_path / 'bc.pt'}"])
-    taken = OmegaConf.to_container(warm_start_architecture(cfg, overrides=[]).agent.model)
+    recorded = {"_target_": "robotrl.agents.ppo.PPOAgent", "hidden": [16, 16], "act": "tanh", "critic_act": "relu",
+                "gaussian": True, "obs_clip": 10.0, "actor_lr": 0.5, "clip": 0.9}
+    save_checkpoint(tmp_path / "pre.pt", {"config": {"agent": {"model": recorded}}})
+    ov = ["agent=ppo", f"trainer.init_from={tmp_path / 'pre.pt'}"]
+    cfg = _compose("train", ov)
+    taken = OmegaConf.to_container(warm_start_architecture(cfg, overrides=ov).agent.model)
     mine = OmegaConf.to_container(cfg.agent.model)
-    assert (taken["hidden"], taken["act"]) == ([16, 16], "tanh")
-    assert {k: v for k, v in taken.items() if k not in ("hidden", "act")} == {k: v for k, v in mine.items()
-                                                                               if k not in ("hidden", "act")}
+    adopted = {k: v for k, v in taken.items() if mine[k] != v}
+    assert adopted == {"hidden": [16, 16], "act": "tanh", "critic_act": "relu"}
+    with pytest.raises(ConfigError, match=r"agent.model.act=elu conflicts with the warm-start checkpoint"):
+        warm_start_architecture(_compose("train", [*ov, "agent.model.act=elu"]), overrides=[*ov, "agent.model.act=elu"])
