@@ -3,7 +3,10 @@
 - Serves the benchmark suite's learning-curve plots (``benchmarks/results/<tier>/plots/*.png``) at the
   same paths in the site, so the generated result pages link them where the suite writes them.
 - Expands ``<!-- config: GROUP/NAME.yaml -->`` into that config file, verbatim, as a YAML block
-  (the algorithm pages: reference defaults and the deviations their comments record).
+  (the algorithm pages: reference defaults and the deviations their comments record); for an agent config
+  (``agent/NAME.yaml``, which writes only its presets) also every ``agent.model`` setting as composed: the
+  constructor's defaults included (:func:`robotrl.schema.model_schema`), interpolations as written; and the
+  on-policy schedule ``agent.onpolicy`` of the on-policy agents.
 - Expands ``<!-- config-reference -->`` into the config reference: every group of
   ``robotrl/configs/``, each option with the first line of its comment, and the top-level configs.
 
@@ -12,6 +15,7 @@ Generated from the files at build time, so the pages cannot drift from the confi
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -47,7 +51,25 @@ def _block(rel: str) -> str:
     path = CONFIGS / rel
     if not path.is_file():
         raise FileNotFoundError(f"docs: <!-- config: {rel} --> names no file under robotrl/configs/")
-    return f"`robotrl/configs/{rel}`:\n\n```yaml\n{path.read_text().rstrip()}\n```\n"
+    block = f"`robotrl/configs/{rel}`:\n\n```yaml\n{path.read_text().rstrip()}\n```\n"
+    if rel.startswith("agent/"):
+        block += (f"\n`agent.model` (and the on-policy schedule `agent.onpolicy`) of `agent={path.stem}` as composed "
+                  f"(every setting; the defaults are its agent class's constructor's and `OnPolicyConfig`'s):\n\n```yaml\n{_composed_model(path.stem).rstrip()}\n```\n")
+    return block
+
+
+@functools.cache
+def _composed_model(agent: str) -> str:
+    """``agent.model`` (and ``agent.onpolicy``) of ``robotrl train agent=<agent>`` as YAML (unresolved: ``${..gamma}``
+    stays as written)."""
+    import yaml
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"agent={agent}"])
+    shown = {k: OmegaConf.to_container(cfg.agent[k]) for k in ("model", "onpolicy") if cfg.agent.get(k) is not None}
+    return yaml.safe_dump(shown, sort_keys=False, default_flow_style=None, width=120)
 
 
 def _reference() -> str:

@@ -22,7 +22,7 @@ directly (no ``getattr`` probing):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from robotrl.errors import CheckpointError
 if TYPE_CHECKING:
     from robotrl.data.replay import ReplayBuffer
 
-__all__ = ["Agent", "AgentBase", "BCPretrainer", "OffPolicyAgent", "OffPolicyAgentBase", "OnPolicyAgent",
+__all__ = ["FRONTEND_ARCHITECTURE", "Agent", "AgentBase", "BCPretrainer", "OffPolicyAgent", "OffPolicyAgentBase", "OnPolicyAgent",
            "OnPolicyAgentBase", "PartLoader", "ResidualAgent", "agent_device"]
 
 
@@ -46,12 +46,25 @@ def agent_device(agent) -> torch.device:
     return torch.device("cpu")
 
 
+#: The ``agent.model`` settings of the observation front end (:class:`~robotrl.vision.frontend.ObservationFrontend`)
+#: that shape its networks: part of the :attr:`AgentBase.ARCHITECTURE_KEYS` of every agent that reads cameras.
+FRONTEND_ARCHITECTURE: tuple[str, ...] = ("encoder", "pooling", "feature_dim", "channels")
+
+
 class AgentBase:
     """Hook defaults shared by off- and on-policy agents: the warm start (``trainer.init_from``).
 
     Subclasses provide ``policy``, ``state_dict`` and ``load_state_dict`` (their protocol's members).
+
+    Attributes:
+        ARCHITECTURE_KEYS: the constructor settings (``agent.model`` keys) that define the agent's networks (layer
+            sizes, activations, ensemble size, normaliser clipping, chunk horizons, the camera encoder:
+            :data:`FRONTEND_ARCHITECTURE`). A warm start into this class adopts each of them from the checkpoint it
+            loads when the pretraining run recorded it (:func:`robotrl.experiment.warm_start_architecture`), so
+            the weights fit; an explicit override that differs is refused. Default ``()``: nothing adopted.
     """
 
+    ARCHITECTURE_KEYS: ClassVar[tuple[str, ...]] = ()
     policy: nn.Module
 
     def load_pretrained(self, path: str) -> None:

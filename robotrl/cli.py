@@ -355,12 +355,29 @@ def _compose(config_name: str, overrides: list[str]):
 
 
 def _override_error(config_name: str, ov, good: list[str], exc: Exception) -> ConfigError:
-    """One line for an override Hydra refused: an unknown key or group option, with did-you-mean."""
+    """One line for an override Hydra refused: an unknown key or group option, with did-you-mean; a value of the
+    wrong type for a typed setting, with its default; an agent setting that is a build argument, with where it is
+    set instead (:func:`robotrl.schema.wrong_type_line`, :func:`robotrl.schema.build_argument_hint`)."""
+    from omegaconf.errors import ValidationError
+
+    from robotrl.schema import build_argument_hint, wrong_type_line
+
     key, value = ov.key_or_group, ov.value() if not ov.is_delete() else None
     if "/" in key or key in _config_groups():
         options = _group_options(key)
         return ConfigError(f"no {key} config {value!r}{_did_you_mean(str(value), options)} "
                            f"(options: {', '.join(options)})")
+    typed = ov.input_line.split("=", 1)[1] if "=" in ov.input_line else ""
+    moved = build_argument_hint(key, typed)
+    if moved is not None:
+        return ConfigError(moved)
+    if isinstance(exc.__cause__, ValidationError):
+        default = OmegaConf.select(_compose(config_name, good), key, default=None, throw_on_missing=False)
+        if OmegaConf.is_config(default):
+            default = OmegaConf.to_container(default, resolve=True)
+        line = wrong_type_line(key, typed, default, str(exc.__cause__))
+        if line is not None:
+            return ConfigError(line)
     if ov.is_add() or "not in struct" in str(exc) or "Could not override" in str(exc) or "Key '" in str(exc):
         base = _compose(config_name, good)
         keys = _leaf_keys(base)

@@ -153,16 +153,6 @@ def needs_dataset(cfg: DictConfig, tcfg: TrainerConfig) -> bool:
     return tcfg.offline_steps > 0 or tcfg.offline_ratio > 0 or bool(tcfg.init_from)
 
 
-#: ``agent.model`` keys that define the networks (layer sizes, activations, ensemble size, normaliser
-#: clipping, diffusion horizons, the camera encoder): a warm start takes them from the checkpoint it loads.
-#: One rule set for every agent, state or camera (the sizes themselves come from the observation spec,
-#: :func:`check_warm_start_spec`).
-ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_layer_norm", "actor_layer_norm",
-                     "layer_norm", "act", "critic_act", "gaussian", "dropout", "obs_clip", "obs_horizon",
-                     "action_horizon", "act_steps", "denoising_steps", "denoiser", "denoiser_kwargs", "shortcut",
-                     "shortcut_max_steps", "encoder", "pooling", "feature_dim", "channels", "frame_stack")
-
-
 def _size(value: Any) -> list[int]:
     """``image_size`` as ``[H, W]`` (an int ``N`` is ``[N, N]``)."""
     if isinstance(value, (int, float)):
@@ -243,14 +233,8 @@ def camera_args(cfg: DictConfig, data: OfflineData | None) -> dict[str, Any]:
 
 
 def frame_stack_of(cfg: DictConfig) -> int:
-    """``k`` frames per camera: ``obs.frame_stack`` (1 by default), part of the observation spec.
-
-    Raises:
-        ConfigError: the agent config sets ``agent.model.frame_stack`` (its former place).
-    """
-    if (cfg.agent.get("model") or {}).get("frame_stack") is not None:
-        raise ConfigError("agent.model.frame_stack is now obs.frame_stack (frames per camera are part of the "
-                          f"observation spec): pass obs.frame_stack={cfg.agent.model.frame_stack}")
+    """``k`` frames per camera: ``obs.frame_stack`` (1 by default), part of the observation spec (the one knob:
+    ``agent.model.frame_stack`` is no agent setting, refused when the config composes)."""
     return int((cfg.get("obs") or {}).get("frame_stack") or 1)
 
 
@@ -264,14 +248,27 @@ def _explicit_model_keys(overrides: list[str] | None) -> set[str]:
     return keys
 
 
+def architecture_keys(model: DictConfig) -> tuple[str, ...]:
+    """The ``ARCHITECTURE_KEYS`` of the agent class ``model`` (``cfg.agent.model``) instantiates (``_target_``):
+    the settings a warm start adopts from its checkpoint; ``()`` for a class that is no
+    :class:`~robotrl.agent.AgentBase` (a reward model)."""
+    from hydra.utils import get_class
+
+    from robotrl.agent import AgentBase
+
+    cls = get_class(str(model._target_))
+    return cls.ARCHITECTURE_KEYS if issubclass(cls, AgentBase) else ()
+
+
 def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
                             run_dir: Path | None = None, source: str | Path | None = None) -> DictConfig:
     """``cfg`` with the network architecture of the checkpoint it warm-starts from.
 
     A warm start (``trainer.init_from``, for every agent: :func:`robotrl.warmstart.warm_start`)
     loads weights, so the fine-tuning run must build the networks the pretraining run
-    built: every :data:`ARCHITECTURE_KEYS` entry of the checkpoint's recorded
-    ``agent.model`` that this agent also has is taken from the checkpoint (normalisers come
+    built: every key of the fine-tuning agent class's ``ARCHITECTURE_KEYS``
+    (:attr:`robotrl.agent.AgentBase.ARCHITECTURE_KEYS`, declared by each agent class) that the
+    checkpoint's recorded ``agent.model`` holds is taken from the checkpoint (normalisers come
     with the loaded policy). Nothing has to be repeated on the command line.
 
     A run that resumes (``run_dir`` holds ``checkpoints/latest.pt``) is never warm-started
@@ -305,7 +302,7 @@ def warm_start_architecture(cfg: DictConfig, overrides: list[str] | None = None,
     recorded = (load_checkpoint(source).get("config") or {}).get("agent", {}).get("model") or {}
     explicit, adopt = _explicit_model_keys(overrides), {}
     model = OmegaConf.to_container(cfg.agent.model, resolve=True)
-    for key in ARCHITECTURE_KEYS:
+    for key in architecture_keys(cfg.agent.model):
         if key not in recorded or key not in model:
             continue
         mine = model[key]

@@ -127,11 +127,8 @@ def build_agent(model: DictConfig, spec: ObservationSpec, *, obs_normalizer, act
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    kwargs = spec.agent_kwargs()
-    if "frame_stack" in (model or {}):
-        kwargs.pop("frame_stack", None)  # the agent config gives it itself
     try:
-        return instantiate(model, **kwargs, obs_normalizer=obs_normalizer, action_scaler=action_scaler, device=device,
+        return instantiate(model, **spec.agent_kwargs(), obs_normalizer=obs_normalizer, action_scaler=action_scaler, device=device,
                            seed=int(seed), _convert_="all")
     except InstantiationException as exc:
         if isinstance(exc.__cause__, RobotRLError):

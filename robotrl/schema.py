@@ -1,25 +1,38 @@
-"""The run schedules as Hydra structured configs: the one source of their defaults and types.
+"""The run schedules and the agents' settings as Hydra structured configs: the one source of their defaults and types.
 
 :class:`TrainerConfig` (``trainer.*`` of ``robotrl train``) and :class:`OnPolicyConfig`
 (``agent.onpolicy.*`` of the on-policy agents) are registered in Hydra's ``ConfigStore`` as
 ``schema/trainer`` and ``schema/onpolicy`` (:func:`register`); ``configs/train.yaml`` and the
-on-policy agent configs extend them through their defaults lists. So a wrong type
-(``trainer.utd=fast``) or an unknown key (``trainer.ofline_steps=100``) fails when Hydra composes
-the config, before anything is built, and no YAML repeats a default (Hydra's structured configs;
-SB3's habit of one meaning per knob).
+on-policy agent configs extend them through their defaults lists. An agent's settings
+(``agent.model.*``) are the keyword arguments of its constructor: :func:`model_schema` turns them
+into a dataclass (each setting with the constructor's default, typed from its annotation), which
+:mod:`robotrl.configs` registers as ``schema/model/<ClassName>`` for every agent class the agent
+configs instantiate. So a wrong type (``trainer.utd=fast``, ``agent.model.num_critics=2.5``) or an
+unknown key (``trainer.ofline_steps=100``) fails when Hydra composes the config, before anything is
+built (one line from :func:`wrong_type_line` / :func:`build_argument_hint` in the CLI), and no YAML
+repeats a default (Hydra's structured configs; SB3's habit of one meaning per knob).
 """
 
 from __future__ import annotations
 
+import collections.abc
+import copy
+import dataclasses
+import functools
+import importlib
+import inspect
 import math
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, List, Optional, Union  # noqa: UP035  (OmegaConf reads typing's List and Optional)
 
 from robotrl.errors import ConfigError
 from robotrl.utils import check_schedule
 
-__all__ = ["TrainerConfig", "OnPolicyConfig", "RetentionConfig", "RetentionTerm", "register"]
+__all__ = ["BUILD_ARGUMENTS", "TrainerConfig", "OnPolicyConfig", "RetentionConfig", "RetentionTerm", "agent_target",
+           "build_argument_hint", "model_schema", "register", "register_agents", "wrong_type_line"]
 
 
 @dataclass
@@ -138,6 +151,167 @@ def register() -> None:
     cs = ConfigStore.instance()
     cs.store(group="schema", name="trainer", node=TrainerConfig)
     cs.store(group="schema", name="onpolicy", node=OnPolicyConfig)
+
+
+# ---------------------------------------------------------------------- agent settings (agent.model.*)
+#: The agent constructor's arguments that the build path gives (:func:`robotrl.experiment_parts.build_agent`): the
+#: observation spec's sizes, cameras and frame stack (:meth:`robotrl.spec.ObservationSpec.agent_kwargs`), the
+#: normalisers, ``device`` and ``seed``. They are derived or set elsewhere, so they are not ``agent.model`` settings.
+BUILD_ARGUMENTS = ("obs_dim", "action_dim", "image_shapes", "state_layout", "frame_stack", "obs_normalizer",
+                   "action_scaler", "device", "seed")
+
+#: Where each build argument is set instead: a key of the run config, or ``None`` (derived, never set).
+_BUILD_ARGUMENT_KEYS = {"frame_stack": "obs.frame_stack", "device": "device", "seed": "seed"}
+_SCALARS = (int, float, bool, str)
+
+
+def _setting_type(annotation: Any) -> Any:
+    """The structured-config type of a constructor annotation: ``int``/``float``/``bool``/``str``, optional ones,
+    lists of scalars (``Sequence[int]``, ``list[float]``, ``tuple[int, ...]``); anything else ``Any``."""
+    if annotation in _SCALARS:
+        return annotation
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        inner = _setting_type(rest[0]) if len(rest) == 1 else Any
+        return Any if inner is Any else Optional[inner]  # noqa: UP045  (OmegaConf reads typing's Optional)
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence):
+        item = args[0] if args else Any
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            return Any
+        return List[item] if item in _SCALARS else Any  # type: ignore[valid-type]  # noqa: UP006
+    return Any
+
+
+def _annotation(param: inspect.Parameter, namespace: dict) -> Any:
+    """``param``'s annotation evaluated in the constructor's module (``Any`` when absent or not evaluable, such as a
+    name imported only for type checking)."""
+    a = param.annotation
+    if a is inspect.Parameter.empty:
+        return Any
+    if isinstance(a, str):
+        try:
+            return eval(a, namespace)  # noqa: S307  (the constructor's own annotation, from its source)
+        except Exception:  # noqa: BLE001
+            return Any
+    return a
+
+
+def _default_field(default: Any) -> Any:
+    """A dataclass field holding ``default`` (tuples become lists, containers a fresh copy per instance)."""
+    if default is inspect.Parameter.empty:
+        return field(default=dataclasses.MISSING)
+    if isinstance(default, tuple):
+        default = list(default)
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=functools.partial(copy.deepcopy, default))
+    return field(default=default)
+
+
+def agent_settings(cls: type) -> dict[str, inspect.Parameter]:
+    """The settings of agent class ``cls``: its constructor's keyword arguments but :data:`BUILD_ARGUMENTS`
+    (``**kwargs`` is no setting: give the settings as keyword arguments)."""
+    params = inspect.signature(cls.__init__).parameters
+    return {n: p for n, p in params.items() if n != "self" and n not in BUILD_ARGUMENTS
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def agent_target(cls: type) -> str:
+    """The ``_target_`` of agent class ``cls``: ``<package>.<Class>`` when its package exports it (as
+    ``robotrl.agents.qlearning.QLAgent``), else ``<module>.<Class>``."""
+    package = cls.__module__.rpartition(".")[0]
+    if package and getattr(importlib.import_module(package), cls.__name__, None) is cls:
+        return f"{package}.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+@functools.cache
+def model_schema(cls: type) -> type:
+    """The structured config of ``agent.model`` for agent class ``cls``, derived from its constructor.
+
+    One field per setting (:func:`agent_settings`) with the constructor's default, typed from its annotation
+    (:func:`_setting_type`: scalars, optional scalars, lists of scalars; anything else ``Any``), and ``_target_``
+    (:func:`agent_target`). The schema of a subclass agent (its nearest base class with a constructor of its own)
+    is a subclass of that base's schema, so Hydra merges it into a node of the base's type.
+
+    Args:
+        cls: an agent class (as ``configs/agent/*.yaml`` instantiate).
+
+    Returns:
+        A dataclass named ``<ClassName>Settings`` (cached: one class per agent class).
+
+    Raises:
+        TypeError: a subclass constructor that drops a setting of its base's (it could not stand in its node).
+    """
+    settings = agent_settings(cls)
+    namespace = getattr(cls.__init__, "__globals__", {})
+    base = next((b for b in cls.__mro__[1:] if b is not object and "__init__" in vars(b)), None)
+    bases: tuple[type, ...] = ()
+    if base is not None:
+        missing = sorted(set(agent_settings(base)) - set(settings))
+        if missing:
+            raise TypeError(f"{cls.__name__}'s constructor drops settings of its base {base.__name__}: {missing}")
+        bases = (model_schema(base),)
+    spec = [("_target_", str, field(default=agent_target(cls)))]
+    spec += [(n, _setting_type(_annotation(p, namespace)), _default_field(p.default)) for n, p in settings.items()]
+    schema = dataclasses.make_dataclass(f"{cls.__name__}Settings", spec, bases=bases)
+    schema.__module__ = __name__
+    schema.__doc__ = (f"``agent.model`` of :class:`{cls.__module__}.{cls.__qualname__}`: its constructor's settings "
+                      "and defaults (:func:`robotrl.schema.model_schema`).")
+    return schema
+
+
+def register_agents(classes: typing.Iterable[type]) -> None:
+    """Store :func:`model_schema` of each agent class as ``schema/model/<ClassName>`` in Hydra's ``ConfigStore``
+    (idempotent; :mod:`robotrl.configs` does it for its table of agent classes)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for cls in classes:
+        cs.store(group="schema/model", name=cls.__name__, node=model_schema(cls))
+
+
+def build_argument_hint(key: str, value: Any) -> str | None:
+    """The one line for ``agent.model.<build argument>=value`` (:data:`BUILD_ARGUMENTS` are no settings): where it
+    is set instead (``agent.model.frame_stack=2``: set obs.frame_stack=2 instead), or that it is derived.
+    ``None`` for any other key."""
+    prefix = "agent.model."
+    name = key.lstrip("+~")[len(prefix):] if key.lstrip("+~").startswith(prefix) else None
+    if name not in BUILD_ARGUMENTS:
+        return None
+    where = _BUILD_ARGUMENT_KEYS.get(name)
+    if where is not None:
+        return f"{prefix}{name}={value} is not an agent setting: set {where}={value} instead"
+    return (f"{prefix}{name} is not an agent setting: the build path derives it (the observation spec from the env "
+            "and dataset, the normalisers from the dataset); choose obs=, env= or dataset= instead")
+
+
+def wrong_type_line(key: str, value: str, default: Any, reason: str) -> str | None:
+    """The one line for a value of the wrong type at composition, naming the default: ``agent.model.num_critics=2.5
+    is not a whole number (default 10): give a whole number, e.g. agent.model.num_critics=10``.
+
+    Args:
+        key, value: the override as typed (``agent.model.num_critics``, ``2.5``).
+        default: the setting's value before the override (``None``: null).
+        reason: OmegaConf's validation message (it names the type the value could not become).
+
+    Returns:
+        The line, or ``None`` when ``reason`` is not a refusal of a whole number, number or boolean.
+    """
+    import json
+
+    kinds = {"converted to Integer": ("a whole number", 1), "converted to Float": ("a number", 1.0),
+             "valid bool": ("true or false", True)}
+    kind = next((k for k in kinds if k in reason), None)
+    if kind is None:
+        return None
+    what, example = kinds[kind]
+    if isinstance(default, (list, tuple)) or "reference_type=List" in reason:  # an item of a list of scalars
+        what = {"a whole number": "a list of whole numbers", "a number": "a list of numbers"}.get(what, "a list of true/false")
+        example = [example]
+    shown = "null" if default is None else json.dumps(default if not isinstance(default, tuple) else list(default))
+    eg = json.dumps(example if default is None else default, separators=(",", ":"))
+    return f"{key}={value} is not {what} (default {shown}): give {what}, e.g. {key}={eg}"
 
 
 # ---------------------------------------------------------------------- knowledge retention

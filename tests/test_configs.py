@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import shlex
+from collections.abc import Mapping, Sequence  # the annotations of the small agents below (read by model_schema)
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,8 @@ def test_each_env_composes_with_its_default_dataset(env):
     else:
         assert cfg.env.name == env
         assert cfg.dataset.id  # dataset group follows the env
-    OmegaConf.to_container(cfg, resolve=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert "${" not in json.dumps(resolved)  # every interpolation resolves (to a value, not a string of one)
 
 
 @pytest.mark.parametrize("dataset", [d for d in _options("dataset") if d != "gym"])
@@ -90,6 +92,8 @@ def test_each_agent_composes_and_instantiates(agent):
 def test_each_experiment_composes(experiment):
     """The experiment selects the agent it names, every trainer (and on-policy) key it sets is one the trainer
     knows and reaches the composed config, and the agent class it builds exists."""
+    import dataclasses
+
     import yaml
     from hydra._internal.utils import _locate
 
@@ -103,8 +107,10 @@ def test_each_experiment_composes(experiment):
         agent_yaml = yaml.safe_load((CONFIG_DIR / "agent" / f"{agents[0]}.yaml").read_text())
         assert cfg.agent.name == agent_yaml["name"], (experiment, cfg.agent.name)
     tcfg = trainer_config(cfg)  # an unknown trainer key raises ConfigError
+    assert dataclasses.asdict(tcfg) == resolved["trainer"], experiment
     if cfg.agent.get("onpolicy") is not None:
-        onpolicy_config(cfg, tcfg)
+        ocfg = onpolicy_config(cfg, tcfg)
+        assert dataclasses.asdict(ocfg) == {**resolved["agent"]["onpolicy"], "progress": tcfg.progress}, experiment
     assert isinstance(_locate(cfg.agent.model._target_), type)
     for key, value in (own.get("trainer") or {}).items():
         if not (isinstance(value, str) and "${" in value):
@@ -267,3 +273,196 @@ def test_cpu_sized_resfit_on_fetch_push_is_the_recorded_runs_agent():
         for key in ("online_steps", "utd", "her_ratio", "n_step", "batch_size", "offline_ratio", "eval_every"):
             assert rec["trainer"][key] == cpu["trainer"][key], key
         assert rec["env"] == cpu["env"]
+
+
+# ----------------------------------------------------------------------------- agent settings: one default, a type
+def _agent_yaml(agent: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((CONFIG_DIR / "agent" / f"{agent}.yaml").read_text()) or {}
+
+
+def _parent(own: dict) -> str | None:
+    """The agent config ``own`` extends (its defaults list's other agent config), ``None`` for a root config."""
+    parents = [d for d in own.get("defaults", []) if isinstance(d, str) and d != "_self_" and not d.startswith("/")]
+    assert len(parents) <= 1, parents
+    return parents[0] if parents else None
+
+
+@pytest.mark.parametrize("agent", _options("agent"))
+def test_each_agent_setting_has_one_default_and_a_type(agent):
+    """``agent.model`` of every agent config is its class's schema (:func:`robotrl.schema.model_schema`) holding
+    exactly the constructor's settings (defaults and types from the constructor), and the YAML writes only
+    presets: no value it would inherit from its parent config, or from the constructor (root configs, which
+    extend ``/schema/model/<ClassName>@model`` and name no ``_target_``); the same for ``onpolicy``'s schedule."""
+    import dataclasses
+
+    from hydra.utils import get_class
+
+    from robotrl.configs import AGENTS
+    from robotrl.schema import OnPolicyConfig, agent_settings, model_schema
+
+    cfg = _composed_train(f"agent={agent}")
+    cls = get_class(cfg.agent.model._target_)
+    assert cls in AGENTS
+    schema = model_schema(cls)
+    assert OmegaConf.get_type(cfg.agent.model) is schema
+    settings = agent_settings(cls)
+    assert set(cfg.agent.model) == {"_target_", *settings}
+    fresh = OmegaConf.structured(schema)  # the constructor's defaults, as typed nodes
+    for name, param in settings.items():
+        default = list(param.default) if isinstance(param.default, tuple) else param.default
+        assert OmegaConf.to_container(fresh)[name] == default, (cls.__name__, name)
+        assert any(f.name == name for f in dataclasses.fields(schema))
+
+    own = _agent_yaml(agent)
+    parent = _parent(own)
+    model = own.get("model") or {}
+    assert "_target_" not in model, f"{agent}.yaml names _target_: the schema gives it"
+    if parent is None:
+        assert f"/schema/model/{cls.__name__}@model" in own["defaults"], agent
+        inherited = OmegaConf.to_container(fresh)
+        schedule = dataclasses.asdict(OnPolicyConfig()) if "onpolicy" in own else {}
+    else:
+        base = _composed_train(f"agent={parent}").agent
+        assert base.model._target_ == cfg.agent.model._target_  # a subclass would extend its own schema
+        inherited = OmegaConf.to_container(base.model)
+        schedule = OmegaConf.to_container(base.onpolicy) if base.get("onpolicy") is not None else {}
+    repeated = [k for k, v in model.items() if k in inherited and inherited[k] == v]
+    repeated += [f"onpolicy.{k}" for k, v in (own.get("onpolicy") or {}).items() if k in schedule and schedule[k] == v]
+    assert not repeated, f"{agent}.yaml repeats values it inherits ({parent or 'the constructor'}'s): {repeated}"
+
+
+def test_the_schema_of_an_agent_follows_its_constructor_and_its_base_class():
+    """:func:`robotrl.schema.model_schema` on small agent classes: settings typed from the annotations (scalars,
+    optional scalars, lists of scalars, anything else ``Any``), the build arguments left out, a subclass's schema a
+    subclass of its base's (Hydra merges it into the base's node), a wrong type refused when merged, and a subclass
+    that drops a setting of its base refused."""
+    import dataclasses
+    from typing import Any, List, Optional  # noqa: UP035
+
+    from omegaconf.errors import ValidationError
+
+    from robotrl.agent import OffPolicyAgentBase
+    from robotrl.schema import model_schema
+
+    class Small(OffPolicyAgentBase):
+        def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer=None, action_scaler=None,
+                     hidden: Sequence[int] = (8, 8), lr: float = 1e-3, clip: float | None = None, steps: int = 3,
+                     layer_norm: bool = False, act: str = "relu", extra: Mapping | None = None, base=None,
+                     device: str = "cpu", seed: int = 0, image_shapes=None, state_layout=None, frame_stack: int = 1):
+            pass
+
+    class Base(OffPolicyAgentBase):
+        def __init__(self, obs_dim: int, action_dim: int, *, steps: int = 3, lr: float = 1e-3, seed: int = 0):
+            pass
+
+    class Larger(Base):
+        def __init__(self, obs_dim: int, action_dim: int, *, steps: int = 5, lr: float = 1e-3, width: int = 4,
+                     seed: int = 0):
+            pass
+
+    class Drops(Base):
+        def __init__(self, obs_dim: int, action_dim: int, *, lr: float = 1e-3):
+            pass
+
+    small, base, larger = model_schema(Small), model_schema(Base), model_schema(Larger)
+    assert model_schema(Small) is small  # one schema per class
+    types = {f.name: f.type for f in dataclasses.fields(small)}
+    assert types == {"_target_": str, "hidden": List[int], "lr": float, "clip": Optional[float],  # noqa: UP006,UP045
+                     "steps": int, "layer_norm": bool, "act": str, "extra": Any, "base": Any}
+    assert OmegaConf.to_container(OmegaConf.structured(small))["hidden"] == [8, 8]
+    assert issubclass(larger, base) and not issubclass(small, base)
+    merged = OmegaConf.merge(OmegaConf.structured(base), OmegaConf.structured(larger))
+    assert OmegaConf.get_type(merged) is larger and (merged.steps, merged.width, merged.lr) == (5, 4, 1e-3)
+    with pytest.raises(ValidationError):
+        OmegaConf.merge(OmegaConf.structured(small), {"steps": 2.5})
+    with pytest.raises(TypeError, match="drops settings of its base Base"):
+        model_schema(Drops)
+
+
+def _cli_error_line(capsys, args: list[str]) -> str:
+    """The one error line of ``robotrl <args>`` run by the CLI's ``main`` (exit status 2, no traceback)."""
+    from robotrl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("robotrl: error: ") and "Traceback" not in err, err
+    return lines[0].removeprefix("robotrl: error: ")
+
+
+def test_a_wrong_agent_setting_is_one_line_at_composition(capsys, tmp_path):
+    """A value of the wrong type for an agent setting fails when the config composes, in one line naming the default
+    and the way out; an unknown setting gets the closest one; ``agent.model.frame_stack`` names the one knob
+    (``obs.frame_stack``). The first case runs a real ``robotrl train`` process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-m", "robotrl.cli", "train", "agent=sac", "agent.model.num_critics=2.5"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("robotrl: error: ")]
+    assert errors == ["robotrl: error: agent.model.num_critics=2.5 is not a whole number (default 10): give a whole "
+                      "number, e.g. agent.model.num_critics=10"], res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and not (tmp_path / "runs").exists()
+
+    assert _cli_error_line(capsys, ["train", "agent=bc", "agent.model.layer_norm=maybe"]) == (
+        "agent.model.layer_norm=maybe is not true or false (default false): give true or false, "
+        "e.g. agent.model.layer_norm=false")
+    assert _cli_error_line(capsys, ["train", "agent=ppo", "agent.model.actor_lr=fast"]) == (
+        "agent.model.actor_lr=fast is not a number (default 0.0001): give a number, e.g. agent.model.actor_lr=0.0001")
+    assert _cli_error_line(capsys, ["train", "agent=bc", "agent.model.hidden=[64,wide]"]) == (
+        "agent.model.hidden=[64,wide] is not a list of whole numbers (default [256, 256]): give a list of whole "
+        "numbers, e.g. agent.model.hidden=[256,256]")
+    assert _cli_error_line(capsys, ["train", "agent=sac", "obs=pixels", "agent.model.frame_stack=2"]) == (
+        "agent.model.frame_stack=2 is not an agent setting: set obs.frame_stack=2 instead")
+    line = _cli_error_line(capsys, ["train", "agent=iql", "agent.model.num_critic=3"])
+    assert "no config key 'agent.model.num_critic'; did you mean agent.model.num_critics?" in line
+
+
+def test_each_agent_declares_its_architecture_among_its_settings():
+    """``ARCHITECTURE_KEYS`` (:attr:`robotrl.agent.AgentBase.ARCHITECTURE_KEYS`, what a warm start adopts from its
+    checkpoint) of every agent class are constructor settings of that class, without repeats, and every camera
+    agent (one taking ``encoder``) declares the front end's (:data:`robotrl.agent.FRONTEND_ARCHITECTURE`)."""
+    from robotrl.agent import FRONTEND_ARCHITECTURE, AgentBase
+    from robotrl.configs import AGENTS
+    from robotrl.schema import agent_settings
+
+    assert AgentBase.ARCHITECTURE_KEYS == ()
+    declared = 0
+    for cls in AGENTS:
+        if not issubclass(cls, AgentBase):
+            continue
+        keys, settings = cls.ARCHITECTURE_KEYS, agent_settings(cls)
+        assert keys and len(set(keys)) == len(keys), cls.__name__
+        assert set(keys) <= set(settings), (cls.__name__, sorted(set(keys) - set(settings)))
+        if "encoder" in settings:
+            assert set(FRONTEND_ARCHITECTURE) <= set(keys), cls.__name__
+        declared += 1
+    assert declared == len(AGENTS) - 1  # all but the reward classifier (a reward model, never warm-started)
+
+
+def test_a_warm_start_adopts_the_fine_tuning_classes_architecture(tmp_path):
+    """``warm_start_architecture`` takes from the checkpoint exactly the recorded keys the fine-tuning class declares
+    (PPO's ``hidden``, ``act``, ``critic_act``), not a recorded setting PPO lacks (BC's ``gaussian``) nor one that is
+    no architecture key (``actor_lr``, ``clip``); an explicit override of a declared key that differs is refused."""
+    from robotrl.checkpoint import save_checkpoint
+    from robotrl.errors import ConfigError
+    from robotrl.experiment import warm_start_architecture
+
+    recorded = {"_target_": "robotrl.agents.ppo.PPOAgent", "hidden": [16, 16], "act": "tanh", "critic_act": "relu",
+                "gaussian": True, "obs_clip": 10.0, "actor_lr": 0.5, "clip": 0.9}
+    save_checkpoint(tmp_path / "pre.pt", {"config": {"agent": {"model": recorded}}})
+    ov = ["agent=ppo", f"trainer.init_from={tmp_path / 'pre.pt'}"]
+    cfg = _compose("train", ov)
+    taken = OmegaConf.to_container(warm_start_architecture(cfg, overrides=ov).agent.model)
+    mine = OmegaConf.to_container(cfg.agent.model)
+    adopted = {k: v for k, v in taken.items() if mine[k] != v}
+    assert adopted == {"hidden": [16, 16], "act": "tanh", "critic_act": "relu"}
+    with pytest.raises(ConfigError, match=r"agent.model.act=elu conflicts with the warm-start checkpoint"):
+        warm_start_architecture(_compose("train", [*ov, "agent.model.act=elu"]), overrides=[*ov, "agent.model.act=elu"])

@@ -14,7 +14,8 @@ The layers, lowest first (a module may import its own layer and any lower one):
   ``benchmarks`` (README: the core never imports an agent module by name; agents reach the loops through
   :mod:`robotrl.agent`'s protocols and Hydra's ``_target_``);
 - then agents and collectors, Ray workers, the run assembly (``experiment.py``), the robot bridge, the
-  CLI, and ``benchmarks/`` on top.
+  composition roots (the CLI, and :mod:`robotrl.configs`, which imports the agent classes to register their
+  settings' schemas, ``schema/model/<ClassName>``), and ``benchmarks/`` on top.
 
 ``python3 tests/test_layers.py`` prints the dependency listing (each package or core module, its layer,
 and the robotrl packages and modules it imports).
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("robotrl", "robotrl.errors", "robotrl._alloc", "robotrl._resolvers", "robotrl.progress",
                     "robotrl.utils", "robotrl.files", "robotrl.checkpoint", "robotrl.stats", "robotrl.networks",
-                    "robotrl.schema", "robotrl.configs", "robotrl.provenance", "robotrl.logging_wandb")),
+                    "robotrl.schema", "robotrl.provenance", "robotrl.logging_wandb")),
     ("data", ("robotrl.data",)),
     ("envs and vision", ("robotrl.envs", "robotrl.vision")),
     ("run pieces", ("robotrl.agent", "robotrl.policy", "robotrl.utd", "robotrl.evaluation", "robotrl.report",
@@ -46,14 +47,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ray workers", ("robotrl.distributed",)),
     ("run assembly", ("robotrl.experiment",)),
     ("robot bridge", ("robotrl.real_robot",)),
-    ("cli", ("robotrl.cli",)),
+    ("cli and configs", ("robotrl.cli", "robotrl.configs")),  # the composition roots: configs imports the agent classes
     ("benchmarks", ("benchmarks",)),
 ]
 #: The highest layer of the core (see module doc).
 CORE_TOP = "build parts"
 #: Modules the core never imports, whatever the layer table says (the rule the layers exist for).
 NEVER_IN_CORE = ("robotrl.agents", "robotrl.collect", "robotrl.real_robot", "robotrl.distributed",
-                 "robotrl.experiment", "robotrl.cli", "benchmarks")
+                 "robotrl.experiment", "robotrl.cli", "robotrl.configs", "benchmarks")
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -218,23 +219,17 @@ def test_the_core_calls_declared_agent_hooks_without_probing():
 
 
 def test_every_configured_agent_inherits_its_hook_defaults():
-    """Each ``_target_`` of ``configs/agent/*.yaml`` is an agent class built on its kind's base (so every
-    hook the loops call exists), and satisfies its protocol."""
-    import importlib
-
-    import yaml
-
+    """Each agent class the agent configs instantiate (:data:`robotrl.configs.AGENTS`, whose schemas
+    ``configs/agent/*.yaml`` extend) is built on its kind's base (so every hook the loops call exists), and
+    satisfies its protocol."""
     from robotrl.agent import OffPolicyAgent, OffPolicyAgentBase, OnPolicyAgent, OnPolicyAgentBase
+    from robotrl.configs import AGENTS
+    from robotrl.schema import agent_target
 
-    targets = set()
-    for f in sorted((ROOT / "robotrl" / "configs" / "agent").glob("*.yaml")):
-        model = (yaml.safe_load(f.read_text()) or {}).get("model") or {}
-        if isinstance(model, dict) and str(model.get("_target_", "")).startswith("robotrl.agents."):
-            targets.add(model["_target_"])
-    assert len(targets) >= 10, targets
-    for target in sorted(targets):
-        module, _, name = target.rpartition(".")
-        cls = getattr(importlib.import_module(module), name)
+    classes = [c for c in AGENTS if c.__module__.startswith("robotrl.agents.")]
+    assert len(classes) >= 10, classes
+    for cls in classes:
+        target = agent_target(cls)
         if issubclass(cls, OnPolicyAgentBase):
             members = [n for n in dir(OnPolicyAgent) if not n.startswith("_")]
         else:

@@ -639,14 +639,31 @@ class RewardClassifierAgent:
     Args:
         obs_dim, action_dim: ``Do``, ``Da``.
         obs_normalizer, action_scaler, device, seed: accepted like every agent's (unused).
-        **settings: the ``agent.model`` keys (see :func:`run_train`).
+        state: read the state (beside the cameras with ``obs=pixels``; ``False`` there: the frames alone, HIL-SERL).
+        success_last_k: also label the last ``k`` observations of each successful episode positive (HIL-SERL; 0: off).
+        hidden: the learned head's layer sizes.
+        steps, batch_size, lr: Adam optimisation (:func:`fit_success_classifier`).
+        holdout: fraction of episodes held out (half choose the threshold, half report the metrics at it).
+        threshold: a fixed threshold in ``(0, 1)``; ``None``: the best-F1 one on the threshold episodes.
+        encoder, encoder_weights, freeze_encoder, channels, pooling, feature_dim, augment_pad: the camera encoder
+            (``obs=pixels``; :class:`SuccessClassifier`): a frozen pretrained ResNet-10 from a local weights file of
+            width ``channels`` by default, or ``drq`` trained from scratch; ``augment_pad`` the random shift.
 
     Attributes:
+        settings: the settings above by name (what :func:`run_train` reads as ``agent.model``).
         policy: a state :class:`SuccessClassifier` of ``Do`` with the configured head (``run_train`` builds the one
             of the dataset's inputs: its cameras and state).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer=None, action_scaler=None, device="cpu",
-                 seed: int = 0, **settings):
-        self.settings = dict(settings)
-        self.policy = SuccessClassifier(obs_dim, action_dim, hidden=list(settings.get("hidden") or (256, 256)))
+                 seed: int = 0, state: bool = True, success_last_k: int = 0, hidden: Sequence[int] = (256, 256),
+                 steps: int = 2000, batch_size: int = 256, lr: float = 1e-3, holdout: float = 0.2,
+                 threshold: float | None = None, encoder: str = "resnet10", encoder_weights: str | None = None,
+                 freeze_encoder: bool = True, channels: int = 64, pooling: str = "spatial_softmax",
+                 feature_dim: int = 64, augment_pad: int = 0):
+        self.settings = {"state": state, "success_last_k": success_last_k, "hidden": list(hidden), "steps": steps,
+                         "batch_size": batch_size, "lr": lr, "holdout": holdout, "threshold": threshold,
+                         "encoder": encoder, "encoder_weights": encoder_weights, "freeze_encoder": freeze_encoder,
+                         "channels": channels, "pooling": pooling, "feature_dim": feature_dim,
+                         "augment_pad": augment_pad}
+        self.policy = SuccessClassifier(obs_dim, action_dim, hidden=list(hidden))

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from robotrl.agent import OffPolicyAgentBase
+from robotrl.agent import FRONTEND_ARCHITECTURE, OffPolicyAgentBase
 from robotrl.agents.bc.loss import gaussian_nll_loss, mse_loss
 from robotrl.agents.bc.policy import BCPolicy
 from robotrl.data.batch import Batch
@@ -47,6 +47,8 @@ class BCAgent(OffPolicyAgentBase):
         device: torch device.
         seed: seed of the exploration noise.
     """
+
+    ARCHITECTURE_KEYS = ("hidden", "act", "gaussian", "dropout", "layer_norm", "obs_clip", *FRONTEND_ARCHITECTURE)
 
     def __init__(
         self,

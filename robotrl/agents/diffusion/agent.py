@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from robotrl.agent import FRONTEND_ARCHITECTURE
 from robotrl.agents.diffusion.loss import noise_prediction_loss
 from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.diffusion.training import ChunkBCAgent, chunk_inputs
@@ -53,6 +54,9 @@ class DiffusionAgent(ChunkBCAgent):
             (:class:`~robotrl.vision.frontend.ObservationFrontend`; ``image_shapes=None``: a state agent, the other
             camera options unused; ``frame_stack`` must be 1).
     """
+
+    ARCHITECTURE_KEYS = ("obs_horizon", "action_horizon", "act_steps", "denoising_steps", "denoiser",
+                         "denoiser_kwargs", "obs_clip", *FRONTEND_ARCHITECTURE)
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,

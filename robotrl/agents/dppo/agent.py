@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from robotrl.agent import OnPolicyAgentBase
+from robotrl.agent import FRONTEND_ARCHITECTURE, OnPolicyAgentBase
 from robotrl.agents.diffusion.agent import camera_options
 from robotrl.agents.diffusion.sampling import chain_timesteps, sample_chain, step_mean_std
 from robotrl.agents.dppo.loss import chunk_log_prob, clip_schedule, denoising_discount
@@ -97,6 +97,9 @@ class DPPOAgent(OnPolicyAgentBase):
         ConfigError: a retention term that reads the pretraining data (bc, replay, kl_states=offline: not built
             for diffusion chains), or a bad retention setting.
     """
+
+    ARCHITECTURE_KEYS = ("obs_horizon", "action_horizon", "act_steps", "denoising_steps", "denoiser",
+                         "denoiser_kwargs", "obs_clip", "critic_hidden", "critic_act", *FRONTEND_ARCHITECTURE)
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from robotrl.agent import FRONTEND_ARCHITECTURE
 from robotrl.agents.diffusion.agent import camera_options, seeded_init, step_frames
 from robotrl.agents.diffusion.training import ChunkBCAgent, chunk_inputs
 from robotrl.agents.flow.loss import flow_matching_loss, shortcut_loss
@@ -67,6 +68,9 @@ class FlowAgent(ChunkBCAgent):
     Raises:
         ConfigError: bad policy settings (:class:`FlowPolicy`) or ``shortcut_fraction``.
     """
+
+    ARCHITECTURE_KEYS = ("obs_horizon", "action_horizon", "act_steps", "denoiser", "denoiser_kwargs", "obs_clip",
+                         "shortcut", "shortcut_max_steps", *FRONTEND_ARCHITECTURE)
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,

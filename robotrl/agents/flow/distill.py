@@ -88,6 +88,8 @@ class FlowDistillAgent(OffPolicyAgentBase):
         device, seed: torch device; seed of the starting-noise generator.
     """
 
+    ARCHITECTURE_KEYS = ("obs_horizon", "action_horizon", "act_steps", "denoiser", "denoiser_kwargs", "obs_clip")
+
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,
                  denoiser: str = "mlp", denoiser_kwargs: dict | None = None, obs_clip: float | None = 10.0,

@@ -54,6 +54,8 @@ class PPOAgent(OnPolicyAgentBase):
         ConfigError: a retention replay weight (PPO is on-policy: use retention.bc), or a bad retention setting.
     """
 
+    ARCHITECTURE_KEYS = ("hidden", "act", "obs_clip", "critic_hidden", "critic_act")
+
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, hidden: Sequence[int] = (256, 256), act: str = "relu",
                  init_log_std: float = -1.0, obs_clip: float | None = 10.0,

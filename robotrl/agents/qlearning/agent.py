@@ -52,7 +52,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from robotrl.agent import OffPolicyAgentBase
+from robotrl.agent import FRONTEND_ARCHITECTURE, OffPolicyAgentBase
 from robotrl.agents.qlearning import loss as L
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
@@ -130,6 +130,9 @@ class QLAgent(OffPolicyAgentBase):
         ConfigError: ``cache_features`` without a frozen, unshifted, unstacked encoder (names the
             settings to change); retention on a camera agent, or a bad retention setting.
     """
+
+    ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_layer_norm", "actor_layer_norm", "act",
+                         "obs_clip", *FRONTEND_ARCHITECTURE)
 
     def __init__(
         self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer | None,

@@ -57,7 +57,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from robotrl.agent import OnPolicyAgentBase
+from robotrl.agent import FRONTEND_ARCHITECTURE, OnPolicyAgentBase
 from robotrl.agents.diffusion.agent import camera_options
 from robotrl.agents.dppo.agent import rollout_condition
 from robotrl.agents.flow.sampling import euler_sample
@@ -142,6 +142,9 @@ class ReinFlowAgent(OnPolicyAgentBase):
         ValueError: a learning-rate cycle that :func:`~robotrl.agents.reinflow.loss.warmup_cosine_lr` refuses
             (``lr_cycle_iters < 1`` or ``lr_warmup_iters`` not below it).
     """
+
+    ARCHITECTURE_KEYS = ("obs_horizon", "action_horizon", "act_steps", "denoiser", "denoiser_kwargs", "obs_clip",
+                         "shortcut", "shortcut_max_steps", "critic_hidden", "critic_act", *FRONTEND_ARCHITECTURE)
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, obs_horizon: int = 1, action_horizon: int = 4, act_steps: int = 4,

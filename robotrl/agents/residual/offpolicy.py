@@ -92,7 +92,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from robotrl.agent import OffPolicyAgentBase
+from robotrl.agent import FRONTEND_ARCHITECTURE, OffPolicyAgentBase
 from robotrl.agents.qlearning.loss import critic_td_loss, sac_actor_loss, subset_min, td_target, temperature_loss
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import load_base
@@ -189,6 +189,9 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         ConfigError: (cameras) the base cannot be read (names ``agent.model.base``) or does not fit
             (:func:`~robotrl.agents.residual.policy.check_base_fits`).
     """
+
+    ARCHITECTURE_KEYS = ("hidden", "act", "obs_clip", "num_critics", "critic_hidden", "critic_layer_norm",
+                         *FRONTEND_ARCHITECTURE)
 
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer | None,
                  action_scaler: ActionScaler, base=None, base_overrides: dict | None = None, actor: str = "td3",

@@ -82,6 +82,8 @@ class ResidualPPOAgent(OnPolicyAgentBase):
         ConfigError: cameras (``image_shapes``): the on-policy rollouts carry no camera frames to this agent yet.
     """
 
+    ARCHITECTURE_KEYS = ("hidden", "act", "obs_clip", "critic_hidden", "critic_act")
+
     def __init__(self, obs_dim: int, action_dim: int, *, obs_normalizer: ObservationNormalizer,
                  action_scaler: ActionScaler, base=None, base_overrides: dict | None = None,
                  hidden: Sequence[int] = (256, 256), act: str = "relu", residual_scale: float = 0.1,
