@@ -248,8 +248,8 @@ class QLAgent(OffPolicyAgentBase):
                                   "cameras: drop cache_features")
             if self.frame_stack > 1:
                 raise ConfigError("agent.model.cache_features=true caches features per stored frame, and with "
-                                  f"agent.model.frame_stack={self.frame_stack} the encoder reads stacks of frames: "
-                                  "set agent.model.frame_stack=1 or drop cache_features")
+                                  f"obs.frame_stack={self.frame_stack} the encoder reads stacks of frames: "
+                                  "set obs.frame_stack=1 or drop cache_features")
             if not enc.cacheable():
                 raise ConfigError(
                     "agent.model.cache_features=true caches a frozen encoder's features per stored frame: set "
