@@ -23,7 +23,7 @@ from robotrl.bench.readme import markers, replace_block, update_readme
 from robotrl.bench.runner import is_done, norm_argv, read_json, run_tasks
 from robotrl.bench.schema import BenchFormatError, load_results, normalize
 from robotrl.stats import bootstrap_ci, iqm, onset_dip, regret, score_at
-from robotrl.bench.suite import BenchError, Task, repo_root, tier_tasks
+from robotrl.bench.suite import BenchError, Task, checkout_root, repo_root, tier_tasks
 from robotrl.bench.tables import learning_stats, learning_table, throughput_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_adapters_read_every_existing_result_file():
 
 
 def test_every_stored_suite_result_is_in_the_one_form():
-    """The files of both tiers need no adapter: the scripts write the form (benchmarks/_formats.py converts theirs)."""
+    """The files of both tiers need no adapter: the scripts write the form (robotrl.bench.tasks._formats converts theirs)."""
     from robotrl.bench.schema import _detect
 
     for tier in ("quick", "full"):
@@ -198,11 +198,7 @@ def test_tables_render(tmp_path):
 
 def test_offline_only_bc_result_renders_scores_and_its_updates_per_s_part():
     """bench_bc.py's form (no d3rlpy needed): offline-only runs plus a throughput part read as two documents."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_bc", ROOT / "benchmarks" / "bench_bc.py")
-    bench_bc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_bc)
+    from robotrl.bench.tasks import bc as bench_bc
     ev = {"normalized_score": 60.0, "success_rate": 1.0, "return_mean": 140.0}
     rows = [{"contender": c, "seed": s, "updates": 1000, "train_s": t * (1 + s / 10), "eval": ev}
             for s in (0, 1, 2) for c, t in (("robotrl", 2.0), ("d3rlpy", 4.0))]
@@ -513,13 +509,19 @@ def test_sweep_converter_takes_the_metric_asked_for_over_the_normalised_score(tm
     assert doc["metric"] == "success" and doc["runs"][0]["curve"] == [[0, 0.2], [100, 0.7]]
 
 
-def test_repo_root_needs_a_source_checkout(tmp_path, monkeypatch):
+def test_repo_root_is_the_checkout_or_for_an_installed_robotrl_the_current_directorys(tmp_path, monkeypatch):
+    """A clone's suite runs in the clone; an installed one (no benchmarks/ beside the package) in the nearest folder
+    up from the current directory that has benchmarks/, else the current directory (results in ./benchmarks/results)."""
     import robotrl
 
     assert repo_root() == ROOT
     monkeypatch.setattr(robotrl, "__file__", str(tmp_path / "site-packages" / "robotrl" / "__init__.py"))
-    with pytest.raises(BenchError, match="pip install -e ."):
-        repo_root()
+    (tmp_path / "work" / "deep").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "work" / "deep")
+    assert repo_root() == tmp_path / "work" / "deep"
+    (tmp_path / "work" / "benchmarks").mkdir()
+    assert repo_root() == tmp_path / "work" == checkout_root()
+    assert repo_root(tmp_path) == tmp_path
 
 
 def test_benchmarks_and_the_suite_share_one_environment_collector_and_old_results_still_read():

@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("run assembly", ("robotrl.experiment",)),
     ("robot bridge", ("robotrl.real_robot",)),
     ("cli and configs", ("robotrl.cli", "robotrl.configs")),  # the composition roots: configs imports the agent classes
+    ("bench tasks", ("robotrl.bench.tasks",)),  # the suite's benchmark modules: run by name, never imported by the core
     ("benchmarks", ("benchmarks",)),
 ]
 #: The highest layer of the core (see module doc).

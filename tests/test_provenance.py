@@ -83,14 +83,12 @@ def test_a_killed_and_resumed_run_has_two_segment_records(minari_module_root, tm
     assert [r["segment"] for r in stored] == [0, 1] and stored[1]["step_end"] == killed_at + 100
 
 
-def test_the_qlearning_study_carries_each_runs_segments_into_its_result(monkeypatch):
+def test_the_qlearning_study_carries_each_runs_segments_into_its_result():
     """bench_qlearning_learning's rows hold the fine-tuning's and the pretraining's records (and none, not an error,
     for units cached before provenance was recorded)."""
     import argparse
-    from pathlib import Path
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import bench_qlearning_learning as ql
+    from robotrl.bench.tasks import qlearning_learning as ql
 
     pre_rec, ft_rec = {"segment": 0, "phase_start": "offline"}, {"segment": 0, "phase_start": "online"}
     curve = [[0, -5.0, 0.2, 0.0], [1000, -3.0, 0.5, 9.0]]

@@ -1,21 +1,15 @@
-"""The ReinFlow benchmark's results: the latency and shortcut rows its script writes (benchmarks/_formats.py), with
+"""The ReinFlow benchmark's results: the latency and shortcut rows its script writes (robotrl.bench.tasks._formats), with
 the ONNX Runtime latency row, and the "time to DPPO's final return" rows the suite derives from per-seed curves
 (robotrl.bench.schema), including a seed that never reaches it."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
 from robotrl.bench.schema import normalize
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-try:
-    from _formats import as_result  # the script's converter, as bench_reinflow.py writes its result
-finally:
-    sys.path.pop(0)
+from robotrl.bench.tasks._formats import as_result  # the script's converter, as bench_reinflow.py writes its result
 
 
 def _written(raw: dict, name: str, kind: str) -> list[dict]:

@@ -38,8 +38,7 @@ from robotrl.real_robot.protocol import load_key, write_key_file
 from robotrl.real_robot.server import RobotServer
 from robotrl.real_robot.sim import MuJoCoTwin
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_bridge import SLOWLORIS  # noqa: E402  (the attack scripts live with the benchmark that measures them)
+from robotrl.bench.tasks.bridge import SLOWLORIS  # the attack scripts live with the benchmark that measures them
 
 SLOW = ["robot.safety.rate_hz=20"]
 SIM_SAFETY = yaml.safe_load((Path(robotrl.configs.__file__).parent / "robot" / "sim.yaml").read_text())["safety"]

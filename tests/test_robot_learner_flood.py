@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import zmq
@@ -26,8 +25,7 @@ from robotrl.errors import ConfigError
 from robotrl.real_robot.learner_link import HELLO_BYTES, ActorLink, LearnerEndpoint, link_limits
 from robotrl.real_robot.protocol import Authenticator, write_key_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_bridge import LEARNER, LEARNER_FLOOD, hello_rtt, rss_mb  # noqa: E402  (shared with the benchmark)
+from robotrl.bench.tasks.bridge import LEARNER, LEARNER_FLOOD, hello_rtt, rss_mb  # shared with the benchmark
 
 
 

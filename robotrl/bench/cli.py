@@ -55,8 +55,8 @@ def _render(root, tier: str, write_docs: bool) -> None:
     print(f"[bench] tables: {tier_dir(root, tier).relative_to(root)}/tables.md, plots in "
           f"{tier_dir(root, tier).relative_to(root)}/plots/")
     text = render_tier(root, tier, link_prefix="../")
-    if write_docs:
-        page = DOCS_PAGE.format(tier=tier)
+    page = DOCS_PAGE.format(tier=tier)
+    if write_docs and (root / page).is_file():  # a checkout's docs; an installed suite's root has none
         update_readme(root / page, tier, text)
         print(f"[bench] {page}: the {tier} block is rewritten")
 

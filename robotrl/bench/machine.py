@@ -49,6 +49,15 @@ def torch_threads() -> int | None:
     return torch.get_num_threads() if torch is not None else None
 
 
+def command_argv() -> list[str]:
+    """This process's command line as a user types it: ``sys.argv`` with a suite module's file (``python -m
+    robotrl.bench.tasks.x``) as its script ``benchmarks/bench_x.py`` (:func:`robotrl.bench.suite.task_script`), so a
+    result records one command whether the runner or a user started it."""
+    from robotrl.bench.suite import task_script
+
+    return [task_script(sys.argv[0]), *sys.argv[1:]] if sys.argv else []
+
+
 def environment(extra: tuple[str, ...] = ()) -> dict:
     """The one record of where a result was measured, for the suite and every benchmark script.
 
@@ -59,9 +68,9 @@ def environment(extra: tuple[str, ...] = ()) -> dict:
         ``cpu_count``, ``cpu_model``, ``load_average`` (1/5/15 min), ``platform``,
         ``torch_threads`` (``None`` before torch is imported), ``versions`` (python, robotrl
         and :data:`VERSIONED`), ``success_convention`` (:data:`robotrl.evaluation.SUCCESS_CONVENTION`),
-        ``argv`` (the process's command line: the suite's resume key) and ``when`` (UTC, ISO 8601).
+        ``argv`` (the process's command line, :func:`command_argv`: the suite's resume key) and ``when`` (UTC, ISO 8601).
     """
     return {"cpu_count": os.cpu_count(), "cpu_model": cpu_model(), "load_average": load_average(),
             "platform": platform.platform(), "torch_threads": torch_threads(), "versions": versions(extra),
-            "success_convention": _success_convention(), "argv": list(sys.argv),
+            "success_convention": _success_convention(), "argv": command_argv(),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

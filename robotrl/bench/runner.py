@@ -1,7 +1,10 @@
 """Run benchmark tasks as subprocesses, with resume.
 
-Each task runs from the repository root as its own process (``sys.executable``, or the
-d3rlpy interpreter for peer tasks), its output going to ``<tier dir>/logs/<task>.log``.
+Each task runs from the suite's root (:func:`robotrl.bench.suite.repo_root`) as its own process
+(``sys.executable``, or the d3rlpy interpreter for peer tasks): a benchmark as its shipped module
+(``python -m robotrl.bench.tasks.x ...`` for a task that names ``benchmarks/bench_x.py``), a sweep as
+``python -m robotrl.cli train -m ...``; its output goes to ``<tier dir>/logs/<task>.log``. The command
+shown and stored (manifest, results) stays the one a user types (``python benchmarks/bench_x.py ...``).
 A task is **skipped** when its result JSON exists, is not marked partial and records the
 same command (argv, ignoring ``--out``): the command the file itself records
 (``environment.argv`` / ``argv``), else the one this runner recorded in
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from robotrl.bench.machine import environment
 from robotrl.bench.peers import PeerUnavailable, d3rlpy_python
-from robotrl.bench.suite import Task, tier_dir
+from robotrl.bench.suite import Task, task_script, tier_dir
 from robotrl.files import atomic_write
 
 MANIFEST = "manifest.json"
@@ -31,7 +34,8 @@ MANIFEST = "manifest.json"
 
 def norm_argv(argv) -> tuple[str, ...]:
     """argv in comparable form: ``--out X`` and ``--root X`` dropped (where the result and the runs are written, not
-    what is measured), a script path reduced to its file name."""
+    what is measured), a script path reduced to its file name (a task module's file to its script's:
+    :func:`robotrl.bench.suite.task_script`)."""
     out, skip = [], False
     for i, a in enumerate(str(x) for x in argv):
         if skip:
@@ -42,7 +46,7 @@ def norm_argv(argv) -> tuple[str, ...]:
             continue
         if a.startswith(("--out=", "--root=")):
             continue
-        out.append(Path(a).name if i == 0 and a.endswith(".py") else a)
+        out.append(Path(task_script(a)).name if i == 0 and a.endswith(".py") else a)
     return tuple(out)
 
 
@@ -103,9 +107,22 @@ def _python(task: Task, root: Path, log) -> tuple[str, tuple[str, ...], str | No
 
 
 def _command(task: Task, python: str, argv: tuple[str, ...], sweep_dir: Path) -> list[str]:
+    """The process to start: a sweep through ``robotrl.cli``, a benchmark as its module (:attr:`Task.module`),
+    anything else (a checkout-only script, ``-c ...``) as its argv."""
     if task.kind == "train-sweep":
         return [python, "-m", "robotrl.cli", *argv[1:], "trainer.progress=false", f"hydra.sweep.dir={sweep_dir}"]
+    if task.module:
+        return [python, "-m", task.module, *argv[1:]]
     return [python, *argv]
+
+
+def _missing_script(task: Task, root: Path) -> str | None:
+    """Why a task cannot start here (a checkout-only script with no file under ``root``), or None."""
+    script = task.argv[0] if task.argv and task.kind != "train-sweep" else ""
+    if task.module or not script.endswith(".py") or (Path(root) / script).is_file():
+        return None
+    return (f"{script} is not shipped with robotrl and {root} has no such file: run this task from a source clone "
+            "(git clone the repository, `pip install -e .` in it)")
 
 
 def _display_python(python: str, root: Path) -> str:
@@ -140,6 +157,13 @@ def run_tasks(tasks: list[Task], root: Path, tier: str, *, force: bool = False, 
         if done and not force:
             records[task.name] = {"task": task.name, "status": "skipped", "reason": why}
             log(f"[bench] {task.name}: skipped ({why})")
+            continue
+        absent = _missing_script(task, root)
+        if absent:
+            records[task.name] = {"task": task.name, "status": "failed", "reason": absent}
+            manifest["tasks"][task.name] = {"argv": list(task.argv), "output": task.output, "status": "failed",
+                                            "reason": absent, "command": task.display()}
+            log(f"[bench] {task.name}: failed ({absent})")
             continue
         python, argv, missing = _python(task, root, log)
         if missing and not python:

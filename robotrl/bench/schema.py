@@ -1,8 +1,8 @@
 """The one form of benchmark results that the suite reads (tables, plots, regression check).
 
 Every suite script writes this form, with its own raw figures under ``details`` (the scripts' converters are in
-``benchmarks/_formats.py``, beside the scripts; ``python benchmarks/_formats.py FILE`` converts a file an older
-script wrote).
+:mod:`robotrl.bench.tasks._formats`, beside the task modules; ``python benchmarks/_formats.py FILE`` converts a
+file an older script wrote).
 
 Learning results (one benchmark = one table and one plot)::
 
@@ -160,7 +160,7 @@ def normalize(doc: dict, name: str) -> list[dict]:
     kind = _detect(doc)
     if kind is None:
         raise BenchFormatError(f"benchmark result {name!r} is not in the suite's form (keys: {sorted(doc)[:8]}); a file "
-                               "from an older script converts with `python benchmarks/_formats.py FILE`, or rerun it")
+                               "from an older script converts with `python -m robotrl.bench.tasks._formats FILE`, or rerun it")
     if kind == "learning":
         out = {**doc, "benchmark": doc.get("benchmark") or name}
         out.setdefault("command", command_of(doc))

@@ -1,8 +1,11 @@
 """The benchmark tasks of ``robotrl bench`` and its two tiers.
 
-A :class:`Task` is one command run from the repository root: a script under
-``benchmarks/`` (``kind`` ``"throughput"`` or ``"learning"``) or a Hydra multirun of
-``robotrl train`` (``"train-sweep"``), with the JSON file it writes. ``quick`` (under 30
+A :class:`Task` is one command run from the suite's root (:func:`repo_root`): a benchmark
+named by its script ``benchmarks/bench_X.py`` (``kind`` ``"throughput"`` or ``"learning"``),
+which the runner starts as the installed module ``python -m robotrl.bench.tasks.X``
+(:data:`TASKS_PACKAGE`, shipped in the wheel; the checkout's ``benchmarks/bench_X.py`` is a
+shim that runs the same module), or a Hydra multirun of ``robotrl train`` (``"train-sweep"``),
+with the JSON file it writes. ``quick`` (under 30
 minutes on 2 cores, catches regressions; results in ``benchmarks/results/quick/``) and
 ``full`` (the published numbers, same commands as recorded in ``benchmarks/results/*.json``)
 are lists of tasks. Edit the constants below to change what a tier runs; the runner reruns a
@@ -20,7 +23,7 @@ TIERS = ("quick", "full")
 
 
 class BenchError(RobotRLError, ValueError):
-    """Bad use of the benchmark suite (unknown task or tier, no benchmarks folder, ...)."""
+    """Bad use of the benchmark suite (unknown task or tier, a checkout-only script outside a checkout, ...)."""
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,10 @@ class Task:
         name: short id (``--only`` selects by it).
         kind: ``"throughput"`` (timed alone, never beside another task), ``"learning"`` or
             ``"train-sweep"`` (``robotrl train -m ...``, converted to the learning form).
-        argv: for scripts ``["benchmarks/bench_x.py", *args]`` (run with python from the
-            repository root); for sweeps ``["robotrl", "train", "-m", *overrides]``.
-        output: the result JSON, relative to the repository root.
+        argv: for benchmarks ``["benchmarks/bench_x.py", *args]``, the command as a user types it and as
+            the result records it (run as ``python -m robotrl.bench.tasks.x *args``: :attr:`module`); for
+            sweeps ``["robotrl", "train", "-m", *overrides]``.
+        output: the result JSON, relative to the suite's root.
         peer: ``"d3rlpy"`` when the task needs the d3rlpy interpreter (:mod:`robotrl.bench.peers`).
         without_peer: extra args that let the task run without its peer (e.g. ``--skip d3rlpy``);
             empty: the task is skipped when the peer is missing.
@@ -49,6 +53,12 @@ class Task:
     note: str = ""
 
     @property
+    def module(self) -> str | None:
+        """The shipped module that runs this task (``robotrl.bench.tasks.x`` for ``benchmarks/bench_x.py``), or
+        ``None``: a sweep, or a script that is not in :data:`TASKS_PACKAGE` (run from a source checkout)."""
+        return task_module(self.argv[0]) if self.kind != "train-sweep" and self.argv else None
+
+    @property
     def exclusive(self) -> bool:
         """Timing benchmarks run with no other task beside them."""
         return self.kind == "throughput"
@@ -58,6 +68,33 @@ class Task:
         argv = list(self.argv if argv is None else argv)
         prefix = "" if argv and argv[0] == "robotrl" else ("<d3rlpy python> " if self.peer == "d3rlpy" else "python ")
         return prefix + " ".join(_quote(a) for a in argv)
+
+
+#: The package of the suite's benchmark modules (``robotrl/bench/tasks/``). The core never imports it: the runner
+#: starts its modules by name (``python -m``) and finds them as files, so ``robotrl bench list`` imports no torch.
+TASKS_PACKAGE = "robotrl.bench.tasks"
+_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+
+
+def task_module(script: str) -> str | None:
+    """The module of :data:`TASKS_PACKAGE` that a task's script names (``benchmarks/bench_x.py`` ->
+    ``robotrl.bench.tasks.x``), or ``None`` when it names none (not a ``bench_*.py``, or a study that lives in the
+    checkout's ``benchmarks/`` only)."""
+    name = Path(script).name
+    if not (name.startswith("bench_") and name.endswith(".py")):
+        return None
+    stem = name[len("bench_"):-len(".py")]
+    return f"{TASKS_PACKAGE}.{stem}" if (_TASKS_DIR / f"{stem}.py").is_file() else None
+
+
+def task_script(path: str) -> str:
+    """The command's first word as a user types it: a task module's file (``.../robotrl/bench/tasks/x.py``, what
+    ``sys.argv[0]`` holds under ``python -m robotrl.bench.tasks.x``) becomes its script ``benchmarks/bench_x.py``;
+    anything else is returned unchanged. So results record the same command however the task was started."""
+    p = Path(path)
+    if p.suffix == ".py" and not p.stem.startswith("_") and p.parts[-4:-1] == ("robotrl", "bench", "tasks"):
+        return f"benchmarks/bench_{p.stem}.py"
+    return path
 
 
 def _quote(a: str) -> str:
@@ -237,19 +274,25 @@ def tier_tasks(tier: str, only: list[str] | None = None) -> list[Task]:
     return list(tasks)
 
 
-def repo_root() -> Path:
-    """The source checkout that holds ``benchmarks/`` (the suite runs its scripts from there).
+def repo_root(cwd: Path | None = None) -> Path:
+    """The suite's root: where ``robotrl bench`` runs its tasks and keeps ``benchmarks/results/<tier>/`` and ``.bench/``.
 
-    Raises:
-        BenchError: robotrl was installed from a wheel, without the ``benchmarks/`` folder.
+    The source checkout that holds the imported robotrl when it has a ``benchmarks/`` folder (a clone with
+    ``pip install -e .``); otherwise (robotrl installed from a wheel) :func:`checkout_root` of ``cwd``.
     """
     import robotrl
 
     root = Path(robotrl.__file__).resolve().parents[1]
-    if not (root / "benchmarks").is_dir():
-        raise BenchError(f"no benchmarks/ folder next to the installed robotrl ({root}); the benchmark suite runs "
-                         "from a source clone: git clone the repository, then `pip install -e .` in it")
-    return root
+    return root if (root / "benchmarks").is_dir() else checkout_root(cwd)
+
+
+def checkout_root(cwd: Path | None = None) -> Path:
+    """The checkout of the current directory (``cwd``, default :func:`Path.cwd`): the nearest of it and its parents
+    that has a ``benchmarks/`` folder, else ``cwd`` itself. A task writes its relative ``--out`` under
+    ``<this>/benchmarks/results`` (:func:`robotrl.bench.tasks._common.results_dir`); the runner starts each task
+    in the suite's root, so the task writes where ``robotrl bench`` reads."""
+    here = (Path.cwd() if cwd is None else Path(cwd)).resolve()
+    return next((d for d in (here, *here.parents) if (d / "benchmarks").is_dir()), here)
 
 
 def tier_dir(root: Path, tier: str) -> Path:
