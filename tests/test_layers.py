@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # ---- above the core
     ("agents and collectors", ("robotrl.agents", "robotrl.collect")),
     ("ray workers", ("robotrl.distributed",)),
-    ("run assembly", ("robotrl.experiment",)),
+    ("run assembly", ("robotrl.experiment", "robotrl.reset_free")),
     ("robot bridge", ("robotrl.real_robot",)),
     ("cli", ("robotrl.cli",)),
     ("benchmarks", ("benchmarks",)),
