@@ -489,6 +489,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = 
         why = "from cameras" if isinstance(agent, OffPolicyAgent) else "(it has no exploration)"
         raise ConfigError(f"agent={cfg.agent.name} learns offline only {why}: set "
                           "trainer.online_steps=0, or learn online with an off-policy agent (experiment=rlpd)")
+    if cfg.get("reset_free") is not None:  # experiment=reset-free: forward and backward agents on one scene (RoboFuME)
+        from robotrl.reset_free import reset_free_runner
+
+        return reset_free_runner(cfg, run_dir, tcfg, agent, buffer, spec, info, train_env, make_eval_env, ref_scores,
+                                 resolved, title)
 
     def make_train_envs():
         return make_env_from_args(train_env, num_envs=tcfg.num_envs, seed=int(cfg.seed), vectorization="sync")

@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # ---- above the core
     ("agents and collectors", ("robotrl.agents", "robotrl.collect")),
     ("ray workers", ("robotrl.distributed",)),
-    ("run assembly", ("robotrl.experiment",)),
+    ("run assembly", ("robotrl.experiment", "robotrl.reset_free")),
     ("robot bridge", ("robotrl.real_robot",)),
     ("cli and configs", ("robotrl.cli", "robotrl.configs")),  # the composition roots: configs imports the agent classes
     ("bench tasks", ("robotrl.bench.tasks",)),  # the suite's benchmark modules: run by name, never imported by the core

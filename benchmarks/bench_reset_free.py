@@ -1,0 +1,194 @@
+"""Reset-free (RoboFuME) vs reset-based Cal-QL online on PointMaze UMaze with a fixed start and goal (issue 46 item 4).
+
+The task: ``PointMaze_UMaze-v3`` goal reaching with ``maze_map`` start cell ``r`` (bottom left) and goal cell ``g``
+(top left), the two ends of the U; the backward task swaps them. Data: the project's PointMaze recipe (Minari's
+noisy full-speed planner, ``--dataset-steps`` steps of each task, generated once). Per seed, each with its own
+classifiers and pretrainings:
+
+1. a success classifier per task, ``robotrl train agent=reward-classifier`` on the recording's success labels;
+2. Cal-QL pretraining per task (``experiment=calql``, ``--pretrain-steps`` updates: few on purpose, so the online
+   phase starts from a weak forward policy and improvement, not only retention, can show);
+3. reset-based: ``experiment=calql-online`` from the forward pretraining, ``--online-steps`` env steps, the task's
+   resets after every episode;
+4. reset-free: ``experiment=reset-free`` from both pretrainings, the same ``--online-steps`` env steps (both phases
+   together), the classifiers as rewards, one simulator reset plus the interventions (``max_timeouts`` timeouts in
+   a row of one phase; ``intervene=true``).
+
+Both are evaluated the same way: the forward policy from the task's standard resets, ``--eval-episodes`` episodes
+every ``--eval-every`` env steps (evaluation seeds 10000 + seed + i, the runner's). CPU-sized networks (the
+quick tier's deviations: 2 LayerNorm critic heads, an actor and critic of two ``--width`` layers, UTD 1)::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD python3 benchmarks/bench_reset_free.py --seeds 0 --out /tmp/rf-seed0.json
+    python3 benchmarks/bench_reset_free.py --merge /tmp/rf-seed*.json     # the table over seeds
+
+Writes (``--out``, default ``benchmarks/results/studies/reset-free/results.json``) per seed and contender the curve
+``[(env steps, success rate)]``, the offline success, the final and ending (mean of the last ``ENDING_EVALS``
+evaluations) success, env resets (reset-based: the online episodes it began, each with a reset; reset-free: the
+simulator resets, ``sim_resets``) and human resets; and over seeds the IQM with a 95 % bootstrap CI of each, and the
+ratio reset-free / reset-based of the final success IQMs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import environment, set_threads, write_json  # noqa: E402
+
+FWD_MAZE = [[1, 1, 1, 1, 1], [1, "g", 0, 0, 1], [1, 1, 1, 0, 1], [1, "r", 0, 0, 1], [1, 1, 1, 1, 1]]
+BWD_MAZE = [[1, 1, 1, 1, 1], [1, "r", 0, 0, 1], [1, 1, 1, 0, 1], [1, "g", 0, 0, 1], [1, 1, 1, 1, 1]]
+FWD_ID, BWD_ID = "robotrl/pointmaze/umaze-fixed-forward-v1", "robotrl/pointmaze/umaze-fixed-backward-v1"
+CONTENDERS = ("reset-based", "reset-free")
+
+
+def _net(width: int) -> list[str]:
+    return [f"agent.model.hidden=[{width},{width}]", f"agent.model.critic_hidden=[{width},{width}]",
+            "agent.model.num_critics=2", "agent.model.target_subset=null", "agent.model.critic_layer_norm=true"]
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def _data(ds: str) -> list[str]:
+    """The run's dataset: a recorded one, in its own recorded env (the fixed maze)."""
+    return ["env=pointmaze-umaze", "env.name=null", f"dataset.id={ds}", "dataset.recipe=null", "dataset.generate=false"]
+
+
+def ensure_datasets(steps: int) -> None:
+    from robotrl.collect.pointmaze import collect_pointmaze
+    from robotrl.data import datasets_root
+
+    for ds, maze, seed in ((FWD_ID, FWD_MAZE, 0), (BWD_ID, BWD_MAZE, 1)):
+        if not (datasets_root() / ds / "data" / "metadata.json").exists():
+            collect_pointmaze("umaze", num_steps=steps, seed=seed, dataset_id=ds, env_kwargs={"maze_map": maze},
+                              progress=False, ref_episodes=20)
+
+
+def _curve(history: list[dict]) -> list[list[float]]:
+    return [[h["step"], h["success_rate"]] for h in history if h["phase"] == "online" and "success_rate" in h]
+
+
+def _episodes(run_dir: Path) -> int:
+    """Episodes a reset-based run's online phase began, each with an env reset (distinct episode ids of its buffer)."""
+    from robotrl.checkpoint import load_arrays
+
+    b = load_arrays(run_dir / "checkpoints" / "online_buffer.npz")
+    return int(np.unique(np.asarray(b["episode_id"])[: int(b["size"])]).size)
+
+
+def run_seed(seed: int, args, root: Path) -> dict:
+    from robotrl.experiment import build_trainer
+    from robotrl.real_robot.reward_classifier import run_train
+    from robotrl.stats import ENDING_EVALS
+
+    common = [f"seed={seed}", "trainer.progress=false", f"trainer.eval_episodes={args.eval_episodes}",
+              "trainer.eval_envs=5", "torch_threads=1", "device=cpu", *_net(args.width)]
+    out: dict = {}
+    clf, pre = {}, {}
+    t0 = time.perf_counter()
+    for name, ds in (("forward", FWD_ID), ("backward", BWD_ID)):
+        clf[name] = root / f"clf-{name}-seed{seed}"
+        s = run_train(_compose(["agent=reward-classifier", *_data(ds), f"seed={seed}", "agent.model.steps=1500"]),
+                      clf[name])
+        out[f"classifier_{name}"] = {k: s["heldout"][k] for k in ("precision", "recall", "f1", "auc")}
+        pre[name] = root / f"pre-{name}-seed{seed}"
+        build_trainer(_compose(["experiment=calql", *_data(ds), *common, "agent.model.critic_init=data",
+                                f"trainer.offline_steps={args.pretrain_steps}",
+                                f"trainer.eval_every={args.pretrain_steps}",
+                                f"trainer.checkpoint_every={args.pretrain_steps}", f"run_dir={pre[name]}"]),
+                      pre[name], overrides=[]).fit()
+    out["prepare_wall_s"] = time.perf_counter() - t0
+    online = ["trainer.utd=1", "trainer.batch_size=256", f"trainer.online_steps={args.online_steps}",
+              f"trainer.eval_every={args.eval_every}", f"trainer.checkpoint_every={args.online_steps}",
+              f"trainer.init_from={pre['forward']}"]
+    for name in CONTENDERS:
+        run = root / f"{name}-seed{seed}"
+        extra = ["experiment=calql-online"] if name == "reset-based" else [
+            "experiment=reset-free", f"reset_free.backward_dataset.id={BWD_ID}", "reset_free.backward_dataset.generate=false",
+            f"reset_free.forward_classifier={clf['forward']}", f"reset_free.backward_classifier={clf['backward']}",
+            f"reset_free.backward_init_from={pre['backward']}", f"reset_free.max_timeouts={args.max_timeouts}"]
+        t0 = time.perf_counter()
+        tr = build_trainer(_compose([*extra, *_data(FWD_ID), *common, *online, f"run_dir={run}"]), run, overrides=[])
+        s = tr.fit()
+        wall = time.perf_counter() - t0
+        curve = _curve(tr.history)
+        succ = [c[1] for c in curve]
+        row = {"curve": curve, "offline_success": s.get("offline_success_rate"), "final": succ[-1],
+               "ending": float(np.mean(succ[-ENDING_EVALS:])), "best": max(succ), "wall_s": wall}
+        if name == "reset-based":
+            row.update(env_resets=_episodes(run), human_resets=0)
+        else:
+            row.update(env_resets=s["sim_resets"], human_resets=s["human_resets"],
+                       **{k: s[k] for k in ("forward_episodes", "forward_successes", "forward_timeouts", "forward_env_steps",
+                                            "backward_episodes", "backward_successes", "backward_timeouts",
+                                            "backward_env_steps")})
+        out[name] = row
+        print(f"seed {seed} {name}: offline {row['offline_success']} final {row['final']:.2f} ending {row['ending']:.2f} "
+              f"env resets {row['env_resets']} human resets {row['human_resets']} ({wall:.0f} s)", flush=True)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--dataset-steps", type=int, default=20000)
+    p.add_argument("--pretrain-steps", type=int, default=1500)
+    p.add_argument("--online-steps", type=int, default=6000)
+    p.add_argument("--eval-every", type=int, default=1500)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--max-timeouts", type=int, default=3)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--root", default="/tmp/bench_reset_free")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "studies" / "reset-free" /
+                                        "results.json"))
+    p.add_argument("--merge", nargs="+", default=None, help="only build the table from these per-seed result files")
+    args = p.parse_args()
+    set_threads(1)
+    os.environ.setdefault("MINARI_DATASETS_PATH", str(Path(args.root) / "minari"))
+    from robotrl.stats import bootstrap_ci, iqm
+
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        per_seed = {int(k): v for part in parts for k, v in part["per_seed"].items()}
+        args.seeds = sorted(per_seed)
+        commands = [part["command"] for part in parts]
+        env = parts[0]["environment"]
+    else:
+        ensure_datasets(args.dataset_steps)
+        per_seed = {s: run_seed(s, args, Path(args.root)) for s in args.seeds}
+        commands = [" ".join(sys.argv)]
+        env = environment()
+    table = {}
+    for name in CONTENDERS:
+        row = {}
+        for key in ("final", "ending", "env_resets", "human_resets"):
+            vals = [float(per_seed[s][name][key]) for s in args.seeds]
+            row[key] = {"iqm": iqm(vals), "ci95": list(bootstrap_ci(vals)), "per_seed": vals}
+        table[name] = row
+    based, free = table["reset-based"]["final"]["iqm"], table["reset-free"]["final"]["iqm"]
+    ratio = free / based if based > 0 else None
+    print(f"\nseeds {args.seeds}")
+    print(f"{'contender':<13}{'final success':>22}{'ending success':>22}{'env resets':>22}{'human resets':>22}")
+    for name, row in table.items():
+        cells = "".join(f"{row[k]['iqm']:.2f} [{row[k]['ci95'][0]:.2f},{row[k]['ci95'][1]:.2f}]".rjust(22)
+                        for k in ("final", "ending", "env_resets", "human_resets"))
+        print(f"{name:<13}{cells}")
+    print(f"ratio reset-free / reset-based (final success IQM): {ratio if ratio is None else round(ratio, 3)}")
+    write_json(Path(args.out), {"command": " ".join(sys.argv), "commands": commands, "args": vars(args),
+                                "environment": env, "per_seed": {str(k): v for k, v in per_seed.items()},
+                                "table": table, "ratio_final_iqm": ratio})
+
+
+if __name__ == "__main__":
+    main()
