@@ -42,7 +42,6 @@ import numpy as np
 from omegaconf import DictConfig
 
 from robotrl.data import check_spaces, load_dataset
-from robotrl.data.mixing import MixedSampler
 from robotrl.envs.reset_free import PHASES, ResetFreeEnv
 from robotrl.errors import ConfigError
 from robotrl.experiment_parts import action_scaler_for, build_agent, check_warm_start_spec, observation_normalizer, \
@@ -149,7 +148,7 @@ class ResetFreeLoop:
 
     def run(self, runner: Runner) -> None:
         """Episodes of the two phases in turn until ``online_steps`` env steps; ``runner.tick`` after each step."""
-        samplers = {name: self._begin_online(loop) for name, loop in self.loops.items()}
+        samplers = {name: loop.begin_online() for name, loop in self.loops.items()}
         env = self.env
         venv = gym.vector.SyncVectorEnv([lambda: env])  # the loops' vector interface to the one scene
         idle = np.zeros(1, bool)  # no autoreset step ever runs: an ended phase is followed by venv.reset() below
@@ -159,11 +158,11 @@ class ResetFreeLoop:
                 name = env.phase
                 loop = self.loops[name]
                 if self._phase_start:
-                    loop._episodes_start(np.arange(1))  # noqa: SLF001  (the loops' own hooks, see module doc)
+                    loop.episodes_start(np.arange(1))
                     self._phase_start = False
                 # the OffPolicyLoop's own env step (explore, buffer, its step) and UTD updates
-                obs, ended = loop._env_step(venv, obs, idle)  # noqa: SLF001
-                metrics = loop._online_updates(samplers[name])  # noqa: SLF001
+                obs, ended = loop.env_step(venv, obs, idle)
+                metrics = loop.online_updates(samplers[name])
                 self.step += 1
                 self.updates = self.forward.updates + self.backward.updates
                 runner.tick({f"{name}/{k}": v for k, v in metrics.items()}, "online")
@@ -172,19 +171,6 @@ class ResetFreeLoop:
                     self._phase_start = True
         finally:
             venv.close()
-
-    def _begin_online(self, loop: OffPolicyLoop) -> MixedSampler | None:
-        """What :meth:`OffPolicyLoop._online_phase` prepares before its first env step, for one loop: its online
-        buffer (a resumed one's open episode ended), the agent's online start, the offline/online sampler."""
-        if loop.online is None:
-            loop.online = loop._new_online_buffer()  # noqa: SLF001
-        loop.online.end_open_episodes()
-        if loop.offline is not None:
-            loop.agent.attach_offline_data(loop.offline)
-        loop.agent.start_online()
-        if loop.offline is not None and loop.cfg.offline_ratio > 0:
-            return MixedSampler(loop.offline, loop.online, loop.cfg.offline_ratio)
-        return None
 
     def state_dict(self, ckpt_dir: Path) -> dict:
         """Both loops' own state (their buffers under ``ckpt_dir/<phase>/``), their counters, the backward agent and

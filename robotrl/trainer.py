@@ -256,8 +256,11 @@ class OffPolicyLoop:
                 self.offline.add_extra_field(name, d)
         return fields
 
-    def _online_phase(self, runner: Runner) -> None:
-        cfg = self.cfg
+    def begin_online(self) -> MixedSampler | None:
+        """Prepare the online phase, before its first env step (also on resume): the online buffer (a resumed
+        one's open episodes ended: the envs restart), the agent's offline data and online start, the forgetting
+        metric's reference policy; returns the offline/online sampler (``None``: online data only). Loops that
+        drive this loop's steps themselves (:class:`robotrl.reset_free.ResetFreeLoop`) call it too."""
         if self.online is None:
             self.online = self._new_online_buffer()
         self.online.end_open_episodes()  # on resume the envs restart: never link to a pre-kill episode
@@ -267,16 +270,21 @@ class OffPolicyLoop:
         if self.cfg.forgetting_starts and self._reference is None:  # the policy the online phase starts from
             ref = policy_state(self.agent.policy)
             self._reference = {**ref, "state_dict": {k: v.detach().clone() for k, v in ref["state_dict"].items()}}
-        sampler = MixedSampler(self.offline, self.online, cfg.offline_ratio) \
-            if self.offline is not None and cfg.offline_ratio > 0 else None
+        if self.offline is not None and self.cfg.offline_ratio > 0:
+            return MixedSampler(self.offline, self.online, self.cfg.offline_ratio)
+        return None
+
+    def _online_phase(self, runner: Runner) -> None:
+        cfg = self.cfg
+        sampler = self.begin_online()
         envs = self.make_train_envs()
         try:
             obs, _ = envs.reset(seed=self.seed + self.step)
-            self._episodes_start(np.arange(cfg.num_envs))
+            self.episodes_start(np.arange(cfg.num_envs))
             resetting = np.zeros(cfg.num_envs, bool)
             while self.step < self.total:
-                obs, resetting = self._env_step(envs, obs, resetting)
-                runner.tick(self._online_updates(sampler), "online")
+                obs, resetting = self.env_step(envs, obs, resetting)
+                runner.tick(self.online_updates(sampler), "online")
         finally:
             envs.close()
 
@@ -287,7 +295,7 @@ class OffPolicyLoop:
         state, frames = self.obs_layout.split(obs)
         return state[rows], {k: v[rows] for k, v in frames.items()}
 
-    def _env_step(self, envs, obs, resetting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def env_step(self, envs, obs, resetting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One vector step with ``agent.explore`` into the online buffer; returns ``(next obs, resetting)``."""
         actions = self.agent.explore(obs)
         extras = self.agent.explore_extras() if self.online.extra else None
@@ -297,17 +305,17 @@ class OffPolicyLoop:
         (s, im), (s2, im2) = self._split(obs, live), self._split(next_obs, live)
         self.online.add(s, actions[live], rew[live], s2, term[live], trunc[live], env_ids=live, images=im,
                         next_images=im2, extras=None if extras is None else {k: v[live] for k, v in extras.items()})
-        self._episodes_start(np.flatnonzero(resetting))  # those envs only reset: next_obs starts their episode
+        self.episodes_start(np.flatnonzero(resetting))  # those envs only reset: next_obs starts their episode
         self.step += 1
         return next_obs, term | trunc
 
-    def _episodes_start(self, env_ids: np.ndarray) -> None:
+    def episodes_start(self, env_ids: np.ndarray) -> None:
         """Tell an agent that keeps per-env exploration state (a pixel agent's frame stacks: ``reset_explore``)
         that the episodes of ``env_ids`` start with the observations the envs just returned."""
         if env_ids.size:
             self.agent.reset_explore(env_ids)
 
-    def _online_updates(self, sampler) -> dict:
+    def online_updates(self, sampler) -> dict:
         """The updates due after an env step: the warmup updates once, then the UTD schedule's calls
         (:mod:`robotrl.utd`); returns the last metrics."""
         cfg, metrics = self.cfg, {}
