@@ -56,6 +56,7 @@ from robotrl.agent import FRONTEND_ARCHITECTURE, OffPolicyAgentBase
 from robotrl.agents.qlearning import loss as L
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
+from robotrl.agents.qlearning.sung import Sung, conservative_rows, optimistic_choice
 from robotrl.agents.retention import Retention
 
 from robotrl.data.batch import Batch
@@ -119,6 +120,9 @@ class QLAgent(OffPolicyAgentBase):
         retention: knowledge retention in the online phase (:mod:`robotrl.agents.retention`: BC on the
             pretraining data, a KL/action-distance penalty toward the policy frozen at :meth:`start_online`,
             offline replay; ``None``: off, the updates unchanged). State agents only.
+        sung: SUNG's uncertainty-guided online phase (:mod:`robotrl.agents.qlearning.sung`: a density VAE,
+            optimistic exploration, the CQL penalty on the most uncertain rows; ``None``: off, the updates
+            unchanged). State agents whose online rule is SAC only.
 
     Attributes:
         frame_stack: ``k`` frames per camera the policy reads (1 for a state agent): the replay
@@ -128,7 +132,8 @@ class QLAgent(OffPolicyAgentBase):
         ValueError: unknown ``algo`` / ``online_algo`` / ``actor_q``, an IQL/SAC-family switch,
             ``target_subset > num_critics``, or IQL on cameras.
         ConfigError: ``cache_features`` without a frozen, unshifted, unstacked encoder (names the
-            settings to change); retention on a camera agent, or a bad retention setting.
+            settings to change); retention on a camera agent, or a bad retention setting; SUNG on a camera agent,
+            with a non-SAC online rule, or a bad SUNG setting.
     """
 
     ARCHITECTURE_KEYS = ("hidden", "critic_hidden", "num_critics", "critic_layer_norm", "actor_layer_norm", "act",
@@ -151,6 +156,7 @@ class QLAgent(OffPolicyAgentBase):
         feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None, freeze_encoder: bool = False,
         augment_pad: int = 4, state_layout: str | None = None, frame_stack: int = 1, cache_features: bool = False,
         feature_cache_size: int = 100_000, retention: Mapping | None = None,
+        sung: Mapping | None = None,
     ):
         if matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {matmul_dtype!r}")
@@ -218,6 +224,24 @@ class QLAgent(OffPolicyAgentBase):
         if self.retention.enabled and image_shapes:
             raise ConfigError("agent.model.retention is built for state agents; this run has cameras: drop the "
                               "retention settings or obs=pixels")
+        self._init_sung(sung, obs_dim, seed, bool(image_shapes))
+
+    def _init_sung(self, sung: Mapping | None, obs_dim: int, seed: int, cameras: bool) -> None:
+        """SUNG's parts (:class:`~robotrl.agents.qlearning.sung.Sung`; nothing is built when off).
+
+        Raises:
+            ConfigError: SUNG on a camera agent or with an online rule other than SAC, or a bad SUNG setting.
+        """
+        self.sung = Sung(sung, obs_dim, self.action_dim, device=self.device, seed=seed)
+        if not self.sung.enabled:
+            return
+        if cameras:
+            raise ConfigError("agent.model.sung is built for state agents (its VAE reads the state); this run has "
+                              "cameras: drop agent.model.sung or obs=pixels")
+        if (self.online_algo or self.algo) != "sac":
+            raise ConfigError(f"agent.model.sung adds its own conservative term to SAC online; the online rule here is "
+                              f"{self.online_algo or self.algo!r}: set agent.model.online_algo=sac (from a CQL/Cal-QL "
+                              "run) or agent.model.algo=sac (warm-started from a CQL/Cal-QL/IQL checkpoint: agent=sung)")
 
     def _init_cameras(self, cache_features: bool, feature_cache_size: int) -> None:
         """The camera parts (module doc): target encoder, the critic's parameter list (encoder first), Polyak
@@ -309,6 +333,14 @@ class QLAgent(OffPolicyAgentBase):
                 self._check_warm_start_network()
             self.algo = self.online_algo
         self.retention.start(self.policy)  # the frozen pretrained policy (kept from the checkpoint on resume)
+        self._sung_start()
+
+    def _sung_start(self) -> None:
+        """SUNG's online start: its VAE pretrained on the offline data (once; a resume keeps the saved one)."""
+        if self.sung.enabled:
+            p = self.policy
+            self.sung.start(lambda b: (p.obs_normalizer(b.observations),
+                                       p.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)), self.gen)
 
     def load_pretrained(self, path: str) -> None:
         """The whole pretrained agent state (:meth:`robotrl.agent.AgentBase.load_pretrained`); a retention snapshot
@@ -319,6 +351,7 @@ class QLAgent(OffPolicyAgentBase):
     def attach_offline_data(self, buffer) -> None:
         """The pretraining data for knowledge retention (:mod:`robotrl.agents.retention`)."""
         self.retention.attach_data(buffer)
+        self.sung.attach_data(buffer)  # SUNG's VAE pretraining
 
     def _retention_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         """The retention terms for the actor step on normalised states ``obs (B, Do)`` (``None`` when off or
@@ -441,6 +474,8 @@ class QLAgent(OffPolicyAgentBase):
         k = self.critic_utd if B >= self.critic_utd else 1
         critic_step, actor_step = (self._iql_critic, self._iql_actor) if self.algo == "iql" else \
             (self._sac_critic, self._sac_actor)
+        if self.sung.active:  # SUNG online: the CQL penalty on the most uncertain rows (robotrl.agents.qlearning.sung)
+            critic_step = self._sung_critic
         metrics: dict[str, torch.Tensor] = {}
         if self.target_encoder is not None:
             self.policy.train()  # DrQ: random shift on the encoded frames (current and next)
@@ -454,6 +489,8 @@ class QLAgent(OffPolicyAgentBase):
             with self._amp():  # the last minibatch, its features with the gradient stopped (IQL: its advantage)
                 metrics.update(actor_step(mb, advantage, obs.detach()))
             self.retention.tick()
+        if self.sung.active:  # one VAE step per update, on the last minibatch
+            metrics.update(self._sung_vae_step(mb))
         if "offline" in batch.extras:
             metrics["offline_frac"] = batch.extras["offline"].float().mean()
         if self.target_encoder is not None:
@@ -503,6 +540,75 @@ class QLAgent(OffPolicyAgentBase):
         if b.mc_returns is not None:
             metrics["q_minus_mc"] = L.q_minus_mc(q, b.mc_returns)
         return metrics, None, obs
+
+    def _sung_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], None, torch.Tensor]:
+        """SUNG's critic step: SAC's TD loss on every row plus ``λ·cql_alpha`` times the CQL(H) penalty on
+        ``round_down(conservative_fraction·B)`` rows drawn by their uncertainty (:func:`conservative_rows`; the
+        penalty is plain CQL, no Cal-QL floor, as the reference's online loss); returns as :meth:`_sac_critic`."""
+        obs, act, nobs = self._normalize(b)
+        c = self.sung.cfg
+        B, R, Da = obs.shape[0], self.cql["n"], self.action_dim
+        n = 0 if c.conservative == "none" else max(1, int(B * c.conservative_fraction))
+        with torch.no_grad():
+            a_next, lp_next = self.actor.sample(nobs, self.gen)
+            v_next = L.subset_min(self.critic_target(nobs, a_next), self._heads())
+            if self.backup_entropy:
+                v_next = v_next - self.log_alpha.exp().detach() * lp_next
+            target = L.td_target(b.rewards, b.discounts, b.terminated, v_next)
+            u = self.sung.uncertainty(obs, act, self.gen)
+            metrics = {"sung_uncertainty": u.mean()}
+            if n:
+                idx = conservative_rows(u, n, mode=c.conservative, temperature=c.conservative_temperature,
+                                        generator=self.gen)
+                metrics["sung_cql_uncertainty"] = u[idx].mean()
+                a_pi, lp_pi = self.actor.sample_n(torch.cat([nobs[idx], obs[idx]]), R, self.gen)  # (R, 2n, ·)
+                a_pi = a_pi.view(R, 2, n, Da).transpose(0, 1).reshape(2 * R * n, Da)  # rows: s' blocks, then s
+                lp_pi = lp_pi.view(R, 2, n).transpose(0, 1).reshape(2 * R * n)
+                a_rand = torch.rand((R * n, Da), generator=self.gen, device=self.device) * 2 - 1
+        if n:  # one ensemble pass: data rows (B) | uniform, policy at s', policy at s (R·n each, scored at s)
+            q_all = self.critic(torch.cat([obs, obs[idx].repeat(3 * R, 1)]), torch.cat([act, a_rand, a_pi]))
+            q = q_all[:, :B]
+            rest = q_all[:, B:].reshape(q.shape[0], 3, R, n).permute(1, 0, 3, 2)  # (3, N, n, R)
+            lp = lp_pi.reshape(2, R, n).transpose(1, 2)  # (2, n, R): s', s
+            penalty, info = L.cql_penalty(q[:, idx], rest[0], rest[2], rest[1], lp[1], lp[0], Da,
+                                          temperature=self.cql["temperature"], clip_diff=self.cql["clip"])
+            weight = c.conservative_weight * self.cql["alpha"]
+            critic_loss = L.critic_td_loss(q, target) + weight * penalty.sum()
+            metrics.update(cql_penalty=penalty.mean().detach(), **info)
+        else:
+            critic_loss, q, _ = L.sac_critic_loss(self.critic, obs, act, target)
+        self._opt_step(self.critic_opt, critic_loss, self._critic_params)
+        q = q.detach()
+        metrics.update(q_mean=q.mean(), q_max=q.max(), td_error=(q - target).abs().mean(),
+                       critic_loss=critic_loss.detach(), target_mean=target.mean())
+        if b.mc_returns is not None:
+            metrics["q_minus_mc"] = L.q_minus_mc(q, b.mc_returns)
+        return metrics, None, obs
+
+    def _sung_vae_step(self, b: Batch) -> dict[str, torch.Tensor]:
+        """SUNG's one VAE step per update on the minibatch ``b`` (normalised states, actions in [-1, 1])."""
+        p = self.policy
+        loss = self.sung.vae_step(p.obs_normalizer(b.observations), p.action_scaler.normalize(b.actions).clamp(-1.0, 1.0),
+                                  self.gen)
+        return {"vae_loss": loss}
+
+    @torch.no_grad()
+    def _sung_explore(self, obs) -> np.ndarray:
+        """SUNG's optimistic exploration (:func:`optimistic_choice`): raw actions ``(N, Da)`` for raw states
+        ``(N, Do)``; ``Q`` of a candidate is the actor's reduction over the heads (``actor_q``)."""
+        c = self.sung.cfg
+        x = self.policy.eval().obs_normalizer(torch.as_tensor(np.asarray(obs, np.float32), device=self.device))
+        N, C = x.shape[0], c.candidates
+        a, _ = self.actor.sample_n(x, C, self.gen)  # (C, N, Da)
+        xs, flat = x.unsqueeze(0).expand(C, -1, -1).reshape(C * N, -1), a.reshape(C * N, -1)
+        u = self.sung.uncertainty(xs, flat, self.gen).view(C, N)
+        with self._amp():
+            q = self.critic(xs, flat).float()
+        q = (q.mean(0) if self.actor_q == "mean" else q.min(0).values).view(C, N)
+        j = optimistic_choice(q, u, topk=c.topk, order=c.order, mode=c.explore, temperature=c.explore_temperature,
+                              generator=self.gen)
+        chosen = a[j, torch.arange(N, device=self.device)]
+        return self.policy.action_scaler.unnormalize(chosen).cpu().numpy()
 
     def _sac_actor(self, b: Batch, advantage: None, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         """SAC actor (ensemble mean or min) and, unless fixed, temperature step on the critic step's
@@ -572,6 +678,8 @@ class QLAgent(OffPolicyAgentBase):
         the env's ``Dict`` observations (``images=None``: what the trainer's online loop passes; frames
         stacked by the agent's exploration history, :meth:`reset_explore` at episode starts).
         """
+        if self.sung.optimistic:  # SUNG online (a state agent)
+            return self._sung_explore(obs)
         state, imgs = self._inputs(obs, images, self.explore_frames)
         x = self.policy.eval().features(state, imgs) if self.has_cameras else self.policy.obs_normalizer(state)
         a, _ = self.actor.sample(x, self.gen)
@@ -618,6 +726,8 @@ class QLAgent(OffPolicyAgentBase):
             out["target_encoder"] = self.target_encoder.state_dict()
         if self.retention.enabled:
             out["retention"] = self.retention.state_dict()
+        if self.sung.enabled:
+            out["sung"] = self.sung.state_dict()  # VAE, its Adam state, whether it was pretrained
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -629,6 +739,7 @@ class QLAgent(OffPolicyAgentBase):
         set_generator_state(self.gen, state["gen"])
         self.num_updates = int(state.get("num_updates", 0))  # the former PixelSACAgent kept no count
         self.retention.load_state_dict(state.get("retention"), self.policy)
+        self.sung.load_state_dict(state.get("sung"))
 
     def load_parts(self, state: dict, parts: Sequence[str]) -> None:
         """Warm start from a pretrained agent's state: only ``parts`` of ``PARTS``.
