@@ -162,7 +162,8 @@ def build_learner(cfg: DictConfig):
                             interventions_to_demos=bool(cfg.interventions_to_demos), reward_scale=r_scale,
                             reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=float(cfg.agent.get("gamma", 0.99)),
                             seed=int(cfg.seed), pushed_weights_dir=cfg.pushed_weights_dir, pixels=pixels,
-                            offline_steps=int(t.get("offline_steps") or 0), log_every=int(cfg.log_every))
+                            offline_steps=int(t.get("offline_steps") or 0), log_every=int(cfg.log_every),
+                            n_step=int(t.get("n_step", 1)))
     from robotrl.runner import Runner
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
