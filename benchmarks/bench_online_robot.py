@@ -62,14 +62,16 @@ from robotrl.real_robot.online_eval import (  # noqa: E402
     LEARNER_SPARSE,
     MAZES,
     MODES,
+    OPERATORS,
     evaluate_trial,
     run_twin_trial,
     train_twin_classifier,
 )
 
 #: ``--task`` presets: maze, reward, max steps, learner overrides
-TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner": list(LEARNER)},
-         "lcorridor": {"maze": "lcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE)}}
+TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner": list(LEARNER), "operator": "schedule"},
+         "lcorridor": {"maze": "lcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
+                       "operator": "on-failure"}}
 #: bench modes: run_twin_trial's, and ``human-clf`` (``human`` with the classifier's reward)
 BENCH_MODES = [*MODES, "human-clf"]
 ORDER = ["none", "demos", "human", "human-clf", "pretrained", "pretrained-human"]
@@ -89,7 +91,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rate", type=float, default=100.0, help="actor control rate (Hz)")
     p.add_argument("--utd", type=float, default=1.0, help="learner critic updates per transition received (trainer.utd)")
     p.add_argument("--push", type=float, default=1.0, help="weights push period (s)")
-    p.add_argument("--every", type=int, default=2, help="the scripted human drives every n-th episode")
+    p.add_argument("--every", type=int, default=2, help="the scripted human drives every n-th episode (--operator schedule)")
+    p.add_argument("--operator", default=None, choices=list(OPERATORS),
+                   help="schedule: the scripted human drives every --every-th episode in full; on-failure: it watches "
+                        "every episode and takes over only when the policy is stuck or heading back (default: the task's)")
     p.add_argument("--maze", default=None, choices=sorted(MAZES), help="default: the task's")
     p.add_argument("--reward", default=None, choices=["dense", "sparse"], help="default: the task's")
     p.add_argument("--hidden", type=int, default=64)
@@ -130,11 +135,13 @@ def main(argv: list[str] | None = None) -> dict:
                 r = run_twin_trial(Path(d), mode="human" if mode == "human-clf" else mode, seed=seed, episodes=a.episodes, max_steps=a.max_steps,
                                    rate=a.rate, utd=a.utd, push_s=a.push, every=a.every, maze=a.maze, reward=a.reward,
                                    hidden=a.hidden, batch=a.batch, warmup=a.warmup, learner_overrides=a.learner,
-                                   pretrain_steps=a.pretrain_steps, paced=paced, reward_classifier=clf)
+                                   pretrain_steps=a.pretrain_steps, paced=paced, reward_classifier=clf,
+                                   operator=a.operator)
                 ev = evaluate_trial(r, maze=a.maze, reward=a.reward, max_steps=a.max_steps, seeds=seeds,
                                     every_s=a.eval_every)
             s, st = r["summary"], r["status"]
-            runs.append({"mode": mode, "seed": seed, "paced": paced, "wall_s": round(r["wall_s"], 1),
+            runs.append({"mode": mode, "seed": seed, "paced": paced, "operator": a.operator if "human" in mode else None,
+                         "wall_s": round(r["wall_s"], 1),
                          "actor_s": round(r["actor_s"], 1), "learner_start_s": round(r["learner_start_s"], 1),
                          "episodes": s["episodes"], "steps": s["steps"],
                          "interventions": int(sum(s["interventions_per_episode"])),
