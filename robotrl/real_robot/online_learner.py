@@ -108,8 +108,14 @@ class OnlineLearner:
             end or the newest step an actor has sent.
         log_every, eval_every: the Runner's cadences in updates (:class:`LearnerSchedule`).
 
+    The agent's declared ``transition_fields`` (a residual on a chunked base: ``{"base_action": Da}``, the base action
+    each step executed, which the actor sends in every row: ``link_codec.TRANSITION_FIELDS``) are stored per
+    transition in both buffers (the demonstrations' own rows NaN: recomputed; takeover rows as executed), so the TD
+    target relabels with the base action really executed, as ``robotrl train``'s trainer stores them.
+
     Raises:
-        ConfigError: ``offline_ratio > 0`` without demonstrations, bad periods, or ``n_step < 1``.
+        ConfigError: ``offline_ratio > 0`` without demonstrations, bad periods, ``n_step < 1``, or an agent that
+            records per-transition fields the link does not carry.
     """
 
     def __init__(self, agent, endpoint: LearnerEndpoint, spec: RobotSpec, *, demos: ReplayBuffer | None,
@@ -143,9 +149,23 @@ class OnlineLearner:
         if self.pixels and demos is not None and demos.image_shapes != self.image_shapes:
             raise ConfigError(f"the demonstration buffer stores cameras {demos.image_shapes}, the robot sends "
                               f"{self.image_shapes}; build it with the robot's cameras")
+        # the float fields the agent records per transition (a residual on a chunked base: the base action executed),
+        # as robotrl train's trainer reads them; they travel in every transition row (link_codec.TRANSITION_FIELDS)
+        self.transition_fields = dict(getattr(agent, "transition_fields", None) or {})
+        from robotrl.real_robot.link_codec import TRANSITION_FIELDS
+
+        unknown = sorted(k for k in self.transition_fields if TRANSITION_FIELDS.get(k, ("", ""))[1] != "a")
+        if unknown or any(int(d) != self.da for d in self.transition_fields.values()):
+            raise ConfigError(f"agent {type(agent).__name__} records per transition {self.transition_fields}; the actors "
+                              f"send only action-sized fields of the link ({', '.join(TRANSITION_FIELDS)}): use an "
+                              "agent whose fields the robot link carries")
         self.online = ReplayBuffer(online_capacity, self.do, self.da, gamma=gamma, num_envs=max_actors, seed=seed,
                                    device=getattr(agent, "device", "cpu"), image_shapes=self.image_shapes or None,
-                                   frame_stack=int(agent.frame_stack))  # stacks by index, per actor
+                                   frame_stack=int(agent.frame_stack),  # stacks by index, per actor
+                                   extra_dims=self.transition_fields)
+        if demos is not None:  # the demonstrations' rows: NaN (unknown, recomputed); interventions: as executed
+            for name, d in self.transition_fields.items():
+                demos.add_extra_field(name, int(d))
         self.online_keys = np.full((online_capacity, 2), -1, np.int64)  # (episode, step) per online slot, for audits
         self.sampler = MixedSampler(demos if demos is not None else self.online, self.online, offline_ratio)
         self.batch_size, self.utd = int(batch_size), float(utd)
@@ -403,13 +423,14 @@ class OnlineLearner:
                 self.episode_log.append({"actor": actor, "episode": last[0], **acc, "ingested": self.ingested, "cut": True})
             pos = self.online.ptr
             imgs, next_imgs = frames("frames", i), frames("next_frames", i)
+            extras = {k: b[k][i:i + 1] for k in self.transition_fields} or None
             self.online.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i], b["truncated"][i],
-                            env_ids=[slot], images=imgs, next_images=next_imgs)
+                            env_ids=[slot], images=imgs, next_images=next_imgs, extras=extras)
             self.online_keys[pos] = (b["episode"][i], b["step"][i])
             interv = bool(b["intervention"][i])
             if interv and self.interventions_to_demos and self.demos is not None:
                 self.demos.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i],
-                               b["truncated"][i], env_ids=[slot], images=imgs, next_images=next_imgs)
+                               b["truncated"][i], env_ids=[slot], images=imgs, next_images=next_imgs, extras=extras)
                 self.interventions += 1
             elif interv:
                 self.interventions += 1
