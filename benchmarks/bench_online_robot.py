@@ -62,14 +62,16 @@ from robotrl.real_robot.online_eval import (  # noqa: E402
     LEARNER_SPARSE,
     MAZES,
     MODES,
+    OPERATORS,
     evaluate_trial,
     run_twin_trial,
     train_twin_classifier,
 )
 
 #: ``--task`` presets: maze, reward, max steps, learner overrides
-TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner": list(LEARNER)},
-         "lcorridor": {"maze": "lcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE)}}
+TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner": list(LEARNER), "operator": "schedule"},
+         "lcorridor": {"maze": "lcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
+                       "operator": "on-failure"}}
 #: bench modes: run_twin_trial's, and ``human-clf`` (``human`` with the classifier's reward)
 BENCH_MODES = [*MODES, "human-clf"]
 ORDER = ["none", "demos", "human", "human-clf", "pretrained", "pretrained-human"]
@@ -89,7 +91,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rate", type=float, default=100.0, help="actor control rate (Hz)")
     p.add_argument("--utd", type=float, default=1.0, help="learner critic updates per transition received (trainer.utd)")
     p.add_argument("--push", type=float, default=1.0, help="weights push period (s)")
-    p.add_argument("--every", type=int, default=2, help="the scripted human drives every n-th episode")
+    p.add_argument("--every", type=int, default=2, help="the scripted human drives every n-th episode (--operator schedule)")
+    p.add_argument("--operator", default=None, choices=list(OPERATORS),
+                   help="schedule: the scripted human drives every --every-th episode in full; on-failure: it watches "
+                        "every episode and takes over only when the policy is stuck or heading back (default: the task's)")
     p.add_argument("--maze", default=None, choices=sorted(MAZES), help="default: the task's")
     p.add_argument("--reward", default=None, choices=["dense", "sparse"], help="default: the task's")
     p.add_argument("--hidden", type=int, default=64)
@@ -130,11 +135,13 @@ def main(argv: list[str] | None = None) -> dict:
                 r = run_twin_trial(Path(d), mode="human" if mode == "human-clf" else mode, seed=seed, episodes=a.episodes, max_steps=a.max_steps,
                                    rate=a.rate, utd=a.utd, push_s=a.push, every=a.every, maze=a.maze, reward=a.reward,
                                    hidden=a.hidden, batch=a.batch, warmup=a.warmup, learner_overrides=a.learner,
-                                   pretrain_steps=a.pretrain_steps, paced=paced, reward_classifier=clf)
+                                   pretrain_steps=a.pretrain_steps, paced=paced, reward_classifier=clf,
+                                   operator=a.operator)
                 ev = evaluate_trial(r, maze=a.maze, reward=a.reward, max_steps=a.max_steps, seeds=seeds,
                                     every_s=a.eval_every)
             s, st = r["summary"], r["status"]
-            runs.append({"mode": mode, "seed": seed, "paced": paced, "wall_s": round(r["wall_s"], 1),
+            runs.append({"mode": mode, "seed": seed, "paced": paced, "operator": a.operator if "human" in mode else None,
+                         "wall_s": round(r["wall_s"], 1),
                          "actor_s": round(r["actor_s"], 1), "learner_start_s": round(r["learner_start_s"], 1),
                          "episodes": s["episodes"], "steps": s["steps"],
                          "interventions": int(sum(s["interventions_per_episode"])),
@@ -197,8 +204,13 @@ def summary(runs: list[dict]) -> dict:
     for name, rs in _groups(runs):
         after = [r["success_after"] for r in rs]
         lo, hi = bootstrap_ci(after)
+        last3 = [last_mean(r) for r in rs]
+        lo3, hi3 = bootstrap_ci(last3)
         out[name] = {"seeds": [r["seed"] for r in rs], "success_after": after, "iqm_after": iqm(after),
                      "ci95_after": [lo, hi], "iqm_before": iqm([r["success_before"] for r in rs]),
+                     "success_last3": last3, "iqm_last3": iqm(last3), "ci95_last3": [lo3, hi3],
+                     "intervention_rate_first5": statistics.mean(intervention_rate(r, "first") for r in rs),
+                     "intervention_rate_last5": statistics.mean(intervention_rate(r, "last") for r in rs),
                      "human_steps": statistics.mean(r.get("interventions", 0) for r in rs),
                      "human_s": statistics.mean(r.get("human_s", 0.0) for r in rs),
                      "wall_min": statistics.mean(r["wall_s"] for r in rs) / 60}
@@ -240,16 +252,33 @@ def plot(runs: list[dict], path: Path, task: str) -> Path:
     return path
 
 
+def last_mean(run: dict, k: int = 3) -> float:
+    """Mean evaluated success of a run's last ``k`` evaluations (an ending less noisy than the last alone)."""
+    c = run["curve"][-k:]
+    return sum(p["success"] for p in c) / len(c)
+
+
+def intervention_rate(run: dict, part: str, k: int = 5) -> float:
+    """Human steps / episode steps over a run's ``first`` or ``last`` ``k`` episodes (0 without a human)."""
+    n, s = run.get("interventions_per_episode") or [], run.get("steps_per_episode") or []
+    if not n or not s:
+        return 0.0
+    sl = slice(0, k) if part == "first" else slice(-k, None)
+    return sum(n[sl]) / max(sum(s[sl]), 1)
+
+
 def table(runs: list[dict], level: float = 0.8) -> str:
-    """Markdown table per mode: success before/after (mean over seeds), IQM of the final success with its 95 %
-    bootstrap CI, minutes until the evaluated success first reached ``level`` (median over seeds; "-": not within
-    the run), wall time, updates, the human's steps and seconds (mean over seeds)."""
+    """Markdown table per mode: success before/after (mean over seeds), IQM of the final success and of the mean of
+    the last 3 evaluations with their 95 % bootstrap CIs, minutes until the evaluated success first reached ``level`` (median over seeds; "-": not within
+    the run), wall time, updates, the human's steps and seconds (mean over seeds), and the intervention rate over the
+    first and the last 5 episodes (mean over seeds)."""
     import statistics
 
     from robotrl.stats import bootstrap_ci, iqm
 
-    rows = [f"| mode | seeds | success before | success after | IQM after [95% CI] | minutes to ≥ {level:.0%} | wall min | "
-            "updates | human steps (s) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [f"| mode | seeds | success before | success after | IQM after [95% CI] | IQM last 3 [95% CI] | "
+            f"minutes to ≥ {level:.0%} | wall min | updates | human steps (s) | intervention rate, first → last 5 ep |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, rs in _groups(runs):
         hit = [next((c["minutes"] for c in r["curve"] if c["success"] >= level), None) for r in rs]
         reached = [h for h in hit if h is not None]
@@ -258,10 +287,15 @@ def table(runs: list[dict], level: float = 0.8) -> str:
         lo, hi = bootstrap_ci(after)
         human = statistics.mean(r["interventions"] for r in rs)
         human_s = statistics.mean(r.get("human_s", 0.0) for r in rs)
+        last3 = [last_mean(r) for r in rs]
+        lo3, hi3 = bootstrap_ci(last3)
+        first_rate, last_rate = (statistics.mean(intervention_rate(r, part) for r in rs) for part in ("first", "last"))
         rows.append(f"| {name} | {len(rs)} | {statistics.mean(r['success_before'] for r in rs):.2f} | "
-                    f"{statistics.mean(after):.2f} | {iqm(after):.2f} [{lo:.2f}, {hi:.2f}] | {t} | "
+                    f"{statistics.mean(after):.2f} | {iqm(after):.2f} [{lo:.2f}, {hi:.2f}] | "
+                    f"{iqm(last3):.2f} [{lo3:.2f}, {hi3:.2f}] | {t} | "
                     f"{statistics.mean(r['wall_s'] for r in rs) / 60:.1f} | "
-                    f"{statistics.mean(r['updates'] for r in rs):.0f} | {human:.0f} ({human_s:.0f}) |")
+                    f"{statistics.mean(r['updates'] for r in rs):.0f} | {human:.0f} ({human_s:.0f}) | "
+                    f"{first_rate:.2f} → {last_rate:.2f} |")
     return "\n".join(rows)
 
 

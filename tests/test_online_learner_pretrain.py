@@ -117,3 +117,60 @@ def test_residual_learner_on_a_frozen_diffusion_base_pushes_weights_an_actor_reb
         torch.testing.assert_close(a, b)  # same weights, same sampling noise: the same actions
     finally:
         learner.ep.close()
+
+
+def test_pretraining_starts_the_critic_at_the_demonstrations_mean_return(tmp_path):
+    """``agent.model.critic_init=data`` (as ``robotrl train`` applies it): before the first offline update the critic's
+    heads start at the demonstrations' mean MC return, so after one update Q on the demonstrations sits near their
+    returns; without it Q starts near 0, several units above these returns (every step costs 1 here)."""
+    import numpy as np
+
+    demos = record_controller_demos(tmp_path / "minari" / "demos", episodes=4, max_steps=60, maze="open",
+                                    reward="dense", seed=7)
+    learner, _, _ = build_learner(_cfg(tmp_path, f"demos={demos}", "trainer.offline_steps=1",
+                                       "agent.model.critic_init=data"))
+    try:
+        buf = learner.demos
+        mc = np.asarray(buf.mc_returns[: buf.size], np.float64)
+        mean_mc = float(mc[np.isfinite(mc)].mean())
+        assert mean_mc < -3.0  # far enough from 0 that a critic left at 0 fails below
+        q = learner.agent.batch_q_values(buf.sample(buf.size, indices=np.arange(buf.size))).mean().item()
+        assert abs(q - mean_mc) < 1.0, (q, mean_mc)
+        assert learner.critic_init == pytest.approx(mean_mc, abs=1e-4)
+    finally:
+        learner.ep.close()
+
+
+def test_the_learner_uses_n_step_targets_offline_and_online(tmp_path):
+    """``trainer.n_step=3``: the pretraining batches and the online (mixed) batches both carry 3-step returns
+    (discount γ³ on rows with 3 steps ahead in their episode), not the 1-step targets (γ) the learner used to build."""
+    import numpy as np
+
+    demos = record_controller_demos(tmp_path / "minari" / "demos", episodes=4, max_steps=60, maze="open",
+                                    reward="dense", seed=7)
+    learner, _, _ = build_learner(_cfg(tmp_path, f"demos={demos}", "trainer.n_step=3"))
+    try:
+        g = 0.9  # LEARNER's agent.gamma
+        assert learner.n_step == 3
+        off = learner.pretrain_batch()
+        assert np.isclose(off.discounts.numpy(), g ** 3).mean() > 0.8  # episodes of 60 steps: most rows have 3 ahead
+        rng = np.random.default_rng(0)
+        n = 40
+        obs = rng.uniform(-1, 1, (n + 1, learner.do)).astype(np.float32)
+        for i in range(n):  # one actor's episode in progress in the online buffer
+            learner.online.add(obs[i:i + 1], rng.uniform(-1, 1, (1, learner.da)).astype(np.float32),
+                               np.full(1, -1.0, np.float32), obs[i + 1:i + 2], np.zeros(1, bool), np.zeros(1, bool),
+                               env_ids=[0])
+        mixed = learner.online_batch()
+        online = mixed.extras["offline"].numpy() == 0
+        assert online.sum() > 0
+        d = mixed.discounts.numpy()[online]
+        assert np.isclose(d, g ** 3).mean() > 0.8  # the newest 2 steps of the open episode have fewer ahead
+        assert np.all(np.isclose(d, g) | np.isclose(d, g ** 2) | np.isclose(d, g ** 3))
+    finally:
+        learner.ep.close()
+
+
+def test_n_step_below_one_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="n_step must be >= 1"):
+        build_learner(_cfg(tmp_path, "trainer.n_step=0", "trainer.offline_ratio=0"))

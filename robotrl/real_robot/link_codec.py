@@ -35,6 +35,8 @@ TRANSITION_FIELDS: dict[str, tuple[str, str]] = {
     "action": ("<f4", "a"),            # applied (executed) action: what the buffers learn from
     "requested": ("<f4", "a"),         # what the loop sent before the safety supervisor (NaN: hold)
     "policy_action": ("<f4", "a"),     # the policy's proposal (NaN: none)
+    "base_action": ("<f4", "a"),       # a residual policy's base action executed this step (a chunked base's queued
+                                       # action; NaN: none): the learner stores it where the agent declares it
     "reward": ("<f8", ""), "terminated": ("?", ""), "truncated": ("?", ""), "success": ("?", ""),
     "intervention": ("?", ""), "safety_modified": ("?", ""), "held": ("?", ""),
     "learner_connected": ("?", ""), "weights_version": ("<i8", ""),
@@ -225,8 +227,19 @@ def check_batch(body: dict, obs_dim: int, action_dim: int, cameras=()) -> int:
     return n
 
 
+#: Fields a row may leave out (NaN then, the size of its ``action``): an actor's rows without a residual policy
+OPTIONAL_FIELDS = ("base_action",)
+
+
+def _missing(name: str, row: dict) -> np.ndarray:
+    if name not in OPTIONAL_FIELDS:
+        raise KeyError(f"transition row lacks {name!r} (TRANSITION_FIELDS)")
+    return np.full(np.shape(row["action"]), np.nan, np.float32)
+
+
 def stack_transitions(rows: list[dict]) -> dict[str, np.ndarray]:
-    """Rows (one dict per transition, keys :data:`TRANSITION_FIELDS`) → column arrays ``(n, ...)``.
+    """Rows (one dict per transition, keys :data:`TRANSITION_FIELDS`; those of :data:`OPTIONAL_FIELDS` may be left
+    out: NaN) → column arrays ``(n, ...)``.
 
     Rows of a camera robot also carry ``images`` and ``next_images`` ``{camera: uint8 (H, W, C)}`` (the frames taken
     with ``obs`` and ``next_obs``), when every row has both: ``frames/<camera>`` uint8 ``(n, H, W, C)``, and each
@@ -234,7 +247,8 @@ def stack_transitions(rows: list[dict]) -> dict[str, np.ndarray]:
     ``i + 1``'s frames (compared, not assumed), ``next_frames/<camera>`` ``(m, H, W, C)`` for the other rows. Within an
     episode that halves the frames on the wire.
     """
-    out = {name: np.asarray(np.stack([np.asarray(r[name]) for r in rows]), np.dtype(dtype))
+    out = {name: np.asarray(np.stack([np.asarray(r[name] if name in r else _missing(name, r)) for r in rows]),
+                            np.dtype(dtype))
            for name, (dtype, _) in TRANSITION_FIELDS.items()}
     if all(r.get("images") is not None and r.get("next_images") is not None for r in rows):
         cams = list(rows[0]["images"])

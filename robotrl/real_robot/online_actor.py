@@ -55,6 +55,11 @@ class PolicyHolder:
         self._key: tuple | None = None
         self.cameras = tuple(cameras)
         self.pixels = False  # the policy reads camera frames
+        #: ``(Da,)`` the base action the last :meth:`act` executed (a residual policy on a state base: a chunked base's
+        #: queued action, what the learner's TD target relabels with); ``None``: not a residual policy, or a base the
+        #: policy does not call per step (a camera policy's stateless chunk)
+        self.last_base_action: np.ndarray | None = None
+        self._base_out: list[torch.Tensor] = []
 
     def check_cameras(self, w: Weights) -> None:
         """Refuse weights of a pixel policy whose cameras or frame size differ from the robot's.
@@ -90,6 +95,7 @@ class PolicyHolder:
         if self.policy is None or key != self._key:
             self.policy = policy_class(w.target)(**w.kwargs)
             self._key = key
+            self._watch_base(self.policy)
         try:
             self.policy.load_state_dict(w.state)
         except RuntimeError as exc:
@@ -98,8 +104,26 @@ class PolicyHolder:
         self.pixels = isinstance(self.policy, ObservationFrontend) and self.policy.has_cameras
         self.version = w.version
 
+    def _watch_base(self, policy: torch.nn.Module) -> None:
+        """A residual policy's frozen base reports each output it gives (a forward hook): the base action the
+        combined action was built from, a chunked base's queued action included."""
+        from robotrl.agents.residual.policy import ResidualPolicy
+
+        self._base_out = []
+        if isinstance(policy, ResidualPolicy) and isinstance(policy.base, torch.nn.Module):
+            out = self._base_out
+            policy.base.register_forward_hook(lambda module, args, y: out.append(y.detach()))
+
     @torch.no_grad()
     def act(self, obs: np.ndarray, images: dict | None = None) -> np.ndarray:
+        """As :meth:`_act`; also sets :attr:`last_base_action`."""
+        self._base_out.clear()
+        y = self._act(obs, images)
+        self.last_base_action = self._base_out[0][0].numpy().astype(np.float32) if self._base_out else None
+        return y
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray, images: dict | None = None) -> np.ndarray:
         """Action ``(Da,)`` float32 for the state ``obs (Ds,)`` (and, for a pixel policy, the robot's frames
         ``images`` ``{camera: uint8 (H, W, C)}`` of that observation).
 
@@ -284,9 +308,10 @@ class OnlineActor:
                 self.robot.rearm()
             self._refresh_weights()
             connected = self.link is None or self.link.connected
-            a_pol = None
+            a_pol = a_base = None
             if self.holder.policy is not None and (connected or self.on_learner_lost == "continue"):
                 a_pol = self.holder.act(obs.state, obs.images)
+                a_base = self.holder.last_base_action
             a_cmd = cmd.action if cmd.engaged and cmd.action is not None else a_pol
             t_send = time.perf_counter()
             try:
@@ -323,7 +348,8 @@ class OnlineActor:
             trunc = bool(nxt.truncated) or (over and not nxt.terminated)
             row = {"n": self.next_n, "episode": ep, "step": k, "obs": obs.state, "next_obs": nxt.state,
                    "action": applied, "requested": nan if a_cmd is None else np.asarray(a_cmd, np.float32),
-                   "policy_action": nan if a_pol is None else a_pol, "reward": float(nxt.reward),
+                   "policy_action": nan if a_pol is None else a_pol,
+                   "base_action": nan if a_base is None else a_base, "reward": float(nxt.reward),
                    "terminated": bool(nxt.terminated), "truncated": trunc, "success": bool(nxt.success),
                    "intervention": bool(cmd.engaged and cmd.action is not None),
                    "safety_modified": bool(set(flags) - {"hold"}), "held": a_cmd is None,

@@ -162,7 +162,8 @@ def build_learner(cfg: DictConfig):
                             interventions_to_demos=bool(cfg.interventions_to_demos), reward_scale=r_scale,
                             reward_bias=r_bias, max_actors=int(cfg.max_actors), gamma=float(cfg.agent.get("gamma", 0.99)),
                             seed=int(cfg.seed), pushed_weights_dir=cfg.pushed_weights_dir, pixels=pixels,
-                            offline_steps=int(t.get("offline_steps") or 0), log_every=int(cfg.log_every))
+                            offline_steps=int(t.get("offline_steps") or 0), log_every=int(cfg.log_every),
+                            n_step=int(t.get("n_step", 1)))
     from robotrl.runner import Runner
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -233,6 +234,13 @@ def make_teleop(cfg: DictConfig, spec):
         s = cfg.scripted
         if not (spec.name.startswith("sim:pointmaze")):
             raise ConfigError(f"teleop=scripted has a controller for the PointMaze twin only, not {spec.name}")
+        if s.get("on_failure"):  # HIL-SERL's operator: takes over when the policy fails, drives, hands back
+            kw = OmegaConf.to_container(cfg.robot.get("env_kwargs") or {}, resolve=True)
+            rule = tp.OnFailureTakeover(tp.maze_path_progress(kw.get("maze_map")), patience=int(s.patience),
+                                        min_gain=float(s.min_gain), max_regress=float(s.max_regress),
+                                        length=int(s.takeover_steps))
+            return tp.ScriptedTeleop(tp.pointmaze_controller(float(s.gain)), None, spec.action.low, spec.action.high,
+                                     takeover=rule)
         every, start, length = int(s.every), int(s.start), int(s.length)
         return tp.ScriptedTeleop(tp.pointmaze_controller(float(s.gain)),
                                  lambda ep, k: every > 0 and ep % every == 0 and start <= k < start + length,

@@ -99,10 +99,19 @@ LEARNER = ("agent.gamma=0.9", "agent.reward_bias=-1.0", "agent.model.actor_lr=1e
 
 #: The settings of :func:`run_twin_trial`
 MODES = ("human", "demos", "none", "pretrained", "pretrained-human")
+#: How :func:`run_twin_trial`'s scripted "human" takes over: by a schedule (whole episodes) or when the policy fails
+OPERATORS = ("schedule", "on-failure")
 
 #: SAC settings for the sparse-reward corridor (:data:`MAZES` ``lcorridor``): as :data:`LEARNER` but a far-sighted
-#: discount, since the only reward is at the goal, about 135 steps from the start
-LEARNER_SPARSE = ("agent.gamma=0.99", *LEARNER[1:])
+#: discount, since the only reward is at the goal, about 135 steps from the start; a **fixed temperature** 0.01
+#: (SAC's tuned one aims at entropy −Da = −2 nats, while a policy fitted to the controller's deterministic demos sits
+#: near −7 to −15 nats: the tuning raised α 0.1 → 0.40 in Cal-QL pretraining and 0.65 online, the entropy rose
+#: −6.6 → −0.4 nats, and with a cost of 1 per step the entropy bonus outweighed the Q gaps, so the pretrained policy
+#: collapsed online); the critic started at the demonstrations' mean return (``critic_init=data``: it started 39
+#: above it); and 10-step TD targets (with 1-step ones the ``human`` arm stayed at 0.00, with 10 it reached 1.00 in
+#: the same pilot). Tuned on seed 100 only (the benchmark reports seeds 0, 1, 2).
+LEARNER_SPARSE = ("agent.gamma=0.99", *LEARNER[1:], "agent.model.fixed_alpha=0.01", "agent.model.critic_init=data",
+                  "trainer.n_step=10")
 
 #: PointMaze maps: ``open`` a 2×2 room without inner walls; ``umaze`` the task's own U-maze; ``lcorridor``
 #: an L-shaped corridor one cell (1 m) wide, fixed start ``r`` at the bottom of the vertical leg and goal
@@ -229,7 +238,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
                    reward: str = "dense", hidden: int = 64, batch: int = 128, warmup: int = 500,
                    learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0,
                    demo_episodes: int = 20, pretrain_steps: int = 1000, paced: bool = False,
-                   reward_classifier: str | os.PathLike | None = None) -> dict:
+                   reward_classifier: str | os.PathLike | None = None, operator: str = "schedule") -> dict:
     """One short online run on the PointMaze twin: a ``robotrl learner`` and a ``robotrl actor`` process.
 
     Args:
@@ -255,6 +264,10 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
         hidden, batch, warmup: SAC width (2 critics), batch size, transitions before updates.
         learner_overrides: more learner Hydra overrides (default :data:`LEARNER`).
         catch_up_s: how long to wait for the learner's remaining updates after the actor is done (s).
+        operator: how the scripted "human" of ``"human"`` / ``"pretrained-human"`` takes over: ``"schedule"`` drives every
+            ``every``-th episode in full; ``"on-failure"`` (HIL-SERL's operator, ``scripted.on_failure=true``:
+            :class:`~robotrl.real_robot.teleop.OnFailureTakeover`) watches every episode and takes over only when the
+            policy is stuck or heading back, drives 50 steps, then hands back.
         reward_classifier: a success classifier (``classifier.pt``, e.g. :func:`train_twin_classifier`): the
             actor's reward is its thresholded score of the state each step led to and its success ends the
             episode (``reward=classifier``, HIL-SERL) instead of the twin's reward; ``None``: the twin's.
@@ -266,7 +279,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
         ``steps``, ``return``, ``success``, ``interventions``, ...)}``.
 
     Raises:
-        ValueError: ``mode`` is not one of :data:`MODES`.
+        ValueError: ``mode`` is not one of :data:`MODES`, or ``operator`` not one of :data:`OPERATORS`.
         RuntimeError: the learner did not start or the actor failed (with the end of its log).
     """
     work.mkdir(parents=True, exist_ok=True)
@@ -279,6 +292,8 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     demos = []
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if operator not in OPERATORS:
+        raise ValueError(f"operator must be one of {', '.join(OPERATORS)}, got {operator!r}")
     pretrain, human = mode.startswith("pretrained"), mode in ("human", "pretrained-human")
     if mode in ("demos", "pretrained", "pretrained-human"):
         path = record_controller_demos(work / "minari" / "demos", episodes=demo_episodes, max_steps=max_steps,
@@ -307,7 +322,8 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     actor_args = ["actor", f"key_file={key}", *actor_robot, f"learner={endpoint}", f"episodes={episodes}",
                   f"max_steps={max_steps}", f"rate_hz={rate}", f"work_dir={actor_dir}", f"seed={1000 * seed}",
                   f"teleop={'scripted' if human else 'none'}", f"scripted.every={every}", "scripted.start=0",
-                  f"scripted.length={max_steps}", f"dataset_id=robot/bench/online-{mode}-{seed}-v0"]
+                  f"scripted.length={max_steps}", f"scripted.on_failure={str(operator == 'on-failure').lower()}",
+                  f"dataset_id=robot/bench/online-{mode}-{seed}-v0"]
     if reward_classifier is not None:
         actor_args += ["reward=classifier", f"reward_classifier={reward_classifier}"]
     t0 = time.time()

@@ -103,10 +103,19 @@ class OnlineLearner:
             both buffers store each frame once (uint8, the replay buffer's image storage; ``demos`` must have
             been built with the same ``image_shapes``).
         offline_steps: offline pretraining updates on the demonstrations at the first start (:meth:`start`).
+        n_step: ``n`` of the TD targets (``trainer.n_step``, as ``robotrl train``): every batch, offline and online,
+            is sampled with n-step returns along its episodes (:meth:`ReplayBuffer.sample`), cut at an episode's
+            end or the newest step an actor has sent.
         log_every, eval_every: the Runner's cadences in updates (:class:`LearnerSchedule`).
 
+    The agent's declared ``transition_fields`` (a residual on a chunked base: ``{"base_action": Da}``, the base action
+    each step executed, which the actor sends in every row: ``link_codec.TRANSITION_FIELDS``) are stored per
+    transition in both buffers (the demonstrations' own rows NaN: recomputed; takeover rows as executed), so the TD
+    target relabels with the base action really executed, as ``robotrl train``'s trainer stores them.
+
     Raises:
-        ConfigError: ``offline_ratio > 0`` without demonstrations, or bad periods.
+        ConfigError: ``offline_ratio > 0`` without demonstrations, bad periods, ``n_step < 1``, or an agent that
+            records per-transition fields the link does not carry.
     """
 
     def __init__(self, agent, endpoint: LearnerEndpoint, spec: RobotSpec, *, demos: ReplayBuffer | None,
@@ -115,7 +124,7 @@ class OnlineLearner:
                  push_period_s: float = 2.0, checkpoint_every_s: float = 30.0, interventions_to_demos: bool = True,
                  reward_scale: float = 1.0, reward_bias: float = 0.0, max_actors: int = 4, gamma: float = 0.99,
                  seed: int = 0, pushed_weights_dir: str | os.PathLike | None = None, pixels: bool = False,
-                 offline_steps: int = 0, log_every: int = 100, eval_every: int = 1000):
+                 offline_steps: int = 0, log_every: int = 100, eval_every: int = 1000, n_step: int = 1):
         from robotrl.data.mixing import MixedSampler
         from robotrl.real_robot.online_pixels import camera_shapes
 
@@ -124,6 +133,10 @@ class OnlineLearner:
                               "fill with interventions); set offline_ratio=0 to learn from the robot's experience only")
         if push_period_s <= 0 or checkpoint_every_s <= 0:
             raise ConfigError(f"push_period_s and checkpoint_every_s must be > 0 s, got {push_period_s}, {checkpoint_every_s}")
+        if int(n_step) < 1:
+            raise ConfigError(f"trainer.n_step must be >= 1 (1: one-step TD targets), got {n_step}")
+        self.n_step = int(n_step)
+        self.critic_init: float | None = None  # the critic's starting output (agent.init_from_data), for the log
         self.agent, self.ep, self.spec = agent, endpoint, spec
         self.do, self.da = spec.observation.dim, spec.action.dim
         self.run_dir = Path(run_dir)
@@ -136,9 +149,23 @@ class OnlineLearner:
         if self.pixels and demos is not None and demos.image_shapes != self.image_shapes:
             raise ConfigError(f"the demonstration buffer stores cameras {demos.image_shapes}, the robot sends "
                               f"{self.image_shapes}; build it with the robot's cameras")
+        # the float fields the agent records per transition (a residual on a chunked base: the base action executed),
+        # as robotrl train's trainer reads them; they travel in every transition row (link_codec.TRANSITION_FIELDS)
+        self.transition_fields = dict(getattr(agent, "transition_fields", None) or {})
+        from robotrl.real_robot.link_codec import TRANSITION_FIELDS
+
+        unknown = sorted(k for k in self.transition_fields if TRANSITION_FIELDS.get(k, ("", ""))[1] != "a")
+        if unknown or any(int(d) != self.da for d in self.transition_fields.values()):
+            raise ConfigError(f"agent {type(agent).__name__} records per transition {self.transition_fields}; the actors "
+                              f"send only action-sized fields of the link ({', '.join(TRANSITION_FIELDS)}): use an "
+                              "agent whose fields the robot link carries")
         self.online = ReplayBuffer(online_capacity, self.do, self.da, gamma=gamma, num_envs=max_actors, seed=seed,
                                    device=getattr(agent, "device", "cpu"), image_shapes=self.image_shapes or None,
-                                   frame_stack=int(agent.frame_stack))  # stacks by index, per actor
+                                   frame_stack=int(agent.frame_stack),  # stacks by index, per actor
+                                   extra_dims=self.transition_fields)
+        if demos is not None:  # the demonstrations' rows: NaN (unknown, recomputed); interventions: as executed
+            for name, d in self.transition_fields.items():
+                demos.add_extra_field(name, int(d))
         self.online_keys = np.full((online_capacity, 2), -1, np.int64)  # (episode, step) per online slot, for audits
         self.sampler = MixedSampler(demos if demos is not None else self.online, self.online, offline_ratio)
         self.batch_size, self.utd = int(batch_size), float(utd)
@@ -204,10 +231,11 @@ class OnlineLearner:
         return "online"
 
     def start(self, runner, warm_started: bool) -> None:
-        """First start only: ``offline_steps`` of offline pretraining on the demonstrations (:meth:`pretrain`)."""
+        """First start only: ``offline_steps`` of offline pretraining on the demonstrations (:meth:`pretrain`;
+        a warm-started learner keeps the critic it loaded, as ``robotrl train`` does)."""
         self.runner = runner
         if self.offline_steps > 0:
-            self.pretrain(self.offline_steps)
+            self.pretrain(self.offline_steps, init_critic=not warm_started)
 
     def run(self, runner) -> None:
         """Serve until :attr:`should_stop`: :meth:`serve`."""
@@ -395,13 +423,14 @@ class OnlineLearner:
                 self.episode_log.append({"actor": actor, "episode": last[0], **acc, "ingested": self.ingested, "cut": True})
             pos = self.online.ptr
             imgs, next_imgs = frames("frames", i), frames("next_frames", i)
+            extras = {k: b[k][i:i + 1] for k in self.transition_fields} or None
             self.online.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i], b["truncated"][i],
-                            env_ids=[slot], images=imgs, next_images=next_imgs)
+                            env_ids=[slot], images=imgs, next_images=next_imgs, extras=extras)
             self.online_keys[pos] = (b["episode"][i], b["step"][i])
             interv = bool(b["intervention"][i])
             if interv and self.interventions_to_demos and self.demos is not None:
                 self.demos.add(b["obs"][i], b["action"][i], r[i], b["next_obs"][i], b["terminated"][i],
-                               b["truncated"][i], env_ids=[slot], images=imgs, next_images=next_imgs)
+                               b["truncated"][i], env_ids=[slot], images=imgs, next_images=next_imgs, extras=extras)
                 self.interventions += 1
             elif interv:
                 self.interventions += 1
@@ -431,8 +460,13 @@ class OnlineLearner:
             return False  # the demonstration buffer (maybe filling with interventions) cannot give its share yet
         return self.updates < (self.ingested - self.warmup + 1) * self.schedule.calls_per_step
 
-    def pretrain(self, steps: int) -> dict:
+    def pretrain(self, steps: int, init_critic: bool = True) -> dict:
         """Offline pretraining before any actor connects: ``steps`` agent updates on demonstration batches alone.
+
+        As ``robotrl train``'s offline phase (:class:`robotrl.trainer.OffPolicyLoop`): first the agent's
+        ``init_from_data`` hook on the demonstrations (``agent.model.critic_init=data``: every critic head starts at
+        their mean MC return instead of 0, :meth:`QLAgent.init_from_data`), then batches from the agent's own
+        ``sample_batch`` or ``demos.sample(n, n_step=trainer.n_step)``.
 
         Offline-pretrained then online in one learner (as WSRL/ConRFT run it): e.g. ``agent=calql
         agent.model.online_algo=sac``, then the agent's :meth:`start_online` switches the update rule. The
@@ -441,6 +475,7 @@ class OnlineLearner:
 
         Args:
             steps: offline updates, each on the schedule's ``critic_utd · B`` demonstration transitions.
+            init_critic: call the agent's ``init_from_data`` first (a fresh run; not after a warm start).
 
         Returns:
             the last update's metrics.
@@ -453,9 +488,11 @@ class OnlineLearner:
             have = 0 if self.demos is None else self.demos.size
             raise ConfigError(f"offline pretraining (trainer.offline_steps={steps}) needs demonstrations: {have} held, "
                               f"a batch takes {n}; pass demos=<Minari id or path> or set trainer.offline_steps=0")
+        if init_critic:
+            self.critic_init = self.agent.init_from_data(self.demos)
         m: dict = {}
         for i in range(int(steps)):
-            m = self.agent.update(self.demos.sample(n), i)
+            m = self.agent.update(self.pretrain_batch(), i)
         self.pretrain_updates = int(steps)
         self.agent.start_online()
         self._policy_changed = True
@@ -463,10 +500,21 @@ class OnlineLearner:
         self.checkpoint()
         return m
 
+    def pretrain_batch(self):
+        """One offline batch of ``critic_utd · B`` demonstration transitions (the agent's ``sample_batch``, else
+        n-step returns of ``trainer.n_step``), as :meth:`pretrain` updates on."""
+        n = self.schedule.sampled_batch
+        batch = self.agent.sample_batch(self.demos, n)
+        return batch if batch is not None else self.demos.sample(n, n_step=self.n_step)
+
+    def online_batch(self):
+        """One mixed batch of ``critic_utd · B`` transitions (``offline_ratio`` from the demonstrations) with n-step
+        returns of ``trainer.n_step``, as :meth:`update` updates on."""
+        return self.sampler.sample(self.schedule.sampled_batch, step=self.updates, n_step=self.n_step)
+
     def update(self) -> dict:
-        """One agent update on a mixed batch of ``critic_utd · B`` transitions."""
-        batch = self.sampler.sample(self.schedule.sampled_batch, step=self.updates)
-        m = self.agent.update(batch, self.updates)
+        """One agent update on a mixed batch of ``critic_utd · B`` transitions (:meth:`online_batch`)."""
+        m = self.agent.update(self.online_batch(), self.updates)
         self.updates += 1
         self._policy_changed = True
         return m

@@ -26,9 +26,11 @@ Enter                 confirm (a human reset is done)
 read through any ``read() -> (axes (6,) in [-1, 1], buttons)`` function: while a
 "deadman" button is held the human drives, ``action = hold + gain · axes[axis_map]``.
 :class:`ScriptedTeleop` is a scripted "human" for tests and benchmarks: it takes over
-when ``engage(episode, step)`` says so and acts with ``controller(obs)``. Devices that
-want the current observation define ``observe(obs)``, which the online actor calls
-before each :meth:`~TeleopDevice.poll`.
+when ``engage(episode, step)`` says so (a schedule) or, with ``takeover=OnFailureTakeover(...)``,
+when the policy fails (HIL-SERL's operator: it watches the policy, takes over when it is stuck or
+heading back, drives for a bounded number of steps, then hands back), and acts with
+``controller(obs)``. Devices that want the current observation define ``observe(obs)``, which the
+online actor calls before each :meth:`~TeleopDevice.poll`.
 """
 
 from __future__ import annotations
@@ -197,6 +199,11 @@ class ScriptedTeleop:
         low, high: bounds ``(Da,)`` the action is clipped to.
         label: ``(episode, step, obs (Do,)) -> True / False / None``, the scripted operator's mark of the step
             (:attr:`TeleopCommand.label`; ``None``: never marks).
+        takeover: instead of ``engage`` (pass ``engage=None``): an :class:`OnFailureTakeover` that watches each
+            observation and takes over when the policy fails.
+
+    Raises:
+        ValueError: both or neither of ``engage`` and ``takeover``.
 
     Attributes:
         episode, step: the position the next :meth:`poll` answers for; the actor calls
@@ -204,9 +211,13 @@ class ScriptedTeleop:
         engaged_steps: polls that returned a takeover.
     """
 
-    def __init__(self, controller: Callable[[np.ndarray], np.ndarray], engage: Callable[[int, int], bool], low, high,
-                 label: Callable[[int, int, np.ndarray], bool | None] | None = None):
-        self.controller, self.engage, self.label = controller, engage, label
+    def __init__(self, controller: Callable[[np.ndarray], np.ndarray], engage: Callable[[int, int], bool] | None, low,
+                 high, label: Callable[[int, int, np.ndarray], bool | None] | None = None,
+                 takeover: OnFailureTakeover | None = None):
+        if (engage is None) == (takeover is None):
+            raise ValueError("ScriptedTeleop takes over by a schedule (engage) or when the policy fails (takeover): "
+                             "give exactly one")
+        self.controller, self.engage, self.label, self.takeover = controller, engage, label, takeover
         self._lo, self._hi = np.asarray(low, np.float32), np.asarray(high, np.float32)
         self.episode, self.step = -1, 0
         self._obs: np.ndarray | None = None
@@ -221,11 +232,19 @@ class ScriptedTeleop:
         self._obs = np.asarray(obs, np.float32)
 
     def poll(self) -> TeleopCommand:
-        """Takeover with ``controller(obs)`` when ``engage(episode, step)``; advances the step counter."""
+        """Takeover with ``controller(obs)`` when ``engage(episode, step)`` (or the ``takeover`` rule) says so;
+        advances the step counter."""
         step = self.step
         self.step += 1
         mark = None if self.label is None or self._obs is None else self.label(self.episode, step, self._obs)
-        if self._obs is None or not self.engage(self.episode, step):
+        if self._obs is None:
+            return TeleopCommand(label=mark)
+        if self.takeover is not None:
+            engaged = self.takeover.engage(self.episode, step, self._obs)
+        else:
+            assert self.engage is not None  # __init__: exactly one of them
+            engaged = self.engage(self.episode, step)
+        if not engaged:
             return TeleopCommand(label=mark)
         self.engaged_steps += 1
         a = np.clip(np.asarray(self.controller(self._obs), np.float32).reshape(-1), self._lo, self._hi)
@@ -233,6 +252,126 @@ class ScriptedTeleop:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class OnFailureTakeover:
+    """HIL-SERL's operator as a rule: watch the policy, take over when it fails, drive a while, hand back.
+
+    Each step it reads ``progress(obs)`` (metres along the task's path, larger is nearer the goal, e.g.
+    :func:`maze_path_progress`). It takes over when the best progress of the current watch has not grown by
+    ``min_gain`` for ``patience`` steps (stuck: against a wall, hovering, wandering) or the policy has fallen
+    ``max_regress`` behind that best (heading back the way it came); then it drives ``length`` steps (the teleop's
+    controller acts) and hands back, and a new watch starts from where it left the robot. At most
+    ``max_takeovers`` takeovers per episode (``None``: no limit). A policy that keeps making progress is never taken
+    over, so the intervention rate falls as the policy learns.
+
+    Args:
+        progress: ``obs (Do,) -> float`` progress towards the goal (m).
+        patience: steps without ``min_gain`` of new progress before taking over.
+        min_gain: progress (m) that counts as new.
+        max_regress: fall behind the best progress (m) that counts as heading wrong.
+        length: steps driven per takeover (≥ 1).
+        max_takeovers: takeovers per episode (``None``: unlimited).
+
+    Attributes:
+        takeovers: takeovers so far in the current episode; ``total_takeovers`` over all episodes.
+
+    Raises:
+        ValueError: ``patience`` or ``length`` below 1, or a negative ``min_gain`` / ``max_regress``.
+    """
+
+    def __init__(self, progress: Callable[[np.ndarray], float], *, patience: int = 10, min_gain: float = 0.1,
+                 max_regress: float = 0.5, length: int = 50, max_takeovers: int | None = None):
+        if patience < 1 or length < 1 or min_gain < 0 or max_regress < 0:
+            raise ValueError(f"OnFailureTakeover needs patience >= 1, length >= 1, min_gain >= 0, max_regress >= 0; got "
+                             f"patience={patience}, length={length}, min_gain={min_gain}, max_regress={max_regress}")
+        self.progress = progress
+        self.patience, self.min_gain, self.max_regress = int(patience), float(min_gain), float(max_regress)
+        self.length, self.max_takeovers = int(length), max_takeovers
+        self.total_takeovers = 0
+        self._episode: int | None = None
+        self._start_episode(None)
+
+    def _start_episode(self, episode: int | None) -> None:
+        self._episode, self.takeovers, self._driving = episode, 0, 0
+        self._best, self._since = -np.inf, 0
+
+    def engage(self, episode: int, step: int, obs: np.ndarray) -> bool:
+        """Whether the operator drives this step of ``episode`` (a new episode number starts a new watch)."""
+        if episode != self._episode:
+            self._start_episode(episode)
+        p = float(self.progress(obs))
+        if self._driving > 0:
+            self._driving -= 1
+            if self._driving == 0:  # handing back after this step: the next watch starts here
+                self._best, self._since = -np.inf, 0
+            return True
+        if p >= self._best + self.min_gain or not np.isfinite(self._best):
+            self._best, self._since = max(p, self._best), 0
+            return False
+        self._since += 1
+        failing = self._since >= self.patience or p < self._best - self.max_regress
+        if failing and (self.max_takeovers is None or self.takeovers < self.max_takeovers):
+            self.takeovers += 1
+            self.total_takeovers += 1
+            self._driving = self.length - 1
+            if self._driving == 0:
+                self._best, self._since = -np.inf, 0
+            return True
+        return False
+
+
+def maze_path_progress(maze_map: Sequence[Sequence] | None, scale: float = 1.0) -> Callable[[np.ndarray], float]:
+    """Progress along a PointMaze map's path for the flat observation (``achieved x, y, goal x, y, x, y, vx, vy``).
+
+    A map with a start cell ``"r"`` and a goal cell ``"g"`` (e.g. :data:`robotrl.real_robot.sim.LCORRIDOR_MAP`): the
+    shortest path of free cells from ``r`` to ``g`` (breadth-first), as the polyline of their centres
+    (gymnasium-robotics' cell centres: ``x = (col + 0.5) · scale − W · scale / 2``, ``y = H · scale / 2 − (row + 0.5) ·
+    scale``); progress is the arc length (m) of the position's nearest point on it (extended behind the start and past
+    the goal, so a start behind the start cell's centre is negative progress). Without such a map (``None``, or
+    random starts and goals): minus the straight distance to the observation's goal.
+
+    Raises:
+        ValueError: the map's ``g`` cannot be reached from ``r``.
+    """
+    if maze_map is None:
+        return lambda obs: -float(np.linalg.norm(np.asarray(obs, np.float64)[2:4] - np.asarray(obs, np.float64)[4:6]))
+    grid = [list(row) for row in maze_map]
+    cells = {(i, j): v for i, row in enumerate(grid) for j, v in enumerate(row)}
+    start = next((c for c, v in cells.items() if v == "r"), None)
+    goal = next((c for c, v in cells.items() if v == "g"), None)
+    if start is None or goal is None:
+        return maze_path_progress(None)
+    prev: dict = {start: None}
+    queue = [start]
+    for c in queue:  # breadth-first over free cells (anything but a wall, 1)
+        for d in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            n = (c[0] + d[0], c[1] + d[1])
+            if n in cells and cells[n] != 1 and n not in prev:
+                prev[n] = c
+                queue.append(n)
+    if goal not in prev:
+        raise ValueError(f"the maze's goal cell {goal} cannot be reached from its start cell {start}")
+    path, c = [], goal
+    while c is not None:
+        path.append(c)
+        c = prev[c]
+    h, w = len(grid), len(grid[0])
+    pts = np.array([[(j + 0.5) * scale - w * scale / 2, h * scale / 2 - (i + 0.5) * scale] for i, j in path[::-1]])
+    seg = np.diff(pts, axis=0)
+    seg_len = np.linalg.norm(seg, axis=1)
+    cum = np.concatenate([[0.0], np.cumsum(seg_len)])
+    lo, hi = np.zeros(len(seg)), np.ones(len(seg))
+    lo[0], hi[-1] = -np.inf, np.inf  # behind the start cell's centre (the reset's noise) and past the goal's: it goes on
+
+    def progress(obs: np.ndarray) -> float:
+        pos = np.asarray(obs, np.float64)[4:6]
+        t = np.clip(np.einsum("ij,ij->i", pos - pts[:-1], seg) / np.maximum(seg_len ** 2, 1e-12), lo, hi)
+        near = pts[:-1] + t[:, None] * seg
+        k = int(np.argmin(np.linalg.norm(near - pos, axis=1)))
+        return float(cum[k] + t[k] * seg_len[k])
+
+    return progress
 
 
 def pointmaze_controller(gain: float = 5.0, damping: float = 0.5) -> Callable[[np.ndarray], np.ndarray]:
