@@ -121,7 +121,7 @@ def _env_groups() -> dict[str, tuple[str, dict[str, Any]]]:
     import yaml
 
     out = {}
-    for f in sorted(resources.files("robotrl").joinpath("configs", "env").iterdir(), key=lambda f: f.name):
+    for f in sorted((resources.files("robotrl") / "configs" / "env").iterdir(), key=lambda f: f.name):
         if not f.name.endswith(".yaml"):
             continue
         doc = yaml.safe_load(f.read_text()) or {}

@@ -148,7 +148,7 @@ def _recipe_hint(dataset: str) -> str:
 
     import yaml
 
-    for f in sorted(resources.files("robotrl").joinpath("configs", "dataset").iterdir(), key=lambda f: f.name):
+    for f in sorted((resources.files("robotrl") / "configs" / "dataset").iterdir(), key=lambda f: f.name):
         if not f.name.endswith(".yaml"):
             continue
         doc = yaml.safe_load(f.read_text()) or {}
