@@ -53,11 +53,11 @@ def _curve(history: list[dict], offline_steps: int) -> list[list[float]]:
             if h["phase"] == "online" and "normalized_score" in h]
 
 
-def run_seed(seed: int, args, root: Path) -> dict:
-    from robotrl.evaluation import forgetting_report
+def pretrain_seed(seed: int, args, root: Path) -> tuple[list[str], Path, dict]:
+    """Seed ``seed``'s own Cal-QL pretraining (an independent one per seed): ``(the overrides every run of the seed
+    shares, the pretraining's run dir, {"pretrain_wall_s", "offline_score"})``; the studies that compare online
+    rules from the same pretrainings (this one, ``bench_sung.py``) share it."""
     from robotrl.experiment import build_trainer
-    from robotrl.policy import act, load_policy
-    from robotrl.stats import ENDING_EVALS
 
     common = [f"seed={seed}", f"dataset.id={args.dataset_id}", f"dataset.recipe_args.num_steps={args.dataset_steps}",
               "trainer.progress=false", f"trainer.eval_episodes={args.eval_episodes}", "trainer.eval_envs=5",
@@ -71,6 +71,16 @@ def run_seed(seed: int, args, root: Path) -> dict:
     summary = pt.fit()
     out: dict = {"pretrain_wall_s": time.perf_counter() - t0, "offline_score": summary.get("offline_normalized_score",
                                                                                          pt.history[-1]["normalized_score"])}
+    return common, pre, out
+
+
+def run_seed(seed: int, args, root: Path) -> dict:
+    from robotrl.evaluation import forgetting_report
+    from robotrl.experiment import build_trainer
+    from robotrl.policy import act, load_policy
+    from robotrl.stats import ENDING_EVALS
+
+    common, pre, out = pretrain_seed(seed, args, root)
     pretrained = load_policy(str(pre))
     for name, extra in CONTENDERS.items():
         run = root / f"{name}-seed{seed}"

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import environment, set_threads, write_json  # noqa: E402
-from bench_retention import _compose, _curve, _net  # noqa: E402
+from bench_retention import _compose, _curve, pretrain_seed  # noqa: E402
 
 #: contender -> (experiment, extra overrides)
 CONTENDERS = {"wsrl": ("wsrl", []), "sung": ("sung", [])}
@@ -38,18 +38,7 @@ def run_seed(seed: int, args, root: Path) -> dict:
     from robotrl.experiment import build_trainer
     from robotrl.stats import ENDING_EVALS
 
-    common = [f"seed={seed}", f"dataset.id={args.dataset_id}", f"dataset.recipe_args.num_steps={args.dataset_steps}",
-              "trainer.progress=false", f"trainer.eval_episodes={args.eval_episodes}", "trainer.eval_envs=5",
-              "torch_threads=1", "device=cpu", *_net(args.width)]
-    pre = root / f"pre-seed{seed}"
-    t0 = time.perf_counter()
-    pt = build_trainer(_compose(["experiment=calql", *common, f"agent.model.critic_init={args.critic_init}",
-                                 f"trainer.offline_steps={args.offline_steps}",
-                                 f"trainer.eval_every={args.offline_steps}", f"trainer.checkpoint_every={args.offline_steps}",
-                                 f"run_dir={pre}"]), pre)
-    summary = pt.fit()
-    out: dict = {"pretrain_wall_s": time.perf_counter() - t0, "offline_score": summary.get("offline_normalized_score",
-                                                                                         pt.history[-1]["normalized_score"])}
+    common, pre, out = pretrain_seed(seed, args, root)
     for name, (experiment, extra) in CONTENDERS.items():
         run = root / f"{name}-seed{seed}"
         warmup = args.warmup if experiment == "wsrl" else 0  # SUNG's reference explores and updates from step 1
