@@ -96,14 +96,21 @@ def train_main(cfg: DictConfig) -> dict | None:
     return summary
 
 
+def list_recipes() -> None:
+    """``robotrl collect list=true``: one line per dataset recipe, its name and description."""
+    from robotrl.collect import RECIPES
+
+    for name, recipe in RECIPES.items():
+        print(f"{name:28s} {getattr(recipe, 'description', '')}")
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="collect")
 def collect_main(cfg: DictConfig) -> None:
     """``robotrl collect``: run a dataset recipe."""
-    from robotrl.collect import RECIPES, collect
+    from robotrl.collect import collect
 
     if cfg.list:
-        for name, recipe in RECIPES.items():
-            print(f"{name:28s} {getattr(recipe, 'description', '')}")
+        list_recipes()
         return
     args = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items()
             if k not in ("recipe", "list", "hydra") and v is not None}
@@ -562,6 +569,11 @@ def main(argv: list[str] | None = None) -> None:
     from robotrl._alloc import tune_malloc
     from robotrl.utils import prefer_headless_rendering  # not robotrl.envs: that package imports torch
 
+    if cmd == "collect" and [a.lower() for a in rest] == ["list=true"]:
+        # listing needs no config: answered before Hydra composes one, which imports robotrl.configs and with it
+        # every agent class (their settings schemas, robotrl.schema.model_schema), torch included
+        list_recipes()
+        return
     tune_malloc()
     prefer_headless_rendering()
     try:
