@@ -151,7 +151,7 @@ class OnlineLearner:
                               f"{self.image_shapes}; build it with the robot's cameras")
         # the float fields the agent records per transition (a residual on a chunked base: the base action executed),
         # as robotrl train's trainer reads them; they travel in every transition row (link_codec.TRANSITION_FIELDS)
-        self.transition_fields = dict(getattr(agent, "transition_fields", None) or {})
+        self.transition_fields = dict(agent.transition_fields)  # a declared hook of every off-policy agent
         from robotrl.real_robot.link_codec import TRANSITION_FIELDS
 
         unknown = sorted(k for k in self.transition_fields if TRANSITION_FIELDS.get(k, ("", ""))[1] != "a")
