@@ -75,7 +75,7 @@ def _scene(task, *, max_episode_steps, max_timeouts=100, intervene=True, same_re
     from robotrl.envs.registry import env_info, resolve_env
     from robotrl.envs.reset_free import ResetFreeEnv
     from robotrl.envs.wrappers import FlattenGoalObservation
-    from robotrl.real_robot.classifier_file import classifier_reward
+    from robotrl.real_robot.reward_classifier import ClassifierReward
 
     gym_id, kw = resolve_env("pointmaze-umaze")
     raw = gym.make(gym_id, **{**kw, "maze_map": FWD_MAZE}, max_episode_steps=10**9).unwrapped
@@ -83,7 +83,7 @@ def _scene(task, *, max_episode_steps, max_timeouts=100, intervene=True, same_re
     flat = FlattenGoalObservation(counted)
     layout = env_info("pointmaze-umaze", {"maze_map": FWD_MAZE}).layout
     sl = layout.slices
-    rewards = {ph: classifier_reward(task["forward" if same_reward else ph], obs_dim=8) for ph in ("forward", "backward")}
+    rewards = {ph: ClassifierReward.from_file(task["forward" if same_reward else ph], obs_dim=8) for ph in ("forward", "backward")}
     env = ResetFreeEnv(flat, rewards, max_episode_steps=max_episode_steps, max_timeouts=max_timeouts,
                        intervene=intervene, goal_slices=None if same_reward else (sl["achieved_goal"], sl["desired_goal"]))
     return env, counted, raw, layout, rewards
@@ -171,7 +171,7 @@ def test_bad_settings_give_one_line_naming_the_fix(task, tmp_path):
     from robotrl.envs import make_env
     from robotrl.envs.reset_free import ResetFreeEnv
     from robotrl.experiment import build_trainer
-    from robotrl.real_robot.classifier_file import classifier_reward
+    from robotrl.real_robot.reward_classifier import ClassifierReward
 
     cases = [
         (["trainer.offline_steps=10"], "trainer.offline_steps=0"),
@@ -186,12 +186,12 @@ def test_bad_settings_give_one_line_naming_the_fix(task, tmp_path):
         with pytest.raises(ConfigError) as exc:
             build_trainer(cfg, tmp_path / "bad", overrides=[])
         assert fix in str(exc.value) and "\n" not in str(exc.value), (extra, str(exc.value))
-    r = classifier_reward(task["forward"])
+    r = ClassifierReward.from_file(task["forward"])
     with pytest.raises(ConfigError, match="Box"):  # a camera scene: states only
         ResetFreeEnv(make_env("pointmaze-umaze", pixels=["topdown"], size=16), {"forward": r, "backward": r},
                      max_episode_steps=10)
     with pytest.raises(ConfigError, match="Do=8"):  # a classifier of another state size
-        classifier_reward(task["forward"], obs_dim=6)
+        ClassifierReward.from_file(task["forward"], obs_dim=6)
 
 
 def test_build_trainer_runs_both_loops_on_one_scene_and_resumes(task, tmp_path):

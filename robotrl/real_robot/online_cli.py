@@ -262,14 +262,13 @@ def make_reward(cfg: DictConfig, spec):
     if cfg.reward != "classifier":
         raise ConfigError(f"reward must be robot or classifier, got {cfg.reward!r}")
     from robotrl.real_robot.online_pixels import camera_shapes
-    from robotrl.real_robot.reward_classifier import ClassifierReward, load_classifier
+    from robotrl.real_robot.reward_classifier import ClassifierReward
 
     if not cfg.reward_classifier:
         raise ConfigError("reward=classifier needs reward_classifier=<classifier.pt or its run dir> "
                           "(robotrl train agent=reward-classifier ...)")
-    clf, thr = load_classifier(cfg.reward_classifier)
-    clf.check_inputs(camera_shapes(spec.cameras), spec.observation.dim, f"robot {spec.name}")
-    return ClassifierReward(clf, float(cfg.reward_threshold or thr), bool(cfg.get("end_on_success", True)))
+    return ClassifierReward.from_file(cfg.reward_classifier, spec.observation.dim, camera_shapes(spec.cameras),
+                                      f"robot {spec.name}", cfg.reward_threshold, bool(cfg.get("end_on_success", True)))
 
 
 def run_actor(cfg: DictConfig) -> dict:

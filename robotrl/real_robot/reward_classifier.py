@@ -494,6 +494,31 @@ class ClassifierReward:
             raise ValueError(f"reward threshold must be in (0, 1), got {threshold}")
         self.classifier, self.threshold, self.end_on_success = classifier.eval(), float(threshold), bool(end_on_success)
 
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, obs_dim: int | None = None,
+                  cameras: Mapping[str, Sequence[int]] | None = None, where: str = "this run's observations",
+                  threshold: float | None = None, end_on_success: bool = True) -> ClassifierReward:
+        """The reward of the classifier at ``path`` (a ``classifier.pt`` written by ``robotrl train
+        agent=reward-classifier``, or its run directory), checked against the inputs it will score: ``robotrl actor
+        reward=classifier`` and ``experiment=reset-free`` (``reset_free.reward._target_``) load it so.
+
+        Args:
+            path: the classifier file or run directory.
+            obs_dim: ``Do`` of the observations it will score (``None``: unchecked).
+            cameras: ``{"pixels/<camera>": [H, W, C]}`` they carry (``{}``: none; :meth:`SuccessClassifier.check_inputs`).
+            where: what sends them (for the message).
+            threshold: ``p(success)`` threshold (``None`` or 0: the one chosen when it was trained).
+            end_on_success: a success ends the episode.
+
+        Raises:
+            CheckpointError: not a success classifier of this format, or unreadable.
+            ConfigError: it reads cameras the inputs lack (or at another size), or another state size (one line).
+        """
+        clf, thr = load_classifier(path)
+        if obs_dim is not None:
+            clf.check_inputs(cameras or {}, int(obs_dim), where)
+        return cls(clf, float(threshold or thr), end_on_success)
+
     def reset(self) -> None:
         """Clear the classifier's frame history (an episode starts)."""
         self.classifier.reset()
