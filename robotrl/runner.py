@@ -59,8 +59,8 @@ class Loop(Protocol):
 
     Attributes:
         agent: the agent (``policy``, ``state_dict``/``load_state_dict``).
-        cfg: a dataclass with ``eval_every``, ``checkpoint_every``, ``eval_episodes``,
-            ``eval_envs``, ``progress``, in clock units.
+        cfg: a dataclass with ``eval_every``, ``checkpoint_every`` (in clock units), ``eval_episodes``,
+            ``eval_envs``, ``progress`` and ``keep_best``.
         step: the run's x-axis (checkpoint ``step``, TensorBoard step, history ``step``).
         updates: gradient updates (off-policy) or iterations (on-policy) done.
         clock: the counter the cadences count in; ``total``: its budget; ``log_every``: clock
@@ -223,7 +223,7 @@ class Runner:
                    train_wall_s=train_wall)
         self.history.append(res)
         self.provenance.update(step=self.loop.step, phase=phase, evaluated=True)
-        if getattr(cfg, "keep_best", False):
+        if cfg.keep_best:
             self.keep_best(res)
         self.log("eval", {k: v for k, v in res.items() if isinstance(v, float)})
         self.writer.flush()

@@ -55,6 +55,7 @@ class LearnerSchedule:
         log_every: updates between training-metric logs.
         eval_episodes, eval_envs: unused (there is no simulator to roll out in).
         progress: no progress bar (a server).
+        keep_best: off (the learner's evaluations are the actors' episode records, not a held-out evaluation).
     """
 
     eval_every: int = 1000
@@ -63,6 +64,7 @@ class LearnerSchedule:
     eval_episodes: int = 0
     eval_envs: int = 0
     progress: bool = False
+    keep_best: bool = False
 
 
 class OnlineLearner:
