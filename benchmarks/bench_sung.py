@@ -42,7 +42,7 @@ def run_seed(seed: int, args, root: Path) -> dict:
     for name, (experiment, extra) in CONTENDERS.items():
         run = root / f"{name}-seed{seed}"
         warmup = args.warmup if experiment == "wsrl" else 0  # SUNG's reference explores and updates from step 1
-        sung = [f"+agent.model.sung.vae_pretrain_steps={args.vae_pretrain_steps}"] if experiment == "sung" else []
+        sung = [f"agent.model.sung.vae_pretrain_steps={args.vae_pretrain_steps}"] if experiment == "sung" else []
         t0 = time.perf_counter()
         tr = build_trainer(_compose([f"experiment={experiment}", *extra, *sung, *common, f"trainer.init_from={pre}",
                                      f"trainer.online_steps={args.online_steps}", f"trainer.online_warmup_steps={warmup}",

@@ -569,11 +569,6 @@ def main(argv: list[str] | None = None) -> None:
     from robotrl._alloc import tune_malloc
     from robotrl.utils import prefer_headless_rendering  # not robotrl.envs: that package imports torch
 
-    if cmd == "collect" and [a.lower() for a in rest] == ["list=true"]:
-        # listing needs no config: answered before Hydra composes one, which imports robotrl.configs and with it
-        # every agent class (their settings schemas, robotrl.schema.model_schema), torch included
-        list_recipes()
-        return
     tune_malloc()
     prefer_headless_rendering()
     try:

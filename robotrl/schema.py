@@ -119,6 +119,8 @@ class OnPolicyConfig:
         pretrain_batch_size: their batch size.
         vectorization: ``sync`` or ``async`` vector envs.
         progress: show a progress display (the trainer's setting).
+        keep_best: also keep ``checkpoints/best.pt``, the policy of the best evaluation so far
+            (:meth:`robotrl.runner.Runner.keep_best`), as ``trainer.keep_best`` does for the off-policy runs.
     """
 
     iterations: int = 100
@@ -133,6 +135,7 @@ class OnPolicyConfig:
     pretrain_batch_size: int = 256
     vectorization: str = "sync"
     progress: bool = True
+    keep_best: bool = False
 
     def __post_init__(self) -> None:
         """Raises ConfigError on a count that cannot work (zero envs, negative budgets, ...)."""
@@ -171,6 +174,9 @@ def _setting_type(annotation: Any) -> Any:
     if annotation in _SCALARS:
         return annotation
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    nested = [a for a in args if isinstance(a, type) and dataclasses.is_dataclass(a)]
+    if origin in (Union, types.UnionType) and nested:  # a settings block (RetentionConfig | Mapping | None)
+        return Optional[config_node(nested[0])]  # noqa: UP045
     if origin in (Union, types.UnionType) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
         inner = _setting_type(rest[0]) if len(rest) == 1 else Any
@@ -197,10 +203,36 @@ def _annotation(param: inspect.Parameter, namespace: dict) -> Any:
     return a
 
 
-def _default_field(default: Any) -> Any:
-    """A dataclass field holding ``default`` (tuples become lists, containers a fresh copy per instance)."""
+@functools.cache
+def config_node(cls: type) -> type:
+    """The structured-config node of a settings dataclass ``cls`` (:class:`RetentionConfig`,
+    :class:`~robotrl.agents.qlearning.sung.SungConfig`): a mutable dataclass ``<Name>Node`` with its fields, types
+    (:func:`_setting_type`, nested settings dataclasses as nodes too) and defaults, so ``agent.model.sung.topk=10``
+    is typed and checked at composition. A copy rather than ``cls`` itself: OmegaConf makes a frozen dataclass's
+    node read-only, and a YAML preset could not be merged into it."""
+    hints = typing.get_type_hints(cls)
+    spec: list[tuple[str, Any, Any]] = []
+    for f in fields(cls):
+        t = hints[f.name]
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            spec.append((f.name, config_node(t), field(default_factory=config_node(t))))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        spec.append((f.name, _setting_type(t), _default_field(default)))
+    node = dataclasses.make_dataclass(f"{cls.__name__}Node", spec)
+    node.__module__ = __name__
+    node.__doc__ = f"The structured-config node of :class:`{cls.__module__}.{cls.__qualname__}` (:func:`config_node`)."
+    return node
+
+
+def _default_field(default: Any, kind: Any = None) -> Any:
+    """A dataclass field holding ``default`` (tuples become lists, containers a fresh copy per instance); a settings
+    block ``kind`` (``Optional[<Name>Node]``) whose default is ``None`` holds the block's defaults instead."""
     if default is inspect.Parameter.empty:
         return field(default=dataclasses.MISSING)
+    node = next((a for a in typing.get_args(kind) if dataclasses.is_dataclass(a)), None)
+    if default is None and node is not None:
+        return field(default_factory=node)
     if isinstance(default, tuple):
         default = list(default)
     if isinstance(default, (list, dict, set)):
@@ -253,7 +285,9 @@ def model_schema(cls: type) -> type:
             raise TypeError(f"{cls.__name__}'s constructor drops settings of its base {base.__name__}: {missing}")
         bases = (model_schema(base),)
     spec = [("_target_", str, field(default=agent_target(cls)))]
-    spec += [(n, _setting_type(_annotation(p, namespace)), _default_field(p.default)) for n, p in settings.items()]
+    for n, p in settings.items():
+        kind = _setting_type(_annotation(p, namespace))
+        spec.append((n, kind, _default_field(p.default, kind)))
     schema = dataclasses.make_dataclass(f"{cls.__name__}Settings", spec, bases=bases)
     schema.__module__ = __name__
     schema.__doc__ = (f"``agent.model`` of :class:`{cls.__module__}.{cls.__qualname__}`: its constructor's settings "
@@ -261,14 +295,136 @@ def model_schema(cls: type) -> type:
     return schema
 
 
-def register_agents(classes: typing.Iterable[type]) -> None:
-    """Store :func:`model_schema` of each agent class as ``schema/model/<ClassName>`` in Hydra's ``ConfigStore``
-    (idempotent; :mod:`robotrl.configs` does it for its table of agent classes)."""
+def register_agents(schemas: Mapping[str, type]) -> None:
+    """Store each agent schema (``{ClassName: <ClassName>Settings}``, :func:`schemas_from_table`) as
+    ``schema/model/<ClassName>`` in Hydra's ``ConfigStore`` (idempotent; :mod:`robotrl.configs` does it)."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
+    for name, schema in schemas.items():
+        cs.store(group="schema/model", name=name, node=schema)
+
+
+# ---------------------------------------------------------------------- the agent settings table
+# ``robotrl/configs/agent_settings.json`` holds :func:`model_schema` of every agent class as data, so that composing
+# a config registers the schemas without importing the agent classes (and torch, ~3 s, with them): ``robotrl collect``
+# and the robot server compose configs too. ``tests/test_configs.py`` keeps the file equal to the constructors;
+# ``python -m robotrl.configs`` rewrites it.
+
+def _type_code(t: Any) -> Any:
+    """A JSON form of a schema field type (:func:`_setting_type`'s types and settings nodes)."""
+    if t is Any:
+        return "Any"
+    if t in _SCALARS:
+        return t.__name__
+    if dataclasses.is_dataclass(t):
+        return {"node": t.__name__}
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is Union:
+        return {"optional": _type_code(next(a for a in args if a is not type(None)))}
+    if origin is list:
+        return {"list": _type_code(args[0])}
+    raise TypeError(f"no JSON form for the schema type {t!r}")
+
+
+def _type_of(code: Any, nodes: Mapping[str, type]) -> Any:
+    """The inverse of :func:`_type_code`."""
+    if isinstance(code, str):
+        return Any if code == "Any" else {c.__name__: c for c in _SCALARS}[code]
+    if "node" in code:
+        return nodes[code["node"]]
+    if "optional" in code:
+        return Optional[_type_of(code["optional"], nodes)]  # noqa: UP045
+    return List[_type_of(code["list"], nodes)]  # type: ignore[misc]  # noqa: UP006
+
+
+def _fields_code(schema: type, nodes: dict[str, Any]) -> list:
+    """``[[name, type, default], ...]`` of a schema's own spec (every field it declares, inherited ones included),
+    its settings nodes described into ``nodes``; ``default`` is ``{"value": v}``, ``{"node": name}`` or ``{}``."""
+    out = []
+    for f in fields(schema):
+        inner = next((a for a in (f.type, *typing.get_args(f.type)) if dataclasses.is_dataclass(a)), None)
+        if inner is not None and inner.__name__ not in nodes:  # a settings node (Node or Optional[Node])
+            nodes[inner.__name__] = _fields_code(inner, nodes)
+        if f.default is not dataclasses.MISSING:
+            default: dict = {"value": f.default}
+        elif f.default_factory is not dataclasses.MISSING:
+            made = f.default_factory()
+            default = {"node": type(made).__name__} if dataclasses.is_dataclass(made) else {"value": made}
+        else:
+            default = {}
+        out.append([f.name, _type_code(f.type), default])
+    return out
+
+
+def settings_table(classes: typing.Iterable[type]) -> dict:
+    """The agent settings table of ``classes``: ``{"agents": {ClassName: {"base": ClassName | None, "fields": ...}},
+    "nodes": {NodeName: fields}}`` (:func:`_fields_code`), JSON-ready; :func:`schemas_from_table` rebuilds
+    :func:`model_schema` of each class from it without importing the class."""
+    nodes: dict[str, Any] = {}
+    agents = {}
     for cls in classes:
-        cs.store(group="schema/model", name=cls.__name__, node=model_schema(cls))
+        schema = model_schema(cls)
+        base = next((b.__name__[: -len("Settings")] for b in schema.__bases__ if b is not object), None)
+        agents[cls.__name__] = {"base": base, "fields": _fields_code(schema, nodes)}
+    return {"agents": agents, "nodes": nodes}
+
+
+def schemas_from_table(table: Mapping[str, Any]) -> dict[str, type]:
+    """``{ClassName: <ClassName>Settings}`` rebuilt from :func:`settings_table`'s form: the same dataclasses, field
+    for field (types, defaults, base schemas), as :func:`model_schema` derives from the constructors."""
+    nodes: dict[str, type] = {}
+
+    def spec(code: list) -> list:
+        out = []
+        for name, t, default in code:
+            if "node" in default:
+                d = field(default_factory=node(default["node"]))
+            elif "value" in default:
+                d = _default_field(default["value"])
+            else:
+                d = field(default=dataclasses.MISSING)
+            out.append((name, _type_of(t, _Lazy(node)), d))
+        return out
+
+    def node(name: str) -> type:
+        if name not in nodes:
+            made = dataclasses.make_dataclass(name, spec(table["nodes"][name]))
+            made.__module__ = __name__
+            nodes[name] = made
+        return nodes[name]
+
+    schemas: dict[str, type] = {}
+
+    def schema(name: str) -> type:
+        if name not in schemas:
+            entry = table["agents"][name]
+            bases = (schema(entry["base"]),) if entry["base"] else ()
+            made = dataclasses.make_dataclass(f"{name}Settings", spec(entry["fields"]), bases=bases)
+            made.__module__ = __name__
+            made.__doc__ = f"``agent.model`` of the agent class {name} (:func:`robotrl.schema.model_schema`)."
+            schemas[name] = made
+        return schemas[name]
+
+    for name in table["agents"]:
+        schema(name)
+    return schemas
+
+
+class _Lazy(Mapping):
+    """A mapping that makes a settings node on first look-up (:func:`schemas_from_table`)."""
+
+    def __init__(self, make: typing.Callable[[str], type]):
+        self._make = make
+
+    def __getitem__(self, name: str) -> type:
+        return self._make(name)
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 def build_argument_hint(key: str, value: Any) -> str | None:

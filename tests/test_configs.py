@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import shlex
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence  # the annotations of the small agents below (read by model_schema)
 from pathlib import Path
 
@@ -299,21 +301,24 @@ def test_each_agent_setting_has_one_default_and_a_type(agent):
 
     from hydra.utils import get_class
 
-    from robotrl.configs import AGENTS
+    from robotrl.configs import agent_classes
     from robotrl.schema import OnPolicyConfig, agent_settings, model_schema
 
     cfg = _composed_train(f"agent={agent}")
     cls = get_class(cfg.agent.model._target_)
-    assert cls in AGENTS
-    schema = model_schema(cls)
-    assert OmegaConf.get_type(cfg.agent.model) is schema
+    assert cls in agent_classes()
+    schema = model_schema(cls)  # the registered node is its copy from the settings table (test below)
+    assert OmegaConf.get_type(cfg.agent.model).__name__ == schema.__name__
     settings = agent_settings(cls)
     assert set(cfg.agent.model) == {"_target_", *settings}
     fresh = OmegaConf.structured(schema)  # the constructor's defaults, as typed nodes
+    kinds = {f.name: f.type for f in dataclasses.fields(schema)}
     for name, param in settings.items():
         default = list(param.default) if isinstance(param.default, tuple) else param.default
+        node = next((a for a in getattr(kinds[name], "__args__", ()) if dataclasses.is_dataclass(a)), None)
+        if default is None and node is not None:  # a settings block: None means the block's defaults
+            default = OmegaConf.to_container(OmegaConf.structured(node))
         assert OmegaConf.to_container(fresh)[name] == default, (cls.__name__, name)
-        assert any(f.name == name for f in dataclasses.fields(schema))
 
     own = _agent_yaml(agent)
     parent = _parent(own)
@@ -430,12 +435,12 @@ def test_each_agent_declares_its_architecture_among_its_settings():
     checkpoint) of every agent class are constructor settings of that class, without repeats, and every camera
     agent (one taking ``encoder``) declares the front end's (:data:`robotrl.agent.FRONTEND_ARCHITECTURE`)."""
     from robotrl.agent import FRONTEND_ARCHITECTURE, AgentBase
-    from robotrl.configs import AGENTS
+    from robotrl.configs import agent_classes
     from robotrl.schema import agent_settings
 
     assert AgentBase.ARCHITECTURE_KEYS == ()
     declared = 0
-    for cls in AGENTS:
+    for cls in agent_classes():
         if not issubclass(cls, AgentBase):
             continue
         keys, settings = cls.ARCHITECTURE_KEYS, agent_settings(cls)
@@ -444,7 +449,7 @@ def test_each_agent_declares_its_architecture_among_its_settings():
         if "encoder" in settings:
             assert set(FRONTEND_ARCHITECTURE) <= set(keys), cls.__name__
         declared += 1
-    assert declared == len(AGENTS) - 1  # all but the reward classifier (a reward model, never warm-started)
+    assert declared == len(agent_classes()) - 1  # all but the reward classifier (a reward model, never warm-started)
 
 
 def test_a_warm_start_adopts_the_fine_tuning_classes_architecture(tmp_path):
@@ -466,3 +471,72 @@ def test_a_warm_start_adopts_the_fine_tuning_classes_architecture(tmp_path):
     assert adopted == {"hidden": [16, 16], "act": "tanh", "critic_act": "relu"}
     with pytest.raises(ConfigError, match=r"agent.model.act=elu conflicts with the warm-start checkpoint"):
         warm_start_architecture(_compose("train", [*ov, "agent.model.act=elu"]), overrides=[*ov, "agent.model.act=elu"])
+
+
+def _schema_fields(schema: type) -> tuple[list, list[str]]:
+    """A schema's fields as ``(name, type, default)`` (a settings node's default as its name and values) and its
+    bases' names."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(schema):
+        d = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "MISSING")
+        if dataclasses.is_dataclass(d):
+            d = (type(d).__name__, dataclasses.asdict(d))
+        out.append((f.name, repr(f.type), repr(d)))
+    return out, [b.__name__ for b in schema.__bases__]
+
+
+def test_the_agent_settings_table_is_the_constructors():
+    """``robotrl/configs/agent_settings.json``, from which composing a config registers the agent schemas without
+    importing an agent, holds what :func:`robotrl.schema.model_schema` derives from the constructors today, and
+    rebuilds each schema field for field (types, defaults, settings nodes, base schemas)."""
+    import json
+
+    from robotrl.configs import TABLE, agent_classes
+    from robotrl.schema import model_schema, schemas_from_table, settings_table
+
+    table = json.loads(TABLE.read_text(encoding="utf-8"))
+    now = json.loads(json.dumps(settings_table(agent_classes())))
+    assert table == now, ("robotrl/configs/agent_settings.json is not the agent constructors' settings: "
+                          "rewrite it with `python -m robotrl.configs`")
+    built = schemas_from_table(table)
+    assert set(built) == {c.__name__ for c in agent_classes()}
+    for cls in agent_classes():
+        assert _schema_fields(built[cls.__name__]) == _schema_fields(model_schema(cls)), cls.__name__
+
+
+def test_composing_a_config_imports_no_agent_and_no_torch():
+    """Hydra composes every robotrl config (train, collect, the robot server) with the schemas registered from the
+    table: no agent module and no torch is imported for it (a fresh process)."""
+    code = ("import sys\n"
+            "from hydra import compose, initialize_config_module\n"
+            "with initialize_config_module(config_module='robotrl.configs', version_base='1.3'):\n"
+            "    for name, ov in (('train', ['agent=sung', 'agent.model.sung.topk=7']), ('collect', []),\n"
+            "                     ('robot_server', [])):\n"
+            "        compose(config_name=name, overrides=ov)\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('robotrl.agents')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_a_settings_block_is_typed_at_composition():
+    """``agent.model.sung`` and ``agent.model.retention`` are typed nodes (:func:`robotrl.schema.config_node`) in
+    every agent config that takes them: one setting is set without ``+``, a misspelt one is refused, a wrong type
+    is refused, and the composed block builds the settings dataclass the agent reads."""
+    from hydra.errors import ConfigCompositionException
+
+    from robotrl.agents.qlearning.sung import SungConfig
+    from robotrl.schema import RetentionConfig
+
+    cfg = _compose("train", ["agent=wsrl", "agent.model.sung.topk=7", "agent.model.retention.bc.weight=0.5"])
+    assert SungConfig.from_mapping(cfg.agent.model.sung) == SungConfig(topk=7)
+    ret = RetentionConfig.from_mapping(cfg.agent.model.retention)
+    assert ret.bc.weight == 0.5 and ret.kl.weight == 0.0 and ret.enabled
+    assert not RetentionConfig.from_mapping(_composed_train("agent=bc-ppo").agent.model.retention).enabled
+    retain = RetentionConfig.from_mapping(_composed_train("agent=wsrl-retain").agent.model.retention)
+    assert (retain.kl.weight, retain.bc.weight, retain.replay.weight, retain.kl_states) == (1.0, 0.0, 0.0, "offline")
+    for bad in ("agent.model.sung.topkk=7", "agent.model.sung.topk=many", "agent.model.retention.kl.weight=big"):
+        with pytest.raises(ConfigCompositionException):
+            _compose("train", ["agent=sung", bad])

@@ -14,8 +14,9 @@ The layers, lowest first (a module may import its own layer and any lower one):
   ``benchmarks`` (README: the core never imports an agent module by name; agents reach the loops through
   :mod:`robotrl.agent`'s protocols and Hydra's ``_target_``);
 - then agents and collectors, Ray workers, the run assembly (``experiment.py``), the robot bridge, the
-  composition roots (the CLI, and :mod:`robotrl.configs`, which imports the agent classes to register their
-  settings' schemas, ``schema/model/<ClassName>``), and ``benchmarks/`` on top.
+  composition roots (the CLI, and :mod:`robotrl.configs`, which registers the agent classes' settings schemas,
+  ``schema/model/<ClassName>``, from its table and imports the classes to rewrite the table), and ``benchmarks/``
+  on top.
 
 ``python3 tests/test_layers.py`` prints the dependency listing (each package or core module, its layer,
 and the robotrl packages and modules it imports).
@@ -224,10 +225,10 @@ def test_every_configured_agent_inherits_its_hook_defaults():
     ``configs/agent/*.yaml`` extend) is built on its kind's base (so every hook the loops call exists), and
     satisfies its protocol."""
     from robotrl.agent import OffPolicyAgent, OffPolicyAgentBase, OnPolicyAgent, OnPolicyAgentBase
-    from robotrl.configs import AGENTS
+    from robotrl.configs import agent_classes
     from robotrl.schema import agent_target
 
-    classes = [c for c in AGENTS if c.__module__.startswith("robotrl.agents.")]
+    classes = [c for c in agent_classes() if c.__module__.startswith("robotrl.agents.")]
     assert len(classes) >= 10, classes
     for cls in classes:
         target = agent_target(cls)

@@ -211,7 +211,7 @@ def test_the_penalty_is_lambda_times_cql_alpha_on_the_drawn_rows(maze):
         state = maze[1].rng.bit_generator.state  # the same pretraining batches for both agents
         agent = _online(maze, {**SUNG_SMALL, "conservative_weight": w})
         maze[1].rng.bit_generator.state = state
-        m = agent._sung_critic(b)[0]
+        m = agent._sac_critic(b)[0]  # the one critic step; SUNG is active online
         losses[w] = (float(m["critic_loss"]), float(m["cql_penalty"]))
     assert losses[0.0][1] == pytest.approx(losses[0.5][1], rel=1e-5) and losses[0.5][1] != 0.0
     assert losses[0.5][0] == pytest.approx(losses[0.0][0] + 0.5 * 5.0 * 2 * losses[0.5][1], rel=1e-4)
@@ -293,8 +293,8 @@ def test_robotrl_train_experiment_sung_runs_online(minari_module_root, tmp_path)
     build_trainer(_compose(["experiment=calql", *MAZE, *QSMALL, "trainer.offline_steps=60", f"run_dir={pre}"]), pre).fit()
     run = tmp_path / "run"
     args = ["train", "experiment=sung", *MAZE, *QSMALL, f"trainer.init_from={pre}", "trainer.online_steps=120",
-            "trainer.batch_size=32", "trainer.eval_every=60", "+agent.model.sung.vae_hidden=32",
-            "+agent.model.sung.vae_pretrain_steps=50", "+agent.model.sung.candidates=20", "+agent.model.sung.topk=5",
+            "trainer.batch_size=32", "trainer.eval_every=60", "agent.model.sung.vae_hidden=32",
+            "agent.model.sung.vae_pretrain_steps=50", "agent.model.sung.candidates=20", "agent.model.sung.topk=5",
             f"run_dir={run}"]
     env = {**os.environ, "MINARI_DATASETS_PATH": str(minari_module_root), "PYTHONUNBUFFERED": "1"}
     res = subprocess.run([sys.executable, "-m", "robotrl.cli", *args], env=env, capture_output=True, text=True,

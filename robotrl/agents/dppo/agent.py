@@ -50,7 +50,7 @@ from robotrl.agents.diffusion.policy import DiffusionPolicy
 from robotrl.agents.dppo.policy import DPPOPolicy
 from robotrl.agents.ppo.loss import gaussian_log_prob, normalize_advantages, ppo_policy_loss, value_loss
 from robotrl.agents.ppo.update import gae_targets, load_state, minibatch_epochs, save_state
-from robotrl.agents.retention import Retention
+from robotrl.agents.retention import Retention, RetentionConfig
 
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
@@ -118,7 +118,7 @@ class DPPOAgent(OnPolicyAgentBase):
                  image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
                  pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 frame_stack: int = 1, state_layout: str | None = None, retention: Mapping | None = None):
+                 frame_stack: int = 1, state_layout: str | None = None, retention: RetentionConfig | Mapping | None = None):
         self.device = torch.device(device)
         self.sampler = "ddim" if use_ddim else "ddpm"
         cameras = camera_options(image_shapes=image_shapes, encoder=encoder, pooling=pooling, feature_dim=feature_dim,

@@ -19,7 +19,7 @@ from robotrl.agents.bc.loss import mse_loss
 from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.policy import GaussianPPOPolicy
 from robotrl.agents.ppo.update import gae_targets, load_state, ppo_epochs, save_state
-from robotrl.agents.retention import Retention
+from robotrl.agents.retention import Retention, RetentionConfig
 
 from robotrl.checkpoint import load_checkpoint
 from robotrl.data.batch import Batch
@@ -64,7 +64,7 @@ class PPOAgent(OnPolicyAgentBase):
                  clip: float = 0.2, vf_coef: float = 0.5, n_epochs: int = 5, batch_size: int = 2048,
                  target_kl: float | None = 0.05, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
                  reward_scaling: bool = True, bc_lr: float = 1e-3, device: str | torch.device = "cpu",
-                 seed: int = 0, retention: Mapping | None = None):
+                 seed: int = 0, retention: RetentionConfig | Mapping | None = None):
         self.device = torch.device(device)
         self.policy = GaussianPPOPolicy(obs_dim, action_dim, hidden, act=act, init_log_std=init_log_std,
                                         obs_clip=obs_clip)

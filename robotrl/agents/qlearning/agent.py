@@ -56,8 +56,8 @@ from robotrl.agent import FRONTEND_ARCHITECTURE, OffPolicyAgentBase
 from robotrl.agents.qlearning import loss as L
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.qlearning.policy import QLPolicy
-from robotrl.agents.qlearning.sung import Sung, conservative_rows, optimistic_choice
-from robotrl.agents.retention import Retention
+from robotrl.agents.qlearning.sung import Sung, SungConfig, conservative_rows, optimistic_choice
+from robotrl.agents.retention import Retention, RetentionConfig
 
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
@@ -155,8 +155,8 @@ class QLAgent(OffPolicyAgentBase):
         image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq", pooling: str = "flatten",
         feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None, freeze_encoder: bool = False,
         augment_pad: int = 4, state_layout: str | None = None, frame_stack: int = 1, cache_features: bool = False,
-        feature_cache_size: int = 100_000, retention: Mapping | None = None,
-        sung: Mapping | None = None,
+        feature_cache_size: int = 100_000, retention: RetentionConfig | Mapping | None = None,
+        sung: SungConfig | Mapping | None = None,
     ):
         if matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be 'float32' or 'bfloat16', got {matmul_dtype!r}")
@@ -209,7 +209,6 @@ class QLAgent(OffPolicyAgentBase):
         self.critic_utd, self.critic_warmup_updates = int(critic_utd), int(critic_warmup_updates)
         self.cql = dict(alpha=cql_alpha, n=int(cql_n_actions), temperature=cql_temperature,
                         clip=tuple(cql_clip_diff) if cql_clip_diff is not None else (-float("inf"), float("inf")))
-        self.cql_loss_args = dict(alpha=cql_alpha, temperature=cql_temperature, clip_diff=self.cql["clip"])
         self.iql = dict(expectile=iql_expectile, beta=iql_beta, max_weight=iql_max_weight)
         self.max_grad_norm = max_grad_norm
         self.bf16 = matmul_dtype == "bfloat16"
@@ -474,8 +473,6 @@ class QLAgent(OffPolicyAgentBase):
         k = self.critic_utd if B >= self.critic_utd else 1
         critic_step, actor_step = (self._iql_critic, self._iql_actor) if self.algo == "iql" else \
             (self._sac_critic, self._sac_actor)
-        if self.sung.active:  # SUNG online: the CQL penalty on the most uncertain rows (robotrl.agents.qlearning.sung)
-            critic_step = self._sung_critic
         metrics: dict[str, torch.Tensor] = {}
         if self.target_encoder is not None:
             self.policy.train()  # DrQ: random shift on the encoded frames (current and next)
@@ -506,17 +503,18 @@ class QLAgent(OffPolicyAgentBase):
                      {k: pick(v) for k, v in b.extras.items()})
 
     def _sac_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], None, torch.Tensor]:
-        """One critic step of the SAC family: TD (SAC/WSRL/RLPD/PORL) or TD + CQL(H) (CQL, Cal-QL); returns
-        ``(metrics, None, obs features (B, W))``."""
+        """One critic step of the SAC family: TD (SAC/WSRL/RLPD/PORL), TD + CQL(H) (CQL, Cal-QL), or SUNG's
+        TD + ``λ·cql_alpha`` times the CQL(H) penalty on ``round_down(conservative_fraction·B)`` rows drawn by their
+        uncertainty (:func:`conservative_rows`; plain CQL, no Cal-QL floor, as the reference's online loss);
+        returns ``(metrics, None, obs features (B, W))``."""
         obs, act, nobs = self._normalize(b)
         B, R = obs.shape[0], self.cql["n"]
         conservative = self.algo in ("cql", "calql")
         alpha = self.log_alpha.exp().detach()
+        rows, weight, metrics = None, self.cql["alpha"], {}
         with torch.no_grad():
             if conservative:  # one actor pass on [s'; s]: R samples each (target + CQL next / current actions)
-                a_n, lp_n = self.actor.sample_n(torch.cat([nobs, obs]), R, self.gen)  # (R, 2B, Da), (R, 2B)
-                a_all = a_n.view(R, 2, B, -1).transpose(0, 1).reshape(2 * R * B, -1)  # rows: s' blocks, then s
-                lp_all = lp_n.view(R, 2, B).transpose(0, 1).reshape(2 * R * B)
+                a_all, lp_all = self._policy_samples(nobs, obs, R)
                 a_next, lp_next = a_all[:B], lp_all[:B]
             else:
                 a_next, lp_next = self.actor.sample(nobs, self.gen)
@@ -524,66 +522,50 @@ class QLAgent(OffPolicyAgentBase):
             if self.backup_entropy:
                 v_next = v_next - alpha * lp_next
             target = L.td_target(b.rewards, b.discounts, b.terminated, v_next)
-        if conservative:
+            if self.sung.active:  # SUNG online: the CQL penalty on the most uncertain rows
+                rows, metrics = self._sung_rows(obs, act)
+                weight = self.sung.cfg.conservative_weight * self.cql["alpha"]
+                if rows is not None:
+                    a_all, lp_all = self._policy_samples(nobs[rows], obs[rows], R)
+        if conservative or rows is not None:
             if self.algo == "calql" and b.mc_returns is None:
                 raise ValueError("Cal-QL needs mc_returns in the batch (the replay buffer provides them)")
-            a_rand = torch.rand((R * B, self.action_dim), generator=self.gen, device=self.device) * 2 - 1
+            n = B if rows is None else rows.shape[0]
+            a_rand = torch.rand((R * n, self.action_dim), generator=self.gen, device=self.device) * 2 - 1
             critic_loss, q, extra = L.cql_critic_loss(
-                self.critic, obs, act, target, a_rand, a_all, lp_all, n_actions=R,
-                mc_lower_bound=b.mc_returns if self.algo == "calql" else None, **self.cql_loss_args)
+                self.critic, obs, act, target, a_rand, a_all, lp_all, n_actions=R, rows=rows,
+                mc_lower_bound=b.mc_returns if self.algo == "calql" else None, alpha=weight,
+                temperature=self.cql["temperature"], clip_diff=self.cql["clip"])
         else:
             critic_loss, q, extra = L.sac_critic_loss(self.critic, obs, act, target)
         self._opt_step(self.critic_opt, critic_loss, self._critic_params)
         q = q.detach()
-        metrics = {"q_mean": q.mean(), "q_max": q.max(), "td_error": (q - target).abs().mean(),
-                   "critic_loss": critic_loss.detach(), "target_mean": target.mean(), **extra}
+        metrics.update(q_mean=q.mean(), q_max=q.max(), td_error=(q - target).abs().mean(),
+                       critic_loss=critic_loss.detach(), target_mean=target.mean(), **extra)
         if b.mc_returns is not None:
             metrics["q_minus_mc"] = L.q_minus_mc(q, b.mc_returns)
         return metrics, None, obs
 
-    def _sung_critic(self, b: Batch) -> tuple[dict[str, torch.Tensor], None, torch.Tensor]:
-        """SUNG's critic step: SAC's TD loss on every row plus ``λ·cql_alpha`` times the CQL(H) penalty on
-        ``round_down(conservative_fraction·B)`` rows drawn by their uncertainty (:func:`conservative_rows`; the
-        penalty is plain CQL, no Cal-QL floor, as the reference's online loss); returns as :meth:`_sac_critic`."""
-        obs, act, nobs = self._normalize(b)
+    def _policy_samples(self, nobs: torch.Tensor, obs: torch.Tensor, R: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """CQL's policy actions: ``R`` samples at each of the ``n`` states ``nobs`` (s') and ``obs`` (s) in one actor
+        pass; returns ``(2·R·n, Da)`` actions and ``(2·R·n,)`` log-probs, rows ``R`` blocks at s' then ``R`` at s."""
+        n = obs.shape[0]
+        a_n, lp_n = self.actor.sample_n(torch.cat([nobs, obs]), R, self.gen)  # (R, 2n, Da), (R, 2n)
+        a_all = a_n.view(R, 2, n, -1).transpose(0, 1).reshape(2 * R * n, -1)
+        return a_all, lp_n.view(R, 2, n).transpose(0, 1).reshape(2 * R * n)
+
+    def _sung_rows(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """SUNG's conservative rows: ``(n,)`` indices drawn by the VAE uncertainty (``None`` when
+        ``conservative='none'``) and the uncertainty metrics."""
         c = self.sung.cfg
-        B, R, Da = obs.shape[0], self.cql["n"], self.action_dim
-        n = 0 if c.conservative == "none" else max(1, int(B * c.conservative_fraction))
-        with torch.no_grad():
-            a_next, lp_next = self.actor.sample(nobs, self.gen)
-            v_next = L.subset_min(self.critic_target(nobs, a_next), self._heads())
-            if self.backup_entropy:
-                v_next = v_next - self.log_alpha.exp().detach() * lp_next
-            target = L.td_target(b.rewards, b.discounts, b.terminated, v_next)
-            u = self.sung.uncertainty(obs, act, self.gen)
-            metrics = {"sung_uncertainty": u.mean()}
-            if n:
-                idx = conservative_rows(u, n, mode=c.conservative, temperature=c.conservative_temperature,
-                                        generator=self.gen)
-                metrics["sung_cql_uncertainty"] = u[idx].mean()
-                a_pi, lp_pi = self.actor.sample_n(torch.cat([nobs[idx], obs[idx]]), R, self.gen)  # (R, 2n, ·)
-                a_pi = a_pi.view(R, 2, n, Da).transpose(0, 1).reshape(2 * R * n, Da)  # rows: s' blocks, then s
-                lp_pi = lp_pi.view(R, 2, n).transpose(0, 1).reshape(2 * R * n)
-                a_rand = torch.rand((R * n, Da), generator=self.gen, device=self.device) * 2 - 1
-        if n:  # one ensemble pass: data rows (B) | uniform, policy at s', policy at s (R·n each, scored at s)
-            q_all = self.critic(torch.cat([obs, obs[idx].repeat(3 * R, 1)]), torch.cat([act, a_rand, a_pi]))
-            q = q_all[:, :B]
-            rest = q_all[:, B:].reshape(q.shape[0], 3, R, n).permute(1, 0, 3, 2)  # (3, N, n, R)
-            lp = lp_pi.reshape(2, R, n).transpose(1, 2)  # (2, n, R): s', s
-            penalty, info = L.cql_penalty(q[:, idx], rest[0], rest[2], rest[1], lp[1], lp[0], Da,
-                                          temperature=self.cql["temperature"], clip_diff=self.cql["clip"])
-            weight = c.conservative_weight * self.cql["alpha"]
-            critic_loss = L.critic_td_loss(q, target) + weight * penalty.sum()
-            metrics.update(cql_penalty=penalty.mean().detach(), **info)
-        else:
-            critic_loss, q, _ = L.sac_critic_loss(self.critic, obs, act, target)
-        self._opt_step(self.critic_opt, critic_loss, self._critic_params)
-        q = q.detach()
-        metrics.update(q_mean=q.mean(), q_max=q.max(), td_error=(q - target).abs().mean(),
-                       critic_loss=critic_loss.detach(), target_mean=target.mean())
-        if b.mc_returns is not None:
-            metrics["q_minus_mc"] = L.q_minus_mc(q, b.mc_returns)
-        return metrics, None, obs
+        n = 0 if c.conservative == "none" else max(1, int(obs.shape[0] * c.conservative_fraction))
+        u = self.sung.uncertainty(obs, act, self.gen)
+        metrics = {"sung_uncertainty": u.mean()}
+        if not n:
+            return None, metrics
+        idx = conservative_rows(u, n, mode=c.conservative, temperature=c.conservative_temperature, generator=self.gen)
+        metrics["sung_cql_uncertainty"] = u[idx].mean()
+        return idx, metrics
 
     def _sung_vae_step(self, b: Batch) -> dict[str, torch.Tensor]:
         """SUNG's one VAE step per update on the minibatch ``b`` (normalised states, actions in [-1, 1])."""

@@ -144,31 +144,38 @@ def sac_critic_loss(critic: Critic, obs: torch.Tensor, act: torch.Tensor,
 def cql_critic_loss(critic: Critic, obs: torch.Tensor, act: torch.Tensor, target: torch.Tensor,
                     a_rand: torch.Tensor, a_pi: torch.Tensor, logp_pi: torch.Tensor, *, n_actions: int,
                     alpha: float, temperature: float = 1.0, clip_diff: tuple[float, float] = (-math.inf, math.inf),
-                    mc_lower_bound: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """CQL(H) / Cal-QL critic loss: TD + ``α·Σ_heads`` :func:`cql_penalty`, all ``3R+1`` actions per
-    state scored in ONE ensemble pass (Kumar et al. 2020; Nakamoto et al. 2023; JaxCQL).
+                    mc_lower_bound: torch.Tensor | None = None,
+                    rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """CQL(H) / Cal-QL critic loss: TD on every row + ``α·Σ_heads`` :func:`cql_penalty` on ``rows``, all
+    ``3R+1`` actions per state scored in ONE ensemble pass (Kumar et al. 2020; Nakamoto et al. 2023; JaxCQL).
+
+    The penalty covers every row (CQL, Cal-QL) or the ``n`` rows ``rows`` (SUNG's uncertainty-drawn subset, Guo
+    et al. 2023, :mod:`robotrl.agents.qlearning.sung`); with ``rows=None`` ``n = B``.
 
     Args:
         critic: the ensemble ``Q``; obs ``(B, Do)``, act ``(B, Da)``, target ``(B,)`` as in
             :func:`sac_critic_loss`.
-        a_rand: ``(R·B, Da)`` uniform actions in ``[-1, 1]``.
-        a_pi, logp_pi: ``(2·R·B, Da)``, ``(2·R·B,)`` policy samples, rows ``R`` blocks of ``B``
+        a_rand: ``(R·n, Da)`` uniform actions in ``[-1, 1]``.
+        a_pi, logp_pi: ``(2·R·n, Da)``, ``(2·R·n,)`` policy samples, rows ``R`` blocks of ``n``
             at ``s'`` then ``R`` blocks at ``s`` (no grad).
         n_actions: ``R``.
         alpha, temperature, clip_diff: CQL's weight, logsumexp temperature, gap clamp.
-        mc_lower_bound: ``(B,)`` Cal-QL's ``V^μ(s)`` or ``None`` (plain CQL).
+        mc_lower_bound: ``(n,)`` Cal-QL's ``V^μ(s)`` of the penalised rows or ``None`` (plain CQL).
+        rows: ``(n,)`` indices of the penalised rows, or ``None`` for all ``B``.
 
     Returns:
         ``(loss, q (N, B) of the data actions, {"td_loss", "cql_penalty", "cql_ood"[, "calql_bound_rate"]})``.
     """
     B, R, Da = obs.shape[0], n_actions, act.shape[-1]
-    # rows: data (B) | uniform (R·B) | policy at s' (R·B) | policy at s (R·B); all scored at s
-    q_all = critic(obs.repeat(1 + 3 * R, 1), torch.cat([act, a_rand, a_pi]))  # (N, (1+3R)·B)
+    pen = obs if rows is None else obs[rows]
+    n = pen.shape[0]
+    # rows: data (B) | uniform (R·n) | policy at s' (R·n) | policy at s (R·n); all scored at s
+    q_all = critic(torch.cat([obs, pen.repeat(3 * R, 1)]), torch.cat([act, a_rand, a_pi]))  # (N, B + 3R·n)
     q = q_all[:, :B]
-    rest = q_all[:, B:].reshape(q.shape[0], 3, R, B).permute(1, 0, 3, 2)  # (3, N, B, R)
-    lp = logp_pi.reshape(2, R, B).transpose(1, 2)  # (2, B, R): s', s
-    penalty, info = cql_penalty(q, rest[0], rest[2], rest[1], lp[1], lp[0], Da, mc_lower_bound=mc_lower_bound,
-                                temperature=temperature, clip_diff=clip_diff)
+    rest = q_all[:, B:].reshape(q.shape[0], 3, R, n).permute(1, 0, 3, 2)  # (3, N, n, R)
+    lp = logp_pi.reshape(2, R, n).transpose(1, 2)  # (2, n, R): s', s
+    penalty, info = cql_penalty(q if rows is None else q[:, rows], rest[0], rest[2], rest[1], lp[1], lp[0], Da,
+                                mc_lower_bound=mc_lower_bound, temperature=temperature, clip_diff=clip_diff)
     td = critic_td_loss(q, target)
     loss = td + alpha * penalty.sum()
     return loss, q, {"td_loss": td.detach(), "cql_penalty": penalty.mean().detach(), **info}
