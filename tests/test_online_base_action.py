@@ -136,3 +136,38 @@ def test_the_learner_stores_the_executed_base_actions_and_the_td_target_reads_th
         assert all(np.isfinite(float(v)) for v in m.values())
     finally:
         learner.ep.close()
+
+
+def test_the_episode_file_records_the_executed_base_action_also_after_a_recovery(tmp_path):
+    """The recorder's episode ``.npz`` has ``info_base_action`` ``(T+1, Da)`` (reset entry NaN, then each step's
+    executed base action; NaN for a step without one and for a row from an actor that sent none), also when a killed
+    actor's journal is turned into the episode (:meth:`EpisodeRecorder.recover`)."""
+    from robotrl.real_robot.online_recording import EpisodeRecorder
+    from robotrl.real_robot.sim import MuJoCoTwin
+
+    spec = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=50).spec()
+    do, da = spec.observation.dim, spec.action.dim
+    rng = np.random.default_rng(3)
+    n = 6
+    obs = rng.uniform(-1, 1, (n + 1, do)).astype(np.float32)
+    base = rng.uniform(-1, 1, (n, da)).astype(np.float32)
+    rows = [{"n": i, "episode": 0, "step": i, "obs": obs[i], "next_obs": obs[i + 1],
+             "action": np.zeros(da, np.float32), "requested": np.zeros(da, np.float32),
+             "policy_action": np.zeros(da, np.float32), "base_action": base[i], "reward": 0.0, "terminated": False,
+             "truncated": i == n - 1, "success": False, "intervention": False, "safety_modified": False,
+             "held": False, "learner_connected": True, "weights_version": 1, "time": 0.0, "rtt_s": 0.0,
+             "jitter_s": 0.0} for i in range(n)]
+    del rows[2]["base_action"]  # a row of an actor that sent none
+    rec = EpisodeRecorder(tmp_path / "a", spec)
+    rec.write(0, rows, obs[n], seed=None)
+    z = rec.load(0)
+    want = np.concatenate([np.full((1, da), np.nan, np.float32), base])
+    want[3] = np.nan
+    np.testing.assert_array_equal(z["info_base_action"], want)
+    rec2 = EpisodeRecorder(tmp_path / "b", spec)  # killed mid-episode: the journal becomes the episode
+    for r in rows[:4]:
+        rec2.append({**r, "episode": 1})
+    rec2._journal.close()
+    rec2._journal = None
+    assert len(EpisodeRecorder(tmp_path / "b", spec).recover()) == 4
+    np.testing.assert_array_equal(rec2.load(1)["info_base_action"], want[:5])

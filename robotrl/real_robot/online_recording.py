@@ -13,13 +13,20 @@ from robotrl.checkpoint import load_arrays, save_arrays
 from robotrl.real_robot.interface import ProtocolError, RobotSpec
 
 
+def _base_action(row: dict, da: int) -> np.ndarray:
+    """A row's executed base action ``(Da,)`` float32 (NaN when the policy has no base, or the row predates it)."""
+    b = row.get("base_action")
+    return np.full(da, np.nan, np.float32) if b is None else np.asarray(b, np.float32).reshape(da)
+
+
 class EpisodeRecorder:
     """Finished episodes as atomically written ``.npz`` files, assembled into a Minari dataset.
 
     File ``<dir>/episodes/ep_<episode>.npz``: ``observations (T+1, Do)``, ``actions (T, Da)``
     (applied), ``rewards``, ``terminations``, ``truncations`` ``(T,)`` and ``info_<name>``
     arrays with ``T+1`` entries (reset entry first, as Minari's infos): ``requested_action``,
-    ``policy_action`` (NaN where none), ``intervention``, ``safety_modified``, ``held``,
+    ``policy_action`` (NaN where none), ``base_action`` (the frozen base's action the step executed under a
+    residual policy, ``PolicyHolder.last_base_action``; NaN where none), ``intervention``, ``safety_modified``, ``held``,
     ``success``, ``learner_connected``, ``weights_version``, ``n`` (link index), ``step``,
     ``time``, ``rtt_s``, ``jitter_s``. A robot with cameras (:attr:`RobotSpec.cameras`) adds
     ``frames_<camera>`` uint8 ``(T+1, H, W, C)`` (each step's frames, then the final observation's),
@@ -108,6 +115,7 @@ class EpisodeRecorder:
                "truncations": col("truncated", bool),
                "info_requested_action": np.concatenate([nan, np.stack([r["requested"] for r in rows])]),
                "info_policy_action": np.concatenate([nan, np.stack([r["policy_action"] for r in rows])]),
+               "info_base_action": np.concatenate([nan, np.stack([_base_action(r, da) for r in rows])]),
                "seed": np.asarray(-1 if seed is None else seed, np.int64)}
         out.update(self._frames(rows))
         for k, dt in (("intervention", bool), ("safety_modified", bool), ("held", bool), ("success", bool),
