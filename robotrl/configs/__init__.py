@@ -17,6 +17,7 @@ from robotrl.agents.dppo import DPPOAgent
 from robotrl.agents.flow import FlowAgent
 from robotrl.agents.flow.distill import FlowDistillAgent
 from robotrl.agents.ppo import PPOAgent
+from robotrl.agents.ppo.unio4 import UniO4Agent
 from robotrl.agents.qlearning import QLAgent
 from robotrl.agents.reinflow import ReinFlowAgent
 from robotrl.agents.residual import ResidualOffPolicyAgent, ResidualPPOAgent
@@ -27,7 +28,7 @@ from robotrl.schema import register_agents as _register_agents
 #: The agent classes ``configs/agent/*.yaml`` instantiate (``model._target_``, the schema's default): each is
 #: registered as ``schema/model/<ClassName>``.
 AGENTS: tuple[type, ...] = (BCAgent, DiffusionAgent, DPPOAgent, FlowAgent, FlowDistillAgent, PPOAgent, QLAgent,
-                            ReinFlowAgent, ResidualOffPolicyAgent, ResidualPPOAgent, RewardClassifierAgent)
+                            ReinFlowAgent, ResidualOffPolicyAgent, ResidualPPOAgent, RewardClassifierAgent, UniO4Agent)
 
 _register()
 _register_agents(AGENTS)
