@@ -28,6 +28,7 @@ from robotrl.schema import schemas_from_table as _schemas_from_table
 AGENTS: tuple[str, ...] = (
     "robotrl.agents.bc:BCAgent", "robotrl.agents.diffusion:DiffusionAgent", "robotrl.agents.dppo:DPPOAgent",
     "robotrl.agents.flow:FlowAgent", "robotrl.agents.flow.distill:FlowDistillAgent", "robotrl.agents.ppo:PPOAgent",
+    "robotrl.agents.ppo.unio4:UniO4Agent",
     "robotrl.agents.qlearning:QLAgent", "robotrl.agents.reinflow:ReinFlowAgent",
     "robotrl.agents.residual:ResidualOffPolicyAgent", "robotrl.agents.residual:ResidualPPOAgent",
     "robotrl.real_robot.reward_classifier:RewardClassifierAgent",
