@@ -11,7 +11,7 @@ seconds of the run is evaluated deterministically on ``--eval-seeds`` fixed star
 success vs wall-clock minutes, "before" = the first pushed version (the initial weights),
 "after" = the last.
 
-Modes: ``human``: a scripted "human" (P-D controller to the goal) takes over every
+Modes: ``human``: a scripted "human" (P-D controller along the path, straight to the goal without fixed cells) takes over every
 ``--every``-th episode; its steps enter the demonstration buffer and the learner samples
 half of each batch from it (RLPD/HIL-SERL 50/50). ``demos``: no human; the learner starts
 with 20 episodes of the same controller's demonstrations (RLPD 50/50). ``none``: no human,

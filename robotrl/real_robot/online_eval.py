@@ -249,7 +249,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     Args:
         work: directory for the key, logs, learner run dir (``learner/``), actor work dir
             (``actor/``) and the pushed versions (``pushed/``).
-        mode: ``"human"``: the scripted "human" (P-D controller to the goal) drives every
+        mode: ``"human"``: the scripted "human" (:func:`~robotrl.real_robot.teleop.maze_controller`) drives every
             ``every``-th episode, its steps also enter the demonstration buffer, batches are
             half demonstrations (``offline_ratio`` 0.5); ``"demos"``: no human, the learner starts
             with ``demo_episodes`` controller demonstrations (:func:`record_controller_demos`),
