@@ -183,20 +183,20 @@ def train_twin_classifier(work: str | os.PathLike, *, episodes: int, max_steps: 
     twin's success flag, as an operator's marked recording would be; written to ``<work>/classifier.pt``.
 
     Returns:
-        The classifier's path and its metrics (``train_acc``, ``holdout_acc``, ``holdout_balanced_acc``,
-        ``positives``, ``n``).
+        The classifier's path and its metrics (:func:`~robotrl.real_robot.reward_classifier.fit_success_classifier`'s:
+        precision, recall, accuracy... on the training, threshold and held-out frames).
 
     Raises:
         DatasetFormatError: the episodes hold only one class (no success, or only successes).
     """
     from robotrl.data.dataset import load_dataset
-    from robotrl.real_robot.reward_classifier import save_classifier, success_labels, train_success_classifier
+    from robotrl.real_robot.reward_classifier import LabelledFrames, save_classifier, train_success_classifier
 
     w = Path(work)
     data = load_dataset(str(record_controller_demos(w / "minari" / "classifier-data", episodes=episodes,
                                                     max_steps=max_steps, maze=maze, reward=reward, seed=seed)))
-    states, labels = success_labels(data)
-    clf, metrics = train_success_classifier(states, labels, steps=steps, seed=seed)
+    frames = LabelledFrames.from_dataset(data, cameras=False)  # the next state of each step and its success flag
+    clf, metrics = train_success_classifier(frames.state, frames.labels, steps=steps, seed=seed)
     return save_classifier(w / "classifier.pt", clf, threshold, metrics), metrics
 
 
