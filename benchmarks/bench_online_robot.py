@@ -11,7 +11,7 @@ seconds of the run is evaluated deterministically on ``--eval-seeds`` fixed star
 success vs wall-clock minutes, "before" = the first pushed version (the initial weights),
 "after" = the last.
 
-Modes: ``human``: a scripted "human" (P-D controller to the goal) takes over every
+Modes: ``human``: a scripted "human" (P-D controller along the path, straight to the goal without fixed cells) takes over every
 ``--every``-th episode; its steps enter the demonstration buffer and the learner samples
 half of each batch from it (RLPD/HIL-SERL 50/50). ``demos``: no human; the learner starts
 with 20 episodes of the same controller's demonstrations (RLPD 50/50). ``none``: no human,
@@ -36,7 +36,11 @@ walls (``--maze open``, a ``maze_map`` override), ``--reward dense`` gymnasium-r
 (:data:`robotrl.real_robot.sim.LCORRIDOR_MAP`, fixed start and goal cells, about 6.5 m of path),
 the sparse reward (1 at the goal), 200 steps, ``gamma`` 0.99
 (:data:`~robotrl.real_robot.online_eval.LEARNER_SPARSE`): random exploration almost never reaches
-the goal, the straight-to-goal controller does in about 135 steps. ``--maze``, ``--reward``,
+the goal, the straight-to-goal controller does in about 135 steps. ``zcorridor`` (issue 42): the corridor with two
+turns where the ball must reverse its x direction (:data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`, about 8 m of path),
+otherwise as ``lcorridor``: no constant action reaches the goal, the path-following controller
+(:func:`robotrl.real_robot.teleop.maze_controller`, the scripted human's and the demonstrations') does in about 145
+steps. ``--maze``, ``--reward``,
 ``--max-steps`` and ``--learner`` override the task's. Success = the ball within 0.45 m of the
 goal (the twin's flag). Per mode: the IQM of the final success over seeds with a 95 % bootstrap
 CI (:mod:`robotrl.stats`), the human's steps and time (steps / ``--rate``), and per run the
@@ -71,6 +75,8 @@ from robotrl.real_robot.online_eval import (  # noqa: E402
 #: ``--task`` presets: maze, reward, max steps, learner overrides
 TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner": list(LEARNER), "operator": "schedule"},
          "lcorridor": {"maze": "lcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
+                       "operator": "on-failure"},
+         "zcorridor": {"maze": "zcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
                        "operator": "on-failure"}}
 #: bench modes: run_twin_trial's, and ``human-clf`` (``human`` with the classifier's reward)
 BENCH_MODES = [*MODES, "human-clf"]

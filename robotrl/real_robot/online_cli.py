@@ -234,15 +234,15 @@ def make_teleop(cfg: DictConfig, spec):
         s = cfg.scripted
         if not (spec.name.startswith("sim:pointmaze")):
             raise ConfigError(f"teleop=scripted has a controller for the PointMaze twin only, not {spec.name}")
+        kw = OmegaConf.to_container(cfg.robot.get("env_kwargs") or {}, resolve=True)
+        ctrl = tp.maze_controller(kw.get("maze_map"), float(s.gain))  # along the map's path (straight without one)
         if s.get("on_failure"):  # HIL-SERL's operator: takes over when the policy fails, drives, hands back
-            kw = OmegaConf.to_container(cfg.robot.get("env_kwargs") or {}, resolve=True)
             rule = tp.OnFailureTakeover(tp.maze_path_progress(kw.get("maze_map")), patience=int(s.patience),
                                         min_gain=float(s.min_gain), max_regress=float(s.max_regress),
                                         length=int(s.takeover_steps))
-            return tp.ScriptedTeleop(tp.pointmaze_controller(float(s.gain)), None, spec.action.low, spec.action.high,
-                                     takeover=rule)
+            return tp.ScriptedTeleop(ctrl, None, spec.action.low, spec.action.high, takeover=rule)
         every, start, length = int(s.every), int(s.start), int(s.length)
-        return tp.ScriptedTeleop(tp.pointmaze_controller(float(s.gain)),
+        return tp.ScriptedTeleop(ctrl,
                                  lambda ep, k: every > 0 and ep % every == 0 and start <= k < start + length,
                                  spec.action.low, spec.action.high)
     raise ConfigError(f"teleop must be none, keyboard or scripted, got {cfg.teleop!r}")

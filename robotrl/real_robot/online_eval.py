@@ -24,7 +24,7 @@ import torch
 
 from robotrl.errors import CheckpointError
 from robotrl.real_robot.protocol import write_key_file
-from robotrl.real_robot.sim import LCORRIDOR_MAP
+from robotrl.real_robot.sim import LCORRIDOR_MAP, ZCORRIDOR_MAP
 
 
 def pushed_versions(weights_dir: str | os.PathLike) -> list[int]:
@@ -115,13 +115,18 @@ LEARNER_SPARSE = ("agent.gamma=0.99", *LEARNER[1:], "agent.model.fixed_alpha=0.0
 
 #: PointMaze maps: ``open`` a 2×2 room without inner walls; ``umaze`` the task's own U-maze; ``lcorridor``
 #: an L-shaped corridor one cell (1 m) wide, fixed start ``r`` at the bottom of the vertical leg and goal
-#: ``g`` at the end of the horizontal one (:data:`robotrl.real_robot.sim.LCORRIDOR_MAP`)
-MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaze": None, "lcorridor": LCORRIDOR_MAP}
+#: ``g`` at the end of the horizontal one (:data:`robotrl.real_robot.sim.LCORRIDOR_MAP`); ``zcorridor`` a corridor with
+#: two turns where the ball must reverse (right, up, left: :data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`)
+MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaze": None, "lcorridor": LCORRIDOR_MAP,
+         "zcorridor": ZCORRIDOR_MAP}
+#: the mazes with a robot config of their own (``robot=sim-<maze>``: map, sparse reward, a workspace box that holds it)
+ROBOT_CONFIGS = ("lcorridor", "zcorridor")
 
 
 def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
                             seed: int = 0, cameras: list[str] | tuple[str, ...] = (), image_size: int = 64) -> Path:
-    """Demonstrations of the scripted "human" (the P-D controller to the goal) on the twin, as a
+    """Demonstrations of the scripted "human" (:func:`~robotrl.real_robot.teleop.maze_controller`: the P-D controller
+    along the map's path from start to goal, straight to the goal on maps without fixed cells) on the twin, as a
     Minari dataset at ``path`` (``demos=<path>`` for the learner).
 
     With ``cameras`` (the twin's, rendered at ``image_size`` px) the dataset has ``Dict`` observations
@@ -134,9 +139,9 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
     from robotrl.data.writer import Episode
     from robotrl.real_robot.recording import record_episodes
     from robotrl.real_robot.sim import MuJoCoTwin
-    from robotrl.real_robot.teleop import pointmaze_controller
+    from robotrl.real_robot.teleop import maze_controller
 
-    ctrl = pointmaze_controller()
+    ctrl = maze_controller(MAZES[maze])
     twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs(maze, reward),
                       cameras=tuple(cameras), image_size=image_size)
     twin.connect()
@@ -178,20 +183,20 @@ def train_twin_classifier(work: str | os.PathLike, *, episodes: int, max_steps: 
     twin's success flag, as an operator's marked recording would be; written to ``<work>/classifier.pt``.
 
     Returns:
-        The classifier's path and its metrics (``train_acc``, ``holdout_acc``, ``holdout_balanced_acc``,
-        ``positives``, ``n``).
+        The classifier's path and its metrics (:func:`~robotrl.real_robot.reward_classifier.fit_success_classifier`'s:
+        precision, recall, accuracy... on the training, threshold and held-out frames).
 
     Raises:
         DatasetFormatError: the episodes hold only one class (no success, or only successes).
     """
     from robotrl.data.dataset import load_dataset
-    from robotrl.real_robot.reward_classifier import save_classifier, success_labels, train_success_classifier
+    from robotrl.real_robot.reward_classifier import LabelledFrames, save_classifier, train_success_classifier
 
     w = Path(work)
     data = load_dataset(str(record_controller_demos(w / "minari" / "classifier-data", episodes=episodes,
                                                     max_steps=max_steps, maze=maze, reward=reward, seed=seed)))
-    states, labels = success_labels(data)
-    clf, metrics = train_success_classifier(states, labels, steps=steps, seed=seed)
+    frames = LabelledFrames.from_dataset(data, cameras=False)  # the next state of each step and its success flag
+    clf, metrics = train_success_classifier(frames.state, frames.labels, steps=steps, seed=seed)
     return save_classifier(w / "classifier.pt", clf, threshold, metrics), metrics
 
 
@@ -210,10 +215,10 @@ def _status(run_dir: Path) -> dict:
 def robot_overrides(maze: str, reward: str, max_steps: int, paced: bool = False) -> list[str]:
     """Hydra overrides of the twin (learner and actor): PointMaze, ``maze`` map, ``reward`` type; ``paced``: the
     twin keeps to wall-clock time (real-time pacing, as a physical robot), else it steps as fast as asked.
-    ``lcorridor`` is the robot config ``robot=sim-lcorridor``."""
+    ``lcorridor`` and ``zcorridor`` are the robot configs ``robot=sim-lcorridor`` / ``robot=sim-zcorridor``."""
     paced_s = f"robot.realtime={str(bool(paced)).lower()}"
-    if maze == "lcorridor":  # its own robot config (map, sparse reward, a workspace box that holds the map)
-        return ["robot=sim-lcorridor", paced_s, f"robot.max_episode_steps={max_steps}",
+    if maze in ROBOT_CONFIGS:  # its own robot config (map, sparse reward, a workspace box that holds the map)
+        return [f"robot=sim-{maze}", paced_s, f"robot.max_episode_steps={max_steps}",
                 *(["robot.env_kwargs.reward_type=dense"] if reward == "dense" else [])]
     out = ["robot.task=pointmaze-umaze", paced_s, f"robot.max_episode_steps={max_steps}"]
     if MAZES[maze] is not None:
@@ -244,7 +249,7 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     Args:
         work: directory for the key, logs, learner run dir (``learner/``), actor work dir
             (``actor/``) and the pushed versions (``pushed/``).
-        mode: ``"human"``: the scripted "human" (P-D controller to the goal) drives every
+        mode: ``"human"``: the scripted "human" (:func:`~robotrl.real_robot.teleop.maze_controller`) drives every
             ``every``-th episode, its steps also enter the demonstration buffer, batches are
             half demonstrations (``offline_ratio`` 0.5); ``"demos"``: no human, the learner starts
             with ``demo_episodes`` controller demonstrations (:func:`record_controller_demos`),

@@ -43,6 +43,20 @@ LCORRIDOR_MAP: list[list] = [[1, 1, 1, 1, 1, 1, 1],
                              [1, "r", 1, 1, 1, 1, 1],
                              [1, 1, 1, 1, 1, 1, 1]]
 
+#: The twin task of issue 42 where interventions matter: a PointMaze map (as :data:`LCORRIDOR_MAP`) of a corridor one
+#: cell wide with two turns, the start ``r`` at the left of the bottom leg, the goal ``g`` at the left of the top leg,
+#: 2 m straight above the start behind a wall: right 3 cells, up 2, left 3 (about 8 m of path). The ball must reverse
+#: its x direction, so no constant action reaches the goal (none of the 8 compass directions does from any of the 20
+#: evaluation starts, where on :data:`LCORRIDOR_MAP` up-right does from 10), nor does the straight-to-goal controller
+#: (:func:`robotrl.real_robot.teleop.pointmaze_controller`: it pushes into the wall above the start); the path-following
+#: controller (:func:`robotrl.real_robot.teleop.maze_controller`) reaches it in about 145 steps. ``robot=sim-zcorridor``
+#: is this twin (``tests/test_twin_zcorridor.py``).
+ZCORRIDOR_MAP: list[list] = [[1, 1, 1, 1, 1, 1],
+                             [1, "g", 0, 0, 0, 1],
+                             [1, 1, 1, 1, 0, 1],
+                             [1, "r", 0, 0, 0, 1],
+                             [1, 1, 1, 1, 1, 1]]
+
 
 @dataclass
 class FaultInjection:

@@ -321,27 +321,21 @@ class OnFailureTakeover:
         return False
 
 
-def maze_path_progress(maze_map: Sequence[Sequence] | None, scale: float = 1.0) -> Callable[[np.ndarray], float]:
-    """Progress along a PointMaze map's path for the flat observation (``achieved x, y, goal x, y, x, y, vx, vy``).
-
-    A map with a start cell ``"r"`` and a goal cell ``"g"`` (e.g. :data:`robotrl.real_robot.sim.LCORRIDOR_MAP`): the
-    shortest path of free cells from ``r`` to ``g`` (breadth-first), as the polyline of their centres
-    (gymnasium-robotics' cell centres: ``x = (col + 0.5) · scale − W · scale / 2``, ``y = H · scale / 2 − (row + 0.5) ·
-    scale``); progress is the arc length (m) of the position's nearest point on it (extended behind the start and past
-    the goal, so a start behind the start cell's centre is negative progress). Without such a map (``None``, or
-    random starts and goals): minus the straight distance to the observation's goal.
+def maze_path(maze_map: Sequence[Sequence], scale: float = 1.0) -> np.ndarray | None:
+    """The shortest path of free cells from a PointMaze map's start cell ``"r"`` to its goal cell ``"g"``
+    (breadth-first; anything but ``1`` is free), as the ``(n, 2)`` centres (m) of its cells in gymnasium-robotics'
+    frame: ``x = (col + 0.5) · scale − W · scale / 2``, ``y = H · scale / 2 − (row + 0.5) · scale``; ``None`` when the
+    map has no ``r`` or no ``g`` cell (random starts and goals).
 
     Raises:
         ValueError: the map's ``g`` cannot be reached from ``r``.
     """
-    if maze_map is None:
-        return lambda obs: -float(np.linalg.norm(np.asarray(obs, np.float64)[2:4] - np.asarray(obs, np.float64)[4:6]))
     grid = [list(row) for row in maze_map]
     cells = {(i, j): v for i, row in enumerate(grid) for j, v in enumerate(row)}
     start = next((c for c, v in cells.items() if v == "r"), None)
     goal = next((c for c, v in cells.items() if v == "g"), None)
     if start is None or goal is None:
-        return maze_path_progress(None)
+        return None
     prev: dict = {start: None}
     queue = [start]
     for c in queue:  # breadth-first over free cells (anything but a wall, 1)
@@ -357,7 +351,27 @@ def maze_path_progress(maze_map: Sequence[Sequence] | None, scale: float = 1.0) 
         path.append(c)
         c = prev[c]
     h, w = len(grid), len(grid[0])
-    pts = np.array([[(j + 0.5) * scale - w * scale / 2, h * scale / 2 - (i + 0.5) * scale] for i, j in path[::-1]])
+    return np.array([[(j + 0.5) * scale - w * scale / 2, h * scale / 2 - (i + 0.5) * scale] for i, j in path[::-1]])
+
+
+def maze_path_progress(maze_map: Sequence[Sequence] | None, scale: float = 1.0) -> Callable[[np.ndarray], float]:
+    """Progress along a PointMaze map's path for the flat observation (``achieved x, y, goal x, y, x, y, vx, vy``).
+
+    A map with a start cell ``"r"`` and a goal cell ``"g"`` (e.g. :data:`robotrl.real_robot.sim.LCORRIDOR_MAP`): the
+    shortest path of free cells from ``r`` to ``g`` (breadth-first), as the polyline of their centres
+    (gymnasium-robotics' cell centres: ``x = (col + 0.5) · scale − W · scale / 2``, ``y = H · scale / 2 − (row + 0.5) ·
+    scale``); progress is the arc length (m) of the position's nearest point on it (extended behind the start and past
+    the goal, so a start behind the start cell's centre is negative progress). Without such a map (``None``, or
+    random starts and goals): minus the straight distance to the observation's goal.
+
+    Raises:
+        ValueError: the map's ``g`` cannot be reached from ``r``.
+    """
+    if maze_map is None:
+        return lambda obs: -float(np.linalg.norm(np.asarray(obs, np.float64)[2:4] - np.asarray(obs, np.float64)[4:6]))
+    pts = maze_path(maze_map, scale)
+    if pts is None:
+        return maze_path_progress(None)
     seg = np.diff(pts, axis=0)
     seg_len = np.linalg.norm(seg, axis=1)
     cum = np.concatenate([[0.0], np.cumsum(seg_len)])
@@ -382,5 +396,41 @@ def pointmaze_controller(gain: float = 5.0, damping: float = 0.5) -> Callable[[n
     def ctrl(obs: np.ndarray) -> np.ndarray:
         o = np.asarray(obs, np.float32)
         return np.clip(gain * (o[2:4] - o[4:6]) - damping * o[6:8], -1, 1).astype(np.float32)
+
+    return ctrl
+
+
+def maze_controller(maze_map: Sequence[Sequence] | None, gain: float = 5.0, damping: float = 0.5,
+                    lookahead: float = 1.0, scale: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
+    """A P-D controller along a PointMaze map's path, for the flat observation (``achieved x, y, goal x, y, x, y, vx,
+    vy``): on a map with a start cell ``"r"`` and a goal cell ``"g"`` it steers to the point ``lookahead`` m further
+    along the path of :func:`maze_path` than the position's nearest point (:func:`maze_path_progress`'s arc length), and
+    to the observation's goal once that point would pass the goal cell's centre: ``clip(gain · (target − pos) −
+    damping · v, −1, 1)`` ``(2,)``. Without such a map (``None``, random starts and goals) it is
+    :func:`pointmaze_controller`, straight to the goal. A "human" that knows the way: it turns the corners a
+    straight-to-goal controller is stuck at (e.g. :data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`, where the goal is
+    behind a wall).
+
+    Raises:
+        ValueError: the map's ``g`` cannot be reached from ``r``; ``lookahead`` not positive.
+    """
+    if lookahead <= 0:
+        raise ValueError(f"maze_controller needs lookahead > 0 (m), got {lookahead}")
+    pts = None if maze_map is None else maze_path(maze_map, scale)
+    if pts is None or len(pts) < 2:
+        return pointmaze_controller(gain, damping)
+    progress = maze_path_progress(maze_map, scale)
+    seg_len = np.linalg.norm(np.diff(pts, axis=0), axis=1)
+    cum = np.concatenate([[0.0], np.cumsum(seg_len)])
+
+    def ctrl(obs: np.ndarray) -> np.ndarray:
+        o = np.asarray(obs, np.float64)
+        s = max(progress(o), 0.0) + lookahead
+        if s >= cum[-1]:
+            target = o[2:4]
+        else:
+            k = int(np.searchsorted(cum, s, side="right")) - 1
+            target = pts[k] + (s - cum[k]) / seg_len[k] * (pts[k + 1] - pts[k])
+        return np.clip(gain * (target - o[4:6]) - damping * o[6:8], -1, 1).astype(np.float32)
 
     return ctrl
