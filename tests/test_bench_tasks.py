@@ -20,11 +20,6 @@ from robotrl.bench.suite import TASKS_PACKAGE, Task, task_module, task_script, t
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Suite tasks still run as a checkout script: benchmarks/bench_online_robot.py is being changed on another branch
-#: (issue 44's one-result-format work); it moves to robotrl.bench.tasks.online_robot after that lands.
-CHECKOUT_ONLY = {"online_robot"}
-
-
 def _scripted() -> list[Task]:
     return [t for tier in ("quick", "full") for t in tier_tasks(tier) if t.kind != "train-sweep"]
 
@@ -32,14 +27,11 @@ def _scripted() -> list[Task]:
 def test_every_scripted_suite_task_is_a_shipped_module_with_main_and_its_script_a_shim_for_it():
     modules = set()
     for task in _scripted():
-        if task.name in CHECKOUT_ONLY:
-            assert task.module is None and (ROOT / task.argv[0]).is_file(), task
-            continue
         script = Path(task.argv[0])
         assert task.argv[0] == f"benchmarks/{script.name}" and script.name.startswith("bench_"), task
         assert task.module == f"{TASKS_PACKAGE}.{script.stem[len('bench_'):]}", task
         modules.add(task.module)
-    assert len(modules) >= 12, modules
+    assert len(modules) >= 13 and f"{TASKS_PACKAGE}.online_robot" in modules, modules
     for name in sorted(modules):
         mod = importlib.import_module(name)
         assert callable(mod.main) and "argv" in inspect.signature(mod.main).parameters, name
@@ -65,7 +57,8 @@ def test_a_study_importing_a_suite_script_by_its_old_name_gets_the_module(monkey
 def test_the_core_names_task_modules_without_importing_them():
     """``robotrl bench`` finds a task's module as a file and starts it by name; importing the suite imports none."""
     assert task_module("benchmarks/bench_replay.py") == "robotrl.bench.tasks.replay"
-    assert task_module("/abs/benchmarks/bench_online_robot.py") is None       # a checkout-only study
+    assert task_module("/abs/benchmarks/bench_online_robot.py") == "robotrl.bench.tasks.online_robot"
+    assert task_module("benchmarks/bench_sung.py") is None                     # a study: a checkout script
     assert task_module("benchmarks/bench_no_such_thing.py") is None and task_module("-c") is None
     for f in ("suite", "runner", "cli", "machine"):
         src = (ROOT / "robotrl" / "bench" / f"{f}.py").read_text()
@@ -75,9 +68,6 @@ def test_the_core_names_task_modules_without_importing_them():
 def test_the_runner_starts_each_task_as_its_module_and_shows_the_users_command(tmp_path):
     for task in _scripted():
         cmd = _command(task, sys.executable, task.argv, tmp_path)
-        if task.name in CHECKOUT_ONLY:
-            assert cmd == [sys.executable, *task.argv]
-            continue
         assert cmd == [sys.executable, "-m", task.module, *task.argv[1:]], task.name
         assert task.display().startswith(f"python {task.argv[0]} ") or task.display() == f"python {task.argv[0]}" \
             or task.peer, task.name
@@ -99,7 +89,8 @@ def test_a_module_run_records_its_script_so_stored_results_keep_their_resume_key
 
 
 def test_a_task_outside_a_checkout_without_its_script_fails_with_the_way_out(tmp_path):
-    (task,) = tier_tasks("full", ["online_robot"])
+    task = Task("sung", "learning", ("benchmarks/bench_sung.py", "--seeds", "0"), "benchmarks/results/studies/sung/x.json")
+    assert task.module is None  # a study's script, not shipped
     (rec,) = run_tasks([task], tmp_path, "full", log=lambda *a: None)
     assert rec["status"] == "failed" and "source clone" in rec["reason"], rec
 
@@ -123,3 +114,30 @@ def test_a_suite_task_runs_end_to_end_as_a_module_and_writes_under_the_runners_r
     assert manifest["tasks"]["online_link"]["command"] == "python " + " ".join(task.argv)
     assert is_done(task, tmp_path, manifest) == (True, "the result records the same command")
     assert not (ROOT / "benchmarks" / "results" / "tiny").exists()    # nothing beside the package or in the clone
+
+
+def test_online_robot_writes_the_suites_form_and_reads_its_own_figures_back(tmp_path):
+    """``bench_online_robot.py --combine`` (no twin run: the per-seed files of the Z-corridor study) writes the
+    suite's one result form, its own figures under ``details``; ``--merge``/``--combine`` read that form and an
+    older raw file alike, run for run, and refuse another script's file with one line."""
+    from robotrl.bench.schema import load_results
+    from robotrl.bench.tasks import online_robot
+
+    study = ROOT / "benchmarks" / "results" / "studies" / "online-robot"
+    parts = [str(study / f"online_robot_zcorridor_s{s}.json") for s in (0, 1, 2)]  # the raw form (older files)
+    out = tmp_path / "z.json"
+    online_robot.main(["--combine", *parts, "--out", str(out)])
+    (doc,) = load_results(out)
+    raw = [json.loads(Path(p).read_text()) for p in parts]
+    assert doc["metric"] == "success" and len(doc["runs"]) == sum(len(r["runs"]) for r in raw)
+    assert doc["runs"][0]["curve"] == [[0, raw[0]["runs"][0]["success_before"]],
+                                       [raw[0]["runs"][0]["steps"], raw[0]["runs"][0]["success_after"]]]
+    back = online_robot.read_raw(out)
+    assert back["runs"] == [r for d in raw for r in d["runs"]] and back["eval_seeds"] == raw[0]["eval_seeds"]
+    again = tmp_path / "again.json"
+    online_robot.main(["--combine", str(out), "--out", str(again)])  # the suite's form read back as input
+    assert online_robot.read_raw(again)["runs"] == back["runs"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"benchmark": "replay", "rows": []}))
+    with pytest.raises(ValueError, match="not a result of this script"):
+        online_robot.read_raw(other)
