@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, set_threads, write_json  # noqa: E402
+from _common import environment, seed_study, seed_table, set_threads, write_json  # noqa: E402
 
 FWD_MAZE = [[1, 1, 1, 1, 1], [1, "g", 0, 0, 1], [1, 1, 1, 0, 1], [1, "r", 0, 0, 1], [1, 1, 1, 1, 1]]
 BWD_MAZE = [[1, 1, 1, 1, 1], [1, "r", 0, 0, 1], [1, 1, 1, 0, 1], [1, "g", 0, 0, 1], [1, 1, 1, 1, 1]]
@@ -156,26 +156,11 @@ def main() -> None:
     args = p.parse_args()
     set_threads(1)
     os.environ.setdefault("MINARI_DATASETS_PATH", str(Path(args.root) / "minari"))
-    from robotrl.stats import bootstrap_ci, iqm
-
-    if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        per_seed = {int(k): v for part in parts for k, v in part["per_seed"].items()}
-        args.seeds = sorted(per_seed)
-        commands = [part["command"] for part in parts]
-        env = parts[0]["environment"]
-    else:
+    if not args.merge:
         ensure_datasets(args.dataset_steps)
-        per_seed = {s: run_seed(s, args, Path(args.root)) for s in args.seeds}
-        commands = [" ".join(sys.argv)]
-        env = environment()
-    table = {}
-    for name in CONTENDERS:
-        row = {}
-        for key in ("final", "ending", "env_resets", "human_resets"):
-            vals = [float(per_seed[s][name][key]) for s in args.seeds]
-            row[key] = {"iqm": iqm(vals), "ci95": list(bootstrap_ci(vals)), "per_seed": vals}
-        table[name] = row
+    per_seed, commands = seed_study(args, run_seed)
+    env = json.loads(Path(args.merge[0]).read_text())["environment"] if args.merge else environment()
+    table = seed_table(per_seed, CONTENDERS, ("final", "ending", "env_resets", "human_resets"))
     based, free = table["reset-based"]["final"]["iqm"], table["reset-free"]["final"]["iqm"]
     ratio = free / based if based > 0 else None
     print(f"\nseeds {args.seeds}")

@@ -21,7 +21,6 @@ with IQMs and bootstrap CIs over seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, set_threads, write_json  # noqa: E402
+from _common import environment, seed_study, seed_table, set_threads, write_json  # noqa: E402
 
 CONTENDERS = {"wsrl": [], "wsrl-retain": ["agent=wsrl-retain"]}
 
@@ -127,24 +126,8 @@ def main() -> None:
     args = p.parse_args()
     set_threads(1)
     os.environ.setdefault("MINARI_DATASETS_PATH", str(Path(args.root) / "minari"))
-    from robotrl.stats import bootstrap_ci, iqm
-
-    if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        per_seed = {int(k): v for part in parts for k, v in part["per_seed"].items()}
-        args.seeds = sorted(per_seed)
-        commands = [part["command"] for part in parts]
-    else:
-        per_seed = {s: run_seed(s, args, Path(args.root)) for s in args.seeds}
-        commands = [" ".join(sys.argv)]
-    table = {}
-    for name in CONTENDERS:
-        row = {}
-        for key in ("ending", "best", "best_minus_ending", "forgetting", "forgetting_near"):
-            vals = [per_seed[s][name][key] for s in args.seeds]
-            row[key] = {"iqm": iqm(vals), "ci95": list(bootstrap_ci(vals)), "per_seed": vals}
-        row["wall_s_mean"] = float(np.mean([per_seed[s][name]["wall_s"] for s in args.seeds]))
-        table[name] = row
+    per_seed, commands = seed_study(args, run_seed)
+    table = seed_table(per_seed, CONTENDERS, ("ending", "best", "best_minus_ending", "forgetting", "forgetting_near"))
     offline = [per_seed[s]["offline_score"] for s in args.seeds]
     print(f"\noffline (Cal-QL) normalised score per seed: {[round(v, 1) for v in offline]}")
     print(f"{'contender':<14}{'ending':>20}{'best':>20}{'best-ending':>20}{'forgetting FAR':>22}{'forgetting NEAR':>22}")

@@ -18,7 +18,6 @@ wall seconds) and prints one table with IQMs and bootstrap CIs over seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, set_threads, write_json  # noqa: E402
+from _common import environment, seed_study, seed_table, set_threads, write_json  # noqa: E402
 from bench_retention import _compose, _curve, pretrain_seed  # noqa: E402
 
 #: contender -> (experiment, extra overrides)
@@ -80,31 +79,9 @@ def main() -> None:
     args = p.parse_args()
     set_threads(1)
     os.environ.setdefault("MINARI_DATASETS_PATH", str(Path(args.root) / "minari"))
-    from robotrl.stats import bootstrap_ci, iqm
-
-    if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        per_seed = {int(k): v for part in parts for k, v in part["per_seed"].items()}
-        args.seeds = sorted(per_seed)
-        commands = [part["command"] for part in parts]
-    else:
-        per_seed = {}
-        for s in args.seeds:  # written after every seed: a partial study survives a cut-off
-            per_seed[s] = run_seed(s, args, Path(args.root))
-            write_json(Path(args.out), {"command": " ".join(sys.argv), "partial": len(per_seed) < len(args.seeds),
-                                        "args": vars(args), "environment": environment(),
-                                        "per_seed": {str(k): v for k, v in per_seed.items()}})
-        commands = [" ".join(sys.argv)]
+    per_seed, commands = seed_study(args, run_seed)
     seeds = sorted(per_seed)
-    table = {}
-    for name in CONTENDERS:
-        row = {}
-        for key in ("ending", "best", "ending_minus_offline", "ending_success"):
-            vals = [per_seed[s][name][key] for s in seeds]
-            row[key] = {"iqm": iqm(vals), "ci95": list(bootstrap_ci(vals)), "per_seed": vals}
-        row["wall_s_mean"] = float(np.mean([per_seed[s][name]["wall_s"] for s in seeds]))
-        row["seeds_below_offline"] = int(sum(per_seed[s][name]["ending_minus_offline"] < 0 for s in seeds))
-        table[name] = row
+    table = seed_table(per_seed, CONTENDERS, ("ending", "best", "ending_minus_offline", "ending_success"))
     offline = [per_seed[s]["offline_score"] for s in seeds]
     print(f"\noffline (Cal-QL) normalised score per seed: {[round(v, 1) for v in offline]}")
     print(f"{'contender':<10}{'ending':>22}{'best':>22}{'ending-offline':>22}{'below offline':>15}")

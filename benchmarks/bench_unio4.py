@@ -17,7 +17,6 @@ Uni-O4's chosen member, accepted OPE checks and OPE scores) and prints one table
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import environment, set_threads, write_json  # noqa: E402
+from _common import environment, seed_study, seed_table, set_threads, write_json  # noqa: E402
 
 #: contender -> overrides selecting it
 CONTENDERS = {"bc-ppo": ["agent=bc-ppo"], "unio4": ["experiment=unio4"]}
@@ -80,30 +79,10 @@ def main() -> None:
     p.add_argument("--merge", nargs="+", default=None, help="only build the table from these result files")
     args = p.parse_args()
     set_threads(1)
-    from robotrl.stats import bootstrap_ci, iqm
-
-    if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        per_seed = {int(k): v for part in parts for k, v in part["per_seed"].items()}
-        commands = [part["command"] for part in parts]
-    else:
-        per_seed = {}
-        for s in args.seeds:  # written after every seed: a partial study survives a cut-off
-            per_seed[s] = run_seed(s, args, Path(args.root))
-            write_json(Path(args.out), {"command": " ".join(sys.argv), "partial": len(per_seed) < len(args.seeds),
-                                        "args": vars(args), "environment": environment(),
-                                        "per_seed": {str(k): v for k, v in per_seed.items()}})
-        commands = [" ".join(sys.argv)]
+    per_seed, commands = seed_study(args, run_seed)
     seeds = sorted(per_seed)
-    table = {}
-    for name in CONTENDERS:
-        row: dict = {}
-        for key in ("offline_success", "ending_success", "last_success", "best_success", "ending_minus_offline"):
-            vals = [per_seed[s][name][key] for s in seeds]
-            row[key] = {"iqm": iqm(vals), "ci95": list(bootstrap_ci(vals)), "per_seed": vals}
-        row["wall_s_mean"] = float(np.mean([per_seed[s][name]["wall_s"] for s in seeds]))
-        row["seeds_below_offline"] = int(sum(per_seed[s][name]["ending_minus_offline"] < 0 for s in seeds))
-        table[name] = row
+    table = seed_table(per_seed, CONTENDERS, ("offline_success", "ending_success", "last_success", "best_success",
+                                              "ending_minus_offline"))
     keys = ("offline_success", "ending_success", "last_success", "ending_minus_offline")
     print(f"{'contender':<10}" + "".join(f"{k:>24}" for k in keys) + f"{'below offline':>15}")
     for name, row in table.items():
