@@ -234,7 +234,8 @@ def make_teleop(cfg: DictConfig, spec):
         s = cfg.scripted
         if not (spec.name.startswith("sim:pointmaze")):
             raise ConfigError(f"teleop=scripted has a controller for the PointMaze twin only, not {spec.name}")
-        kw = OmegaConf.to_container(cfg.robot.get("env_kwargs") or {}, resolve=True)
+        given = cfg.robot.get("env_kwargs")
+        kw = {} if given is None else OmegaConf.to_container(given, resolve=True)
         ctrl = tp.maze_controller(kw.get("maze_map"), float(s.gain))  # along the map's path (straight without one)
         if s.get("on_failure"):  # HIL-SERL's operator: takes over when the policy fails, drives, hands back
             rule = tp.OnFailureTakeover(tp.maze_path_progress(kw.get("maze_map")), patience=int(s.patience),
