@@ -327,15 +327,15 @@ def _type_code(t: Any) -> Any:
     raise TypeError(f"no JSON form for the schema type {t!r}")
 
 
-def _type_of(code: Any, nodes: Mapping[str, type]) -> Any:
-    """The inverse of :func:`_type_code`."""
+def _type_of(code: Any, node: typing.Callable[[str], type]) -> Any:
+    """The inverse of :func:`_type_code`; ``node(name)`` gives the settings node of that name."""
     if isinstance(code, str):
         return Any if code == "Any" else {c.__name__: c for c in _SCALARS}[code]
     if "node" in code:
-        return nodes[code["node"]]
+        return node(code["node"])
     if "optional" in code:
-        return Optional[_type_of(code["optional"], nodes)]  # noqa: UP045
-    return List[_type_of(code["list"], nodes)]  # type: ignore[misc]  # noqa: UP006
+        return Optional[_type_of(code["optional"], node)]  # noqa: UP045
+    return List[_type_of(code["list"], node)]  # type: ignore[misc]  # noqa: UP006
 
 
 def _fields_code(schema: type, nodes: dict[str, Any]) -> list:
@@ -384,7 +384,7 @@ def schemas_from_table(table: Mapping[str, Any]) -> dict[str, type]:
                 d = _default_field(default["value"])
             else:
                 d = field(default=dataclasses.MISSING)
-            out.append((name, _type_of(t, _Lazy(node)), d))
+            out.append((name, _type_of(t, node), d))
         return out
 
     def node(name: str) -> type:
@@ -409,22 +409,6 @@ def schemas_from_table(table: Mapping[str, Any]) -> dict[str, type]:
     for name in table["agents"]:
         schema(name)
     return schemas
-
-
-class _Lazy(Mapping):
-    """A mapping that makes a settings node on first look-up (:func:`schemas_from_table`)."""
-
-    def __init__(self, make: typing.Callable[[str], type]):
-        self._make = make
-
-    def __getitem__(self, name: str) -> type:
-        return self._make(name)
-
-    def __iter__(self):
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
 
 
 def build_argument_hint(key: str, value: Any) -> str | None:
