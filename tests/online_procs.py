@@ -23,8 +23,9 @@ def start(args: list[str], log: Path, env: dict) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, env=env)
 
 
-def wait(pred, what: str, procs: list, timeout: float = 120.0):
-    """Poll ``pred()`` until truthy (returned); fail if a watched process exits or on timeout."""
+def wait(pred, what: str, procs: list, timeout: float = 120.0, state=None):
+    """Poll ``pred()`` until truthy (returned); fail if a watched process exits or on timeout (the message then has
+    the tail of every watched process's log and ``state()``, if given: what a flaky failure needs to be read)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         v = pred()
@@ -34,7 +35,9 @@ def wait(pred, what: str, procs: list, timeout: float = 120.0):
             if p.poll() is not None:
                 raise AssertionError(f"process exited ({p.returncode}) while waiting for {what}: {log.read_text()[-3000:]}")
         time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    tails = "".join(f"\n--- {log.name} (last 3000 characters) ---\n{log.read_text()[-3000:]}" for _, log in procs)
+    seen = f"\n--- state ---\n{state()}" if state is not None else ""
+    raise AssertionError(f"timed out waiting for {what}{seen}{tails}")
 
 
 def status(run_dir: Path) -> dict:

@@ -108,7 +108,9 @@ def test_one_actor_killed_and_two_taken_over_leave_every_other_episode_whole(tmp
 
     def settled() -> None:  # the learner holds every row sent so far
         wait(lambda: all(status(run_dir).get("have", {}).get(a, -1) == n[a] - 1 for a in ACTORS if n[a]),
-             "the learner to take every row sent", [(learner, log)], timeout=180)  # the first includes its start
+             "the learner to take every row sent", [(learner, log)], timeout=180,  # the first includes its start
+             state=lambda: json.dumps({"sent": n, "learner": status(run_dir),
+                                       "links": {a: lk.status() for a, lk in links.items()}}, default=str))
 
     try:
         endpoint = wait(lambda: ready.is_file() and json.loads(ready.read_text())["endpoint"], "the learner to start",

@@ -564,6 +564,7 @@ class OnlineLearner:
                 "duplicates": self.dedup.duplicates, "durable": dict(self.durable),
                 "have": {a: self.dedup.have(a) for a in self.dedup.last}, "episodes": len(self.episode_log),
                 "actors": sorted(self.slots), "rejected": dict(self.ep.auth.rejected), "endpoint": self.ep.endpoint,
+                "connections": {**self.ep.guard.status(), "quarantined": self.ep.screen.quarantined},
                 "pid": os.getpid()}
 
     def _write_status(self) -> None:
