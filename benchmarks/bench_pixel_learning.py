@@ -73,7 +73,8 @@ def _networks(args, arm: str) -> list[str]:
     net = ["agent.model.num_critics=2", "agent.model.hidden=[64,64]", "agent.model.critic_hidden=[64,64]",
            "agent.model.critic_layer_norm=true", "trainer.batch_size=128"]
     net.append("agent.model.target_subset=null")  # the target's min over both critics, as the camera arm always had
-    return net if arm == "state" else [*net, f"agent.model.channels={args.channels}"]
+    net = net if arm == "state" else [*net, f"agent.model.channels={args.channels}"]
+    return [*net, *(args.pixel_overrides if arm == "pixels" else [])]
 
 
 def _commands(args, root: Path, ids: dict[str, str], seed: int, arm: str) -> tuple[tuple, tuple]:
@@ -127,6 +128,10 @@ def main() -> None:
     ap.add_argument("--root", default="runs/bench_pixel_learning", help="where the runs go (finished ones are kept)")
     ap.add_argument("--out", default="studies/pixels/learning.json", help="under benchmarks/results/")
     ap.add_argument("--smoke", action="store_true", help="1 seed, tiny budgets")
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=sorted(ARMS), help="the arms to run (default both)")
+    ap.add_argument("--pixel-overrides", nargs="*", default=[],
+                    help="extra overrides of the camera arm's two commands (a diagnostic: e.g. the settings of an older "
+                         "version), recorded in setting.networks")
     args = ap.parse_args()
     if args.smoke:
         args.seeds, args.data_steps, args.offline_steps, args.online_steps = [0], 2000, 20, 400
@@ -138,21 +143,22 @@ def main() -> None:
     same = _same_transitions(ids)
     if not same:
         raise SystemExit(f"the datasets {ids} do not hold the same episodes: the comparison would not be like for like")
-    jobs = {(s, arm): _commands(args, root, ids, s, arm) for s in args.seeds for arm in ARMS}
+    arms = [a for a in ARMS if a in args.arms]
+    jobs = {(s, arm): _commands(args, root, ids, s, arm) for s in args.seeds for arm in arms}
     done = {k: [(root / "runs" / f"{k[1]}_{w}_s{k[0]}" / "report.json").exists() for w in ("calql", "wsrl")]
             for k in jobs}
     run_cli_all([jobs[k][0] for k in jobs if not done[k][0]], args.workers)
     run_cli_all([jobs[k][1] for k in jobs if not done[k][1]], args.workers)
-    runs = [_run_of(root, s, arm) for s in args.seeds for arm in ARMS]
+    runs = [_run_of(root, s, arm) for s in args.seeds for arm in arms]
     budgets = sorted({s for r in runs for s, _ in r["curve"] if s > 0})
     doc = learning_result("pixel_learning", f"PointMaze UMaze, sparse reward ({args.recipe}, {args.data_steps} steps), "
                           f"top-down camera {args.size}x{args.size} vs state", "success", budgets, runs,
                           setting={"datasets": ids, "same_transitions": same, "args": vars(args),
-                                   "networks": {arm: _networks(args, arm) for arm in ARMS},
+                                   "networks": {arm: _networks(args, arm) for arm in arms},
                                    "commands": {f"{arm}_s{s}": [" ".join(["robotrl", *jobs[s, arm][i][0]]) for i in (0, 1)]
                                                 for s, arm in jobs}})
     out = write_json(args.out, doc)
-    for arm in ARMS:
+    for arm in arms:
         rs = [r for r in runs if r["family"] == arm]
         print(f"{LABELS[arm]:45s} offline {[r['offline_score'] for r in rs]} -> final {[r['curve'][-1][1] for r in rs]}"
               f"  ({np.mean([r['wall_s'] for r in rs]):.0f} s per seed)")
