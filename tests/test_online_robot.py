@@ -497,3 +497,36 @@ def test_actor_rewards_from_the_classifier_and_ends_on_success(tmp_path, minari_
     assert n == sum(i["steps"] for i in infos) and 0 < positives < n and out["threshold"] == 0.7
     _, thr = load_classifier(tmp_path / "run")
     assert thr == 0.7
+
+
+def test_a_link_whose_thread_stops_says_why_and_the_actor_keeps_the_episode_journal(tmp_path):
+    """The link's thread stops on a row it cannot send (here one missing every transition field): the link says why
+    (``error``, ``alive`` false) instead of going silent, and the actor's end of episode then keeps the journal (the
+    next start recovers and resends it) and stops with that reason rather than run on with nothing reaching the
+    learner."""
+    from robotrl.errors import RobotRLError
+    from robotrl.real_robot.factory import make_supervisor
+    from robotrl.real_robot.online import EpisodeRecorder, LocalRobot, OnlineActor
+    from robotrl.real_robot.protocol import load_key
+    from robotrl.real_robot.sim import MuJoCoTwin
+
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False)
+    spec = twin.spec()
+    robot = LocalRobot(twin, make_supervisor(None, spec))
+    key = load_key(write_key_file(tmp_path / "k.key"))
+    link = ActorLink(f"tcp://127.0.0.1:{free_port()}", key, "a0", spec.to_dict(), tmp_path / "spill", flush_s=0.01)
+    actor = OnlineActor(robot, link, EpisodeRecorder(tmp_path, spec), rate_hz=0, on_learner_lost="hold", explore=False,
+                        max_steps=20)
+    try:
+        assert link.alive and link.status()["alive"]
+        link.submit({"n": 0})  # not a transition
+        end = time.monotonic() + 10
+        while link.alive and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not link.alive and "link thread stopped: KeyError" in link.status()["error"]
+        with pytest.raises(RobotRLError, match="link thread stopped.*stay in .*current.journal.*starts again"):
+            actor.run_episode()
+    finally:
+        link.close()
+        robot.close()
+    assert (tmp_path / "current.journal").exists() and actor.recorder.episodes_done() == []

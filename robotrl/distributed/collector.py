@@ -150,7 +150,7 @@ class RolloutWorker:
         self.agent = build_worker_agent(agent_spec)
         self.offset, self.n = int(offset), int(num_envs)
         self.envs = make_env_from_args(env_args, num_envs=self.n, seed=int(seed) + self.offset, vectorization=vectorization,
-                                       action_chunk=int(getattr(self.agent.policy, "Te", 1)))
+                                       action_chunk=int(self.agent.policy.Te))  # declared by the on-policy protocol
         self.collector: RolloutCollector | None = None
 
     def start(self, reset_seed: int, gen_seed: int | None) -> int:

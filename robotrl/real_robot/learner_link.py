@@ -42,6 +42,7 @@ Sources: SERL's actor/learner over ZeroMQ (agentlace), LeRobot HIL-SERL's gRPC s
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import queue
 import secrets
@@ -258,6 +259,12 @@ class ActorLink:
         finally:
             self._spill_wanted.clear()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the link's thread runs (``False`` after :meth:`close`, or when it stopped on an error: then
+        ``error`` says why and nothing more is sent)."""
+        return self._thread.is_alive()
+
     def latest_weights(self) -> Weights | None:
         """The newest weights received (``None`` before the first push)."""
         with self._wlock:
@@ -309,6 +316,13 @@ class ActorLink:
             return False
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # the thread ends: say why (status()["error"], "alive": false), never silently
+            self.error = f"link thread stopped: {type(exc).__name__}: {exc}"
+            logging.getLogger(__name__).exception(self.error)
+
+    def _loop(self) -> None:
         poller = zmq.Poller()
         while not self._stop.is_set():
             now = time.monotonic()
@@ -441,7 +455,7 @@ class ActorLink:
         return {"connected": self.connected, "acked": self.acked, "durable": self.durable,
                 "spilled": len(self.spill), "sent_batches": self.sent_batches, "resent_batches": self.resent_batches,
                 "reconnects": self.reconnects, "welcomes": self.welcomes, "rejected": dict(self.auth.rejected),
-                "error": self.error}
+                "error": self.error, "alive": self.alive}
 
 
 # ----------------------------------------------------------------------------- learner side

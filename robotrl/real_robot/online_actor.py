@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from robotrl.errors import CheckpointError, ConfigError
+from robotrl.errors import CheckpointError, ConfigError, RobotRLError
 from robotrl.real_robot.client import DeadlineExceeded, RobotCommandError
 from robotrl.real_robot.interface import Observation, RobotConnectionError
 from robotrl.real_robot.learner_link import ActorLink, Weights
@@ -381,8 +381,12 @@ class OnlineActor:
             return
         if not (rows[-1]["terminated"] or rows[-1]["truncated"]):
             rows[-1]["truncated"] = True
-        if self.link is not None:  # every row on disk for the learner before the journal goes (kill -9 safe)
-            self.link.spill_now()
+        if self.link is not None and not self.link.spill_now() and not self.link.alive:
+            # the link's thread stopped: these rows may not be on disk for the learner, so the journal stays (the
+            # next start of this actor recovers and resends it) and the actor stops rather than run on unheard
+            raise RobotRLError(f"{self.link.error or 'the learner link stopped'}; episode {ep}'s {len(rows)} steps "
+                               f"stay in {self.recorder.journal_path} and are resent when this actor (same actor_id "
+                               "and work_dir) starts again")
         self.recorder.write(ep, rows, obs.state, self.seed + ep)
 
     def run(self, episodes: int, drain_timeout_s: float = 60.0, on_episode: Callable[[dict], None] | None = None) -> ActorSummary:
