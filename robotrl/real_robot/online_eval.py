@@ -24,7 +24,7 @@ import torch
 
 from robotrl.errors import CheckpointError
 from robotrl.real_robot.protocol import write_key_file
-from robotrl.real_robot.sim import LCORRIDOR_MAP, ZCORRIDOR_MAP
+from robotrl.real_robot.sim import DEADEND_MAP, LCORRIDOR_MAP, ZCORRIDOR_MAP
 
 
 def pushed_versions(weights_dir: str | os.PathLike) -> list[int]:
@@ -116,11 +116,12 @@ LEARNER_SPARSE = ("agent.gamma=0.99", *LEARNER[1:], "agent.model.fixed_alpha=0.0
 #: PointMaze maps: ``open`` a 2×2 room without inner walls; ``umaze`` the task's own U-maze; ``lcorridor``
 #: an L-shaped corridor one cell (1 m) wide, fixed start ``r`` at the bottom of the vertical leg and goal
 #: ``g`` at the end of the horizontal one (:data:`robotrl.real_robot.sim.LCORRIDOR_MAP`); ``zcorridor`` a corridor with
-#: two turns where the ball must reverse (right, up, left: :data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`)
+#: two turns where the ball must reverse (right, up, left: :data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`); ``deadend``
+#: the Z corridor's path with dead-end branches off it (:data:`robotrl.real_robot.sim.DEADEND_MAP`)
 MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaze": None, "lcorridor": LCORRIDOR_MAP,
-         "zcorridor": ZCORRIDOR_MAP}
+         "zcorridor": ZCORRIDOR_MAP, "deadend": DEADEND_MAP}
 #: the mazes with a robot config of their own (``robot=sim-<maze>``: map, sparse reward, a workspace box that holds it)
-ROBOT_CONFIGS = ("lcorridor", "zcorridor")
+ROBOT_CONFIGS = ("lcorridor", "zcorridor", "deadend")
 
 
 def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
@@ -215,7 +216,8 @@ def _status(run_dir: Path) -> dict:
 def robot_overrides(maze: str, reward: str, max_steps: int, paced: bool = False) -> list[str]:
     """Hydra overrides of the twin (learner and actor): PointMaze, ``maze`` map, ``reward`` type; ``paced``: the
     twin keeps to wall-clock time (real-time pacing, as a physical robot), else it steps as fast as asked.
-    ``lcorridor`` and ``zcorridor`` are the robot configs ``robot=sim-lcorridor`` / ``robot=sim-zcorridor``."""
+    ``lcorridor``, ``zcorridor`` and ``deadend`` are the robot configs ``robot=sim-lcorridor`` / ``robot=sim-zcorridor``
+    / ``robot=sim-deadend``."""
     paced_s = f"robot.realtime={str(bool(paced)).lower()}"
     if maze in ROBOT_CONFIGS:  # its own robot config (map, sparse reward, a workspace box that holds the map)
         return [f"robot=sim-{maze}", paced_s, f"robot.max_episode_steps={max_steps}",

@@ -57,6 +57,25 @@ ZCORRIDOR_MAP: list[list] = [[1, 1, 1, 1, 1, 1],
                              [1, "r", 0, 0, 0, 1],
                              [1, 1, 1, 1, 1, 1]]
 
+#: The twin task of issue 42 where interventions matter **and** exploration alone does not find the goal: the path of
+#: :data:`ZCORRIDOR_MAP` (start ``r`` at the left of the bottom leg, goal ``g`` at the left of the top leg, 2 m straight
+#: above the start behind a wall; right 3 cells, up 2, left 3, about 8 m) with dead-end branches off it: the bottom
+#: leg runs on past the turn into a room of 9 cells (2 × 4 and its entrance), the vertical leg runs on 1 cell past the
+#: top leg, and 1-cell and 2-cell dead ends leave the top and bottom legs (22 free cells, 9 on the path). On the Z
+#: corridor the step cost's optimism (``agent.reward_bias=-1``: untried actions look cheap) drove a policy that never
+#: saw a reward to the corridor's one unvisited end, the goal; here the unvisited space is mostly the dead ends.
+#: Neither a constant action nor the straight-to-goal controller reaches the goal; the path-following controller
+#: (:func:`robotrl.real_robot.teleop.maze_controller`, which also leads back out of a dead end) does.
+#: ``robot=sim-deadend`` is this twin (``tests/test_twin_deadend.py``).
+DEADEND_MAP: list[list] = [[1, 1, 1, 1, 1, 1, 1, 1, 1],
+                           [1, 1, 0, 1, 0, 1, 1, 1, 1],
+                           [1, "g", 0, 0, 0, 1, 0, 0, 1],
+                           [1, 1, 1, 1, 0, 1, 0, 0, 1],
+                           [1, "r", 0, 0, 0, 0, 0, 0, 1],
+                           [1, 1, 0, 1, 1, 1, 0, 0, 1],
+                           [1, 1, 0, 1, 1, 1, 1, 1, 1],
+                           [1, 1, 1, 1, 1, 1, 1, 1, 1]]
+
 
 @dataclass
 class FaultInjection:

@@ -354,6 +354,29 @@ def maze_path(maze_map: Sequence[Sequence], scale: float = 1.0) -> np.ndarray | 
     return np.array([[(j + 0.5) * scale - w * scale / 2, h * scale / 2 - (i + 0.5) * scale] for i, j in path[::-1]])
 
 
+def _routes_back(maze_map: Sequence[Sequence], scale: float = 1.0) -> dict[tuple[int, int], np.ndarray]:
+    """For each free cell of a PointMaze map that is not on :func:`maze_path`'s ``r`` → ``g`` path but reaches ``g``:
+    the centre ``(2,)`` (m, gymnasium-robotics' frame) of its next cell on the shortest cell route to ``g``
+    (breadth-first from ``g``); ``{}`` on a map without ``r`` and ``g`` cells or whose free cells are all on the path."""
+    grid = [list(row) for row in maze_map]
+    cells = {(i, j): v for i, row in enumerate(grid) for j, v in enumerate(row)}
+    goal = next((c for c, v in cells.items() if v == "g"), None)
+    if goal is None or not any(v == "r" for v in cells.values()):
+        return {}
+    h, w = len(grid), len(grid[0])
+    on_path = {(int(round(h / 2 - y / scale - 0.5)), int(round(x / scale + w / 2 - 0.5))) for x, y in maze_path(maze_map, scale)}
+    nxt: dict = {goal: None}
+    queue = [goal]
+    for c in queue:  # breadth-first from the goal over free cells
+        for d in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            n = (c[0] + d[0], c[1] + d[1])
+            if n in cells and cells[n] != 1 and n not in nxt:
+                nxt[n] = c
+                queue.append(n)
+    return {c: np.array([(n[1] + 0.5) * scale - w * scale / 2, h * scale / 2 - (n[0] + 0.5) * scale])
+            for c, n in nxt.items() if n is not None and c not in on_path}
+
+
 def maze_path_progress(maze_map: Sequence[Sequence] | None, scale: float = 1.0) -> Callable[[np.ndarray], float]:
     """Progress along a PointMaze map's path for the flat observation (``achieved x, y, goal x, y, x, y, vx, vy``).
 
@@ -406,10 +429,12 @@ def maze_controller(maze_map: Sequence[Sequence] | None, gain: float = 5.0, damp
     vy``): on a map with a start cell ``"r"`` and a goal cell ``"g"`` it steers to the point ``lookahead`` m further
     along the path of :func:`maze_path` than the position's nearest point (:func:`maze_path_progress`'s arc length), and
     to the observation's goal once that point would pass the goal cell's centre: ``clip(gain · (target − pos) −
-    damping · v, −1, 1)`` ``(2,)``. Without such a map (``None``, random starts and goals) it is
-    :func:`pointmaze_controller`, straight to the goal. A "human" that knows the way: it turns the corners a
-    straight-to-goal controller is stuck at (e.g. :data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`, where the goal is
-    behind a wall).
+    damping · v, −1, 1)`` ``(2,)``. In a free cell off that path (a dead-end branch, e.g. of
+    :data:`robotrl.real_robot.sim.DEADEND_MAP`) it steers to the centre of the next cell of the shortest cell route from
+    there to ``g`` instead, back to the path (on maps whose free cells are all on the path, e.g. the corridors, this
+    never happens). Without such a map (``None``, random starts and goals) it is :func:`pointmaze_controller`,
+    straight to the goal. A "human" that knows the way: it turns the corners a straight-to-goal controller is stuck at
+    (e.g. :data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`, where the goal is behind a wall).
 
     Raises:
         ValueError: the map's ``g`` cannot be reached from ``r``; ``lookahead`` not positive.
@@ -422,9 +447,14 @@ def maze_controller(maze_map: Sequence[Sequence] | None, gain: float = 5.0, damp
     progress = maze_path_progress(maze_map, scale)
     seg_len = np.linalg.norm(np.diff(pts, axis=0), axis=1)
     cum = np.concatenate([[0.0], np.cumsum(seg_len)])
+    back = _routes_back(maze_map, scale)  # off-path cell (row, col) -> centre (m) of its next cell towards g
+    h, w = len(maze_map), len(maze_map[0])
 
     def ctrl(obs: np.ndarray) -> np.ndarray:
         o = np.asarray(obs, np.float64)
+        cell = (int(np.floor(h / 2 - o[5] / scale)), int(np.floor(o[4] / scale + w / 2)))
+        if cell in back:  # in a dead end: back towards the path, cell by cell
+            return np.clip(gain * (back[cell] - o[4:6]) - damping * o[6:8], -1, 1).astype(np.float32)
         s = max(progress(o), 0.0) + lookahead
         if s >= cum[-1]:
             target = o[2:4]

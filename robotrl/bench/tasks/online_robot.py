@@ -40,7 +40,9 @@ the goal, the straight-to-goal controller does in about 135 steps. ``zcorridor``
 turns where the ball must reverse its x direction (:data:`robotrl.real_robot.sim.ZCORRIDOR_MAP`, about 8 m of path),
 otherwise as ``lcorridor``: no constant action reaches the goal, the path-following controller
 (:func:`robotrl.real_robot.teleop.maze_controller`, the scripted human's and the demonstrations') does in about 145
-steps. ``--maze``, ``--reward``,
+steps. ``deadend`` (issue 42): the Z corridor's path with dead-end branches off it
+(:data:`robotrl.real_robot.sim.DEADEND_MAP`: a 9-cell room past the first turn, three short dead ends), otherwise as
+``zcorridor``: the step cost's optimism explores the dead ends, the path-following operator does not. ``--maze``, ``--reward``,
 ``--max-steps`` and ``--learner`` override the task's. Success = the ball within 0.45 m of the
 goal (the twin's flag). Per mode: the IQM of the final success over seeds with a 95 % bootstrap
 CI (:mod:`robotrl.stats`), the human's steps and time (steps / ``--rate``), and per run the
@@ -76,7 +78,9 @@ TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner"
          "lcorridor": {"maze": "lcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
                        "operator": "on-failure"},
          "zcorridor": {"maze": "zcorridor", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
-                       "operator": "on-failure"}}
+                       "operator": "on-failure"},
+         "deadend": {"maze": "deadend", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
+                     "operator": "on-failure"}}
 #: bench modes: run_twin_trial's, and ``human-clf`` (``human`` with the classifier's reward)
 BENCH_MODES = [*MODES, "human-clf"]
 ORDER = ["none", "demos", "human", "human-clf", "pretrained", "pretrained-human"]
