@@ -228,7 +228,9 @@ class ActorLink:
         self.weights_latency_s: list[float] = []
         self.error: str | None = None
         self._stop = threading.Event()
-        self._ctx = zmq.Context.instance()
+        # its own context (one I/O thread), not the process-wide instance: nothing else in the process (a robot
+        # client, another link, a library) can leave the link's connection without an I/O thread or descriptors
+        self._ctx = zmq.Context()
         self._sock: zmq.Socket | None = None
         self._open()
         self._thread = threading.Thread(target=self._run, name="actor-link", daemon=True)
@@ -292,6 +294,8 @@ class ActorLink:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
+        if not self._thread.is_alive():  # a thread still running keeps using the context
+            self._ctx.term()
 
     # ---- thread ------------------------------------------------------------------------------
     def _open(self) -> None:
