@@ -8,51 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
+from twin_maze import EVAL_STARTS, check_scripted_operator_carries_a_still_policy, maze_twin, run_episode
 
-from robotrl.real_robot.factory import make_robot
-from robotrl.real_robot.online_cli import make_teleop
-from robotrl.real_robot.online_eval import robot_overrides
 from robotrl.real_robot.sim import ZCORRIDOR_MAP
-from robotrl.real_robot.teleop import ScriptedTeleop, maze_controller, maze_path, pointmaze_controller
-
-EVAL_STARTS = range(10_000, 10_020)  # benchmarks/bench_online_robot.py's --eval-seeds 20
-
-
-def _cfg(*extra: str):
-    with initialize_config_module("robotrl.configs", version_base="1.3"):
-        return compose("online/actor", overrides=[*robot_overrides("zcorridor", "sparse", 200), "key_file=k.key", *extra])
-
-
-def _episode(twin, seed: int, policy, teleop: ScriptedTeleop | None = None, steps: int = 200) -> tuple[bool, int, float, int]:
-    """(success, steps, return, steps the teleop drove) of one episode of at most ``steps`` steps."""
-    o = twin.reset(seed)
-    ret, human = 0.0, 0
-    if teleop is not None:
-        teleop.new_episode(seed)
-    for k in range(steps):
-        a = policy(o.state)
-        if teleop is not None:
-            teleop.observe(o.state)
-            cmd = teleop.poll()
-            if cmd.engaged:
-                a, human = cmd.action, human + 1
-        twin.send_action(a)
-        o = twin.get_observation()
-        ret += o.reward
-        if o.success or o.terminated or o.truncated:
-            return bool(o.success), k + 1, ret, human
-    return False, steps, ret, human
+from robotrl.real_robot.teleop import maze_controller, maze_path, pointmaze_controller
 
 
 @pytest.fixture(scope="module")
 def twin():
-    rc = OmegaConf.to_container(_cfg().robot, resolve=True)
-    assert rc["name"] == "sim-zcorridor" and rc["env_kwargs"]["maze_map"] == ZCORRIDOR_MAP
-    assert rc["env_kwargs"]["reward_type"] == "sparse" and rc["max_episode_steps"] == 200 and rc["realtime"] is False
-    with make_robot(rc) as t:
-        yield t
+    yield from maze_twin("zcorridor", "sim-zcorridor", ZCORRIDOR_MAP)
 
 
 def test_the_map_has_two_turns_and_the_goal_behind_a_wall_above_the_start(twin):
@@ -66,27 +30,20 @@ def test_the_map_has_two_turns_and_the_goal_behind_a_wall_above_the_start(twin):
 def test_no_constant_action_and_not_the_straight_controller_reach_the_goal(twin):
     for k in range(8):  # the 8 compass directions at full force
         a = np.round([np.cos(k * np.pi / 4), np.sin(k * np.pi / 4)]).astype(np.float32)
-        hits = [_episode(twin, s, lambda _, a=a: a)[0] for s in EVAL_STARTS]
+        hits = [run_episode(twin, s, lambda _, a=a: a)[0] for s in EVAL_STARTS]
         assert sum(hits) <= 0.1 * len(hits), (a, sum(hits))  # on the L corridor up-right reaches it from 10 of 20
-    assert not any(_episode(twin, s, pointmaze_controller())[0] for s in list(EVAL_STARTS)[:5])  # stuck under the wall
+    assert not any(run_episode(twin, s, pointmaze_controller())[0] for s in list(EVAL_STARTS)[:5])  # stuck under the wall
 
 
 def test_the_path_controller_reaches_the_goal_from_every_evaluation_start_with_the_one_sparse_reward(twin):
     ctrl = maze_controller(ZCORRIDOR_MAP)
     for s in EVAL_STARTS:
-        ok, steps, ret, _ = _episode(twin, s, ctrl)
+        ok, steps, ret, _ = run_episode(twin, s, ctrl)
         assert ok and 100 < steps < 200 and ret == 1.0  # sparse: the one reward is at the goal, which ends the episode
 
 
 def test_the_actors_scripted_operator_follows_the_path_and_carries_a_still_policy_to_the_goal():
-    cfg = _cfg("teleop=scripted", "scripted.on_failure=true", "robot.max_episode_steps=300")
-    with make_robot(OmegaConf.to_container(cfg.robot, resolve=True)) as twin:
-        op = make_teleop(cfg, twin.spec())
-        assert isinstance(op, ScriptedTeleop) and op.takeover is not None
-        still = lambda _: np.zeros(2, np.float32)  # noqa: E731
-        for s in list(EVAL_STARTS)[:3]:  # it waits `patience` (10) steps, drives 50, hands back, ...: slower than alone
-            ok, steps, ret, human = _episode(twin, s, still, op, steps=300)
-            assert ok and ret == 1.0 and 0.3 < human / steps < 0.9, (s, steps, human)  # its drives did it, in turns
+    check_scripted_operator_carries_a_still_policy("zcorridor")
 
 
 def test_maze_controller_without_fixed_cells_is_straight_to_the_goal_and_refuses_a_bad_lookahead():
