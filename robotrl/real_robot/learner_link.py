@@ -288,13 +288,13 @@ class ActorLink:
         return False
 
     def close(self) -> None:
-        """Stop the thread and close the socket (spilled batches stay on disk)."""
+        """Stop the thread, close the socket and its context (spilled batches stay on disk)."""
         self._stop.set()
         self._thread.join(timeout=5)
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
-        if not self._thread.is_alive():  # a thread still running keeps using the context
+        if not self.alive:  # a thread still running keeps using the context
             self._ctx.term()
 
     # ---- thread ------------------------------------------------------------------------------
