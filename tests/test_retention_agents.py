@@ -104,7 +104,7 @@ def test_reinflow_kl_term_is_the_per_transition_kl_to_the_frozen_chain():
     assert float(loss) == 0.0 and float(info["retention_kl"]) == 0.0  # the snapshot is the policy at the start
     # the noise bounds are a schedule, not learned: the snapshot reads the live ones (no KL from the schedule)
     p.noise_net.set_bounds(0.10, 0.18)
-    assert float(agent._retention_term(cond, chain)[0]) == 0.0
+    assert float(agent._retention_term(cond, chain)[0].detach()) == 0.0
     _jitter(p.velocity, p.noise_net, scale=0.05)
     frozen_n.set_bounds(0.10, 0.18)
     with torch.no_grad():
@@ -267,12 +267,44 @@ def test_resfit_refuses_what_does_not_apply_in_one_line(retention, actor, words)
     _one_line_refusal(lambda: _resfit(retention, actor=actor), words.replace(".", r"\."))
 
 
-def test_resfit_refuses_retention_on_cameras_in_one_line():
-    _one_line_refusal(lambda: ResidualOffPolicyAgent(0, DA, obs_normalizer=None,
-                                                     action_scaler=ActionScaler(-np.ones(DA), np.ones(DA)),
-                                                     image_shapes={"cam": (16, 16, 3)}, channels=4, feature_dim=8,
-                                                     hidden=[8], critic_hidden=[8], num_critics=2, retention=KL),
-                      "obs=state")
+def _camera_resfit(retention=None, seed: int = 0) -> ResidualOffPolicyAgent:
+    """A camera ResFiT agent on a state base (given the flat state ``(B, 1)``)."""
+    torch.manual_seed(0)
+    base = BCPolicy(1, DA, hidden=[8])
+    base.set_normalizers(ObservationNormalizer.identity(1), ActionScaler(-np.ones(DA), np.ones(DA)))
+    return ResidualOffPolicyAgent(1, DA, obs_normalizer=ObservationNormalizer(np.full(1, 0.5), np.full(1, 2.0)),
+                                  action_scaler=ActionScaler(-np.ones(DA), np.ones(DA)), base=base.eval(), actor="sac",
+                                  image_shapes=SHAPES, channels=4, feature_dim=8, augment_pad=2, hidden=[8],
+                                  critic_hidden=[8], num_critics=2, actor_delay=1, seed=seed, retention=retention)
+
+
+def test_camera_resfit_kl_term_runs_the_snapshot_through_its_own_encoder():
+    agent = _camera_resfit(KL)
+    agent.start_online()
+    p = agent.policy
+    frozen = copy.deepcopy(p)
+    b = _camera_buffer().sample(16)
+    images, obs = b.images(), b.observations
+    base = agent.base_actions(obs, images)
+    with torch.no_grad():
+        assert float(agent._retention_term((images, obs, base))[0]) == 0.0
+    _jitter(p.encoder, scale=0.05)
+    _jitter(p.residual, scale=0.1, seed=6)
+    with torch.no_grad():
+        m, ls = p.eval().residual_params(p.inputs(obs, base, images))
+        m0, ls0 = frozen.eval().residual_params(frozen.inputs(obs, base, images))
+        want = kl_divergence(Normal(m0, ls0.exp()), Normal(m, ls.exp())).sum(-1).mean()
+        p.train()  # as in an update: the term must read the frames unshifted
+        loss, _ = agent._retention_term((images, obs, base))
+    assert p.training and float(want) > 1e-4
+    assert float(loss) == pytest.approx(2.0 * float(want), rel=1e-4)
+    out = agent.update(b, 0)  # one critic + actor update with the term
+    assert out["retention_kl"] > 0 and agent.retention.steps == 1
+    assert _same(agent.retention.reference.encoder, frozen.encoder)
+    resumed = _camera_resfit(KL, seed=2)
+    resumed.load_state_dict(agent.state_dict())
+    assert _same(resumed.retention.reference.encoder, frozen.encoder)
+    assert _same(resumed.retention.reference.residual, frozen.residual)
 
 
 def test_resfit_off_is_unchanged_on_grows_and_a_resume_keeps_the_snapshot():
@@ -300,7 +332,8 @@ SHAPES = {"cam": (16, 16, 3)}
 
 
 def _camera_ql(retention=None, **kw) -> QLAgent:
-    args = dict(hidden=(16,), critic_hidden=(16,), num_critics=2, channels=4, feature_dim=8, augment_pad=2, seed=0)
+    args = dict(hidden=(16,), critic_hidden=(16,), num_critics=2, critic_layer_norm=True, channels=4, feature_dim=8,
+                augment_pad=2, seed=0)
     args.update(kw)
     return QLAgent(1, DA, obs_normalizer=ObservationNormalizer(np.full(1, 0.5), np.full(1, 2.0)),
                    action_scaler=ActionScaler(-np.ones(DA), np.ones(DA)), image_shapes=SHAPES, retention=retention,

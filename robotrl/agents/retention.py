@@ -37,7 +37,9 @@ Which agents have which terms (every other combination raises a one-line
 - The residual agents (:class:`~robotrl.agents.residual.ResidualPPOAgent`,
   :class:`~robotrl.agents.residual.ResidualOffPolicyAgent`): ``kl`` toward the residual head frozen at the
   online start, on the residual's own input ``[features, a_base]`` of the minibatch (online states only; a
-  deterministic TD3 residual has only ``penalty="l2"``).
+  deterministic TD3 residual has only ``penalty="l2"``). ``bc`` is refused: the dataset's actions are combined
+  actions, not residuals. On cameras the off-policy residual's snapshot also holds the encoder (its critic trains
+  it), read as the Q-learning agents' above.
 
 Schedules count *retention steps*: one per :meth:`Retention.tick` — one per ``update()``
 call of a Q-learning agent (one actor update), one per actor update of the off-policy residual, one per

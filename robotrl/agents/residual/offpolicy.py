@@ -187,8 +187,9 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
             toward the residual frozen at :meth:`start_online`: ``actor="sac"``: ``KL(π₀(·|x) ‖ π(·|x))`` of the
             pre-tanh Gaussians (``penalty="kl"``) or ``‖tanh μ(x) − tanh μ₀(x)‖²`` (``"l2"``); ``actor="td3"``, a
             deterministic residual: ``"l2"`` only, ``‖r(x) − r₀(x)‖²``; both in residual units ``r ∈ [-1, 1]``
-            (the executed offset is ``α r``), added to the actor loss; schedules count actor updates. State
-            agents only. ``None``: off (the updates unchanged).
+            (the executed offset is ``α r``), added to the actor loss; schedules count actor updates. With
+            cameras the snapshot holds its own copy of the encoder (:meth:`_retention_term`). ``None``: off (the
+            updates unchanged).
 
     Attributes:
         frame_stack: ``k`` frames per camera the policy reads (1 for a state agent): the replay buffer stacks that many.
@@ -196,8 +197,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
     Raises:
         ValueError: unknown ``actor``, or (states) a base on an observation history (``To > 1``).
         ConfigError: (cameras) the base cannot be read (names ``agent.model.base``) or does not fit
-            (:func:`~robotrl.agents.residual.policy.check_base_fits`); retention with cameras, ``penalty="kl"`` on
-            the TD3 residual, a term that reads the pretraining data
+            (:func:`~robotrl.agents.residual.policy.check_base_fits`); ``penalty="kl"`` on the TD3 residual, a term that reads the pretraining data
             (:func:`~robotrl.agents.residual.ppo.refuse_data_terms`), or a bad retention setting.
     """
 
@@ -280,27 +280,27 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         self._last_base: np.ndarray | None = None  # the base actions of the last explore call (chunked bases)
         self.retention = Retention(retention, squash=True)
         if self.retention.enabled:
-            self._check_retention(cameras)
+            self._check_retention()
 
     # ------------------------------------------------------------------ knowledge retention
-    def _check_retention(self, cameras: bool) -> None:
+    def _check_retention(self) -> None:
         """The retention settings this agent has (the ``kl`` term; class doc).
 
         Raises:
-            ConfigError: cameras, ``penalty="kl"`` with ``actor="td3"``, or a term that reads the pretraining data.
+            ConfigError: ``penalty="kl"`` with ``actor="td3"``, or a term that reads the pretraining data.
         """
-        if cameras:
-            raise ConfigError("agent.model.retention for the off-policy residual is built for state agents (with "
-                              "cameras its encoder trains with the critic, and the snapshot would need its own "
-                              "encoder pass): drop the retention settings or obs=state")
         if self.actor == "td3" and self.retention.cfg.kl.weight > 0 and self.retention.cfg.penalty == "kl":
             raise ConfigError("agent.model.retention.penalty=kl needs a stochastic residual, and actor=td3 is "
                               "deterministic: set agent.model.retention.penalty=l2 or agent.model.actor=sac")
         refuse_data_terms(self.retention.cfg, "the off-policy residual")
 
     def _retention_parts(self) -> PolicyParts:
-        """What defines the residual's action at ``x``: its MLP (TD3: ``tanh`` of the output; SAC: the pre-tanh
-        mean and ``log_std`` it outputs). Shared with the policy (retention freezes a copy); not the base."""
+        """What defines the residual's action at an observation: its MLP (TD3: ``tanh`` of the output; SAC: the
+        pre-tanh mean and ``log_std`` it outputs) and, with cameras, the encoder (the critic trains it, so the
+        features the residual reads change too). Shared with the policy (retention freezes a copy); not the base,
+        which is frozen."""
+        if self.has_cameras:
+            return PolicyParts(residual=self.policy.residual, encoder=self.policy.encoder)
         return PolicyParts(residual=self.policy.residual)
 
     def start_online(self) -> None:
@@ -313,21 +313,42 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         super().load_pretrained(path)
         self.retention.reset()
 
-    def _retention_term(self, x: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        """Retention loss on the actor minibatch's residual inputs ``x (B, Do + Da)`` (``None``: off or not
-        started)."""
+    def _retention_term(self, x) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Retention loss on the actor minibatch (``None``: off or not started).
+
+        Args:
+            x: a state agent's residual inputs ``(B, Do + Da)``; a camera agent's ``(frames {key: uint8 (B, H, W,
+                k·C)}, raw states (B, Ds), raw base actions (B, Da))``: each residual (the live one and the
+                snapshot) then reads its own encoder's features of the frames, without gradient into either
+                encoder and in eval mode (no random shift), as :meth:`QLAgent._retention_loss
+                <robotrl.agents.qlearning.QLAgent._retention_loss>`.
+        """
         if self.retention.reference is None:
             return None, {}
-        da = self.policy.action_dim
+        p, da = self.policy, self.policy.action_dim
+
+        def inputs(net, inp):
+            if not self.has_cameras:
+                return inp
+            images, state, base_raw = inp
+            with torch.no_grad():
+                z = net.encoder(images, p.normalized_state(state))
+            return p.residual_input(z, base_raw)
 
         def gaussian(net, inp):
-            out = net.residual(inp)
+            out = net.residual(inputs(net, inp))
             if self.actor == "td3":  # deterministic: the mean alone (penalty l2, on tanh of it)
                 return out, torch.ones_like(out)
             mean, log_std = out.split(da, dim=-1)
             return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
 
-        return self.retention.actor_loss(self._retention_parts(), gaussian=gaussian, states=x, batch_size=x.shape[0])
+        training = p.training
+        p.eval()
+        try:
+            return self.retention.actor_loss(self._retention_parts(), gaussian=gaussian, states=x,
+                                             batch_size=len(x[1]) if self.has_cameras else x.shape[0])
+        finally:
+            p.train(training)
 
     @property
     def has_cameras(self) -> bool:
@@ -572,7 +593,8 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         keep, kept = None, {}
         if self.retention.reference is not None:
             base = self.base_actions(obs, images) if base_raw is None else base_raw
-            keep, kept = self._retention_term(self.policy.residual_input(z.detach(), base))
+            keep, kept = self._retention_term((images, obs, base) if self.has_cameras
+                                              else self.policy.residual_input(z.detach(), base))
         self.actor_opt.zero_grad(set_to_none=True)
         (loss if keep is None else loss + keep).backward()
         gn = self._clip(self.policy.residual.parameters())
