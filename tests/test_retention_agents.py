@@ -443,3 +443,19 @@ def test_off_leaves_the_camera_q_learning_updates_unchanged():
         for b in batches:
             a.update(b, 0)
     assert _same(plain.policy, zero.policy) and _same(plain.critic, zero.critic)
+
+
+def test_camera_q_learning_replay_carries_the_frames_of_the_replayed_rows():
+    agent = _camera_ql({"replay": {"weight": 0.25}})
+    data = _camera_buffer(n=32, seed=2, same=True)  # every pretraining row the same transition
+    agent.attach_offline_data(data)
+    agent.start_online()
+    online = _camera_buffer(seed=9).sample(16)
+    mixed = agent.retention.replay(online)
+    one = data.sample(1)
+    assert mixed.extras["offline"].tolist() == [1.0] * 4 + [0.0] * 12
+    for key, frames in (("obs/cam", one.images()["cam"]), ("next_obs/cam", one.next_images()["cam"])):
+        assert torch.equal(mixed.extras[key][:4], frames.expand(4, -1, -1, -1))
+        assert torch.equal(mixed.extras[key][4:], online.extras[key][4:])
+    assert "obs_uid" not in mixed.extras  # the two buffers' frame ids are not comparable
+    assert float(agent.update(online, 0)["offline_frac"]) == 0.25

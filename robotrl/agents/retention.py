@@ -164,7 +164,10 @@ class Retention:
         """``batch`` with its first ``round(ρ·B)`` rows replaced by pretraining transitions (``ρ``: the replay
         weight now); ``extras["offline"]`` marks them 1. Unchanged when ``ρ = 0``.
 
-        The batch's interleaved critic minibatches (:mod:`robotrl.utd`) then each hold about ``ρ`` of them.
+        The batch's interleaved critic minibatches (:mod:`robotrl.utd`) then each hold about ``ρ`` of them. Camera
+        frames (``obs/<key>``, ``next_obs/<key>`` extras) go with their rows; the other extras are dropped, frame
+        ids too (the pretraining buffer's ids are not the online buffer's, so a feature cache keyed by them would
+        mix them up: the mixed batch is encoded in full).
         """
         rho = self.weights()["replay"]
         n = int(round(rho * len(batch)))
@@ -173,15 +176,21 @@ class Retention:
         off = self.sample(n, batch.rewards.device)
         keep = torch.arange(n, len(batch), device=batch.rewards.device)
         pick = lambda t: None if t is None else t.index_select(0, keep)  # noqa: E731
+        frames = {k: pick(v) for k, v in batch.extras.items() if k.startswith(("obs/", "next_obs/"))}
         rest = Batch(pick(batch.observations), pick(batch.actions), pick(batch.rewards), pick(batch.next_observations),
                      pick(batch.terminated), pick(batch.truncated), pick(batch.discounts), pick(batch.mc_returns), None,
-                     {})
+                     frames)
         if batch.mc_returns is None:
             off.mc_returns = None
         elif off.mc_returns is None:
             raise ConfigError("agent.model.retention.replay: the batch carries MC returns (Cal-QL) and the "
                               "pretraining buffer has none; replay with an SAC/IQL online phase")
-        out = Batch.cat([off.replace(extras={}), rest])
+        missing = [k for k in frames if k not in off.extras]
+        if missing:
+            raise ConfigError(f"agent.model.retention.replay: the online batch has camera frames {missing} and the "
+                              "pretraining buffer has none: give the run a dataset with the same cameras, or drop "
+                              "retention.replay")
+        out = Batch.cat([off.replace(extras={k: v for k, v in off.extras.items() if k in frames}), rest])
         out.extras["offline"] = torch.cat([torch.ones(n, device=out.rewards.device),
                                            torch.zeros(len(rest), device=out.rewards.device)])
         return out
