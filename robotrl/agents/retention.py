@@ -23,18 +23,34 @@ what it computed before):
   log-probs of the rollout), so replay for it is the ``bc`` term; a PPO agent with a
   replay weight raises :class:`~robotrl.errors.ConfigError`.
 
+Which agents have which terms (every other combination raises a one-line
+:class:`~robotrl.errors.ConfigError` naming the way out):
+
+- Q-learning family (:class:`~robotrl.agents.qlearning.QLAgent`), states and cameras: all three. With cameras
+  the snapshot is the whole policy, encoder included, and every term runs each policy on the batch's frames
+  through *its own* encoder (no gradient into either encoder; eval mode, so no random shift; the frozen
+  trunk's cached stems when the feature cache is on): ``π₀(·|enc₀(o))`` against ``π(·|enc(o))``.
+- Gaussian PPO (:class:`~robotrl.agents.ppo.PPOAgent`, Uni-O4 through it): ``bc`` and ``kl``.
+- DPPO: ``kl`` on the reverse-step Gaussians of the rollout's chains (online states only).
+- ReinFlow: ``kl`` on the per-step Gaussian transitions ``x_k → x_{k+1}`` of the minibatch's recorded chains
+  (online states only); the snapshot is the velocity net and the noise net (:class:`PolicyParts`).
+- The residual agents (:class:`~robotrl.agents.residual.ResidualPPOAgent`,
+  :class:`~robotrl.agents.residual.ResidualOffPolicyAgent`): ``kl`` toward the residual head frozen at the
+  online start, on the residual's own input ``[features, a_base]`` of the minibatch (online states only; a
+  deterministic TD3 residual has only ``penalty="l2"``). ``bc`` is refused: the dataset's actions are combined
+  actions, not residuals. On cameras the off-policy residual's snapshot also holds the encoder (its critic trains
+  it), read as the Q-learning agents' above.
+
 Schedules count *retention steps*: one per :meth:`Retention.tick` — one per ``update()``
-call of a Q-learning agent (one actor update), one per PPO iteration — from the online
-start. ``decay="none"``: the weight throughout; ``"linear"``: ``w · max(0, 1 − t/T)``;
-``"exp"``: ``w · 0.5^(t/T)`` (``T = decay_steps``, a half-life).
+call of a Q-learning agent (one actor update), one per actor update of the off-policy residual, one per
+on-policy iteration (PPO, DPPO, ReinFlow, residual PPO) — from the online start. ``decay="none"``: the weight
+throughout; ``"linear"``: ``w · max(0, 1 − t/T)``; ``"exp"``: ``w · 0.5^(t/T)`` (``T = decay_steps``, a half-life).
 
 Deviations from the paper, all documented in ``docs/algorithms/retention.md``: the paper
 fine-tunes APPO (NetHack, Montezuma) and SAC (RoboticSequence) and stores the pretrained
 policy's outputs on a buffer of states collected by it; here the offline dataset is that
 buffer (the pretraining data itself). EWC and episodic memory are not built (BC and
-kickstarting did best in the paper). Camera agents are not covered (the retention terms
-would need the snapshot's own encoder pass): a camera agent with retention raises
-:class:`~robotrl.errors.ConfigError`.
+kickstarting did best in the paper).
 
 The forgetting metric that goes with it is :func:`robotrl.forgetting.forgetting_report`.
 """
@@ -52,7 +68,7 @@ from robotrl.data.batch import Batch
 from robotrl.errors import ConfigError
 from robotrl.schema import RetentionConfig, RetentionTerm
 
-__all__ = ["Retention", "RetentionConfig", "RetentionTerm", "gaussian_kl"]
+__all__ = ["PolicyParts", "Retention", "RetentionConfig", "RetentionTerm", "gaussian_kl"]
 
 #: ``(mean (B, Da), std (B, Da))`` of a policy's (pre-squash) Gaussian in normalised action units.
 Gaussian = tuple[torch.Tensor, torch.Tensor]
@@ -68,11 +84,25 @@ def gaussian_kl(ref: Gaussian, cur: Gaussian) -> torch.Tensor:
     return (torch.log(s / s0) + (s0.pow(2) + (m0 - m).pow(2)) / (2 * s.pow(2)) - 0.5).sum(-1)
 
 
+class PolicyParts(nn.Module):
+    """The parts of a policy that define its Gaussian, as one module to snapshot (:meth:`Retention.start`).
+
+    ``PolicyParts(velocity=net, noise_net=net)`` (ReinFlow), ``PolicyParts(residual=mlp, log_std=param)``
+    (residual PPO): each keyword becomes an attribute (a module or an ``nn.Parameter``, registered as usual),
+    shared with the policy, so a :func:`copy.deepcopy` of it freezes exactly these parts and nothing else of
+    the policy (not a frozen base policy, not an encoder that does not train).
+    """
+
+    def __init__(self, **parts: nn.Module | nn.Parameter):
+        super().__init__()
+        for name, part in parts.items():
+            setattr(self, name, part)
+
+
 class Retention:
     """The retention terms of one agent: config, frozen pretrained snapshot, pretraining data, schedule.
 
-    Used by :class:`~robotrl.agents.qlearning.QLAgent` and :class:`~robotrl.agents.ppo.PPOAgent`
-    (module doc). The agent calls :meth:`start` from its ``start_online()`` (the snapshot is taken
+    Used by every online agent that fine-tunes a policy (module doc). The agent calls :meth:`start` from its ``start_online()`` (the snapshot is taken
     once and kept in the agent's checkpoint, so a resumed run keeps the *pretrained* snapshot),
     :meth:`actor_loss` in its actor update, :meth:`replay` on its Q-learning batches and
     :meth:`tick` once per retention step.
@@ -134,7 +164,10 @@ class Retention:
         """``batch`` with its first ``round(ρ·B)`` rows replaced by pretraining transitions (``ρ``: the replay
         weight now); ``extras["offline"]`` marks them 1. Unchanged when ``ρ = 0``.
 
-        The batch's interleaved critic minibatches (:mod:`robotrl.utd`) then each hold about ``ρ`` of them.
+        The batch's interleaved critic minibatches (:mod:`robotrl.utd`) then each hold about ``ρ`` of them. Camera
+        frames (``obs/<key>``, ``next_obs/<key>`` extras) go with their rows; the other extras are dropped, frame
+        ids too (the pretraining buffer's ids are not the online buffer's, so a feature cache keyed by them would
+        mix them up: the mixed batch is encoded in full).
         """
         rho = self.weights()["replay"]
         n = int(round(rho * len(batch)))
@@ -143,15 +176,21 @@ class Retention:
         off = self.sample(n, batch.rewards.device)
         keep = torch.arange(n, len(batch), device=batch.rewards.device)
         pick = lambda t: None if t is None else t.index_select(0, keep)  # noqa: E731
+        frames = {k: pick(v) for k, v in batch.extras.items() if k.startswith(("obs/", "next_obs/"))}
         rest = Batch(pick(batch.observations), pick(batch.actions), pick(batch.rewards), pick(batch.next_observations),
                      pick(batch.terminated), pick(batch.truncated), pick(batch.discounts), pick(batch.mc_returns), None,
-                     {})
+                     frames)
         if batch.mc_returns is None:
             off.mc_returns = None
         elif off.mc_returns is None:
             raise ConfigError("agent.model.retention.replay: the batch carries MC returns (Cal-QL) and the "
                               "pretraining buffer has none; replay with an SAC/IQL online phase")
-        out = Batch.cat([off.replace(extras={}), rest])
+        missing = [k for k in frames if k not in off.extras]
+        if missing:
+            raise ConfigError(f"agent.model.retention.replay: the online batch has camera frames {missing} and the "
+                              "pretraining buffer has none: give the run a dataset with the same cameras, or drop "
+                              "retention.replay")
+        out = Batch.cat([off.replace(extras={k: v for k, v in off.extras.items() if k in frames}), rest])
         out.extras["offline"] = torch.cat([torch.ones(n, device=out.rewards.device),
                                            torch.zeros(len(rest), device=out.rewards.device)])
         return out
@@ -159,19 +198,24 @@ class Retention:
     def actor_loss(self, policy: nn.Module, *, gaussian: Callable[[nn.Module, torch.Tensor], Gaussian],
                    states: torch.Tensor, batch_size: int,
                    log_prob: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-                   prepare: Callable[[Batch], tuple[torch.Tensor, torch.Tensor]] | None = None) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+                   prepare: Callable[[Batch], tuple[Any, torch.Tensor]] | None = None,
+                   index: torch.Tensor | None = None) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         """The weighted retention loss to add to the actor's loss, and its metrics.
 
         Args:
             policy: the live policy (the module :meth:`start` snapshotted).
             gaussian: ``(policy, policy input (B, ·)) -> (mean, std) (B, Da)``: a policy's pre-squash Gaussian in
                 normalised action units (called on ``policy`` and on the snapshot ``π₀``).
-            states: the policy inputs of the actor's own minibatch ``(B, ·)`` (``kl_states="online"``).
+            states: the policy inputs of the actor's own minibatch ``(B, ·)`` (``kl_states="online"``): a tensor,
+                or whatever ``gaussian`` takes (a camera agent: its frames, raw states and frame ids).
             batch_size: rows of pretraining data to sample when ``cfg.batch_size`` is ``None``.
             log_prob: ``(policy input (B, ·), normalised actions (B, Da)) -> log π (B,)`` of the live policy
                 (needed by ``bc``).
             prepare: ``raw Batch -> (policy input (B, ·), normalised actions (B, Da))`` of pretraining rows
                 (needed by ``bc`` and ``kl_states="offline"``).
+            index: ``(R,)`` rows of the online penalty to average, repeats allowed (``None``: all ``B``): an agent
+                that runs the networks once per distinct row of a minibatch with repeated rows (ReinFlow's
+                ``dedup``) gets the mean of the duplicated minibatch.
 
         Returns:
             ``(loss or None when every weight is 0 now, {"retention_bc", "retention_kl", "retention_bc_w",
@@ -184,8 +228,9 @@ class Retention:
         need_data = w["bc"] > 0 or (w["kl"] > 0 and self.cfg.kl_states == "offline")
         if need_data and prepare is None:
             raise ConfigError("agent.model.retention: this agent has no pretraining-data terms (bc, kl_states=offline)")
-        off_in, off_act = prepare(self.sample(n, states.device)) if need_data and prepare else (None, None)
-        loss = states.new_zeros(())
+        dev = next(policy.parameters()).device
+        off_in, off_act = prepare(self.sample(n, dev)) if need_data and prepare else (None, None)
+        loss = torch.zeros((), device=dev)
         out: dict[str, torch.Tensor] = {}
         if w["bc"] > 0 and log_prob is not None:
             bc = -log_prob(off_in, off_act).mean()
@@ -197,10 +242,12 @@ class Retention:
                 ref = gaussian(self.reference, x)
             cur = gaussian(policy, x)
             if self.cfg.penalty == "kl":
-                pen = gaussian_kl(ref, cur).mean()
+                rows = gaussian_kl(ref, cur)
             else:
                 f = torch.tanh if self.squash else (lambda t: t)
-                pen = (f(cur[0]) - f(ref[0])).pow(2).sum(-1).mean()
+                rows = (f(cur[0]) - f(ref[0])).pow(2).sum(-1)
+            online = self.cfg.kl_states == "online"
+            pen = (rows if index is None or not online else rows.index_select(0, index)).mean()
             loss = loss + w["kl"] * pen
             out["retention_kl"] = pen.detach()
         out.update(retention_bc_w=torch.tensor(w["bc"]), retention_kl_w=torch.tensor(w["kl"]))

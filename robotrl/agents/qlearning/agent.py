@@ -119,7 +119,9 @@ class QLAgent(OffPolicyAgentBase):
             ``augment_pad=0``, ``frame_stack=1``); feature_cache_size: frames kept per camera.
         retention: knowledge retention in the online phase (:mod:`robotrl.agents.retention`: BC on the
             pretraining data, a KL/action-distance penalty toward the policy frozen at :meth:`start_online`,
-            offline replay; ``None``: off, the updates unchanged). State agents only.
+            offline replay; ``None``: off, the updates unchanged). With cameras the snapshot holds its own copy
+            of the encoder and each term runs both policies through their own encoders on the frames
+            (:meth:`_retention_loss`).
         sung: SUNG's uncertainty-guided online phase (:mod:`robotrl.agents.qlearning.sung`: a density VAE,
             optimistic exploration, the CQL penalty on the most uncertain rows; ``None``: off, the updates
             unchanged). State agents whose online rule is SAC only.
@@ -132,7 +134,7 @@ class QLAgent(OffPolicyAgentBase):
         ValueError: unknown ``algo`` / ``online_algo`` / ``actor_q``, an IQL/SAC-family switch,
             ``target_subset > num_critics``, or IQL on cameras.
         ConfigError: ``cache_features`` without a frozen, unshifted, unstacked encoder (names the
-            settings to change); retention on a camera agent, or a bad retention setting; SUNG on a camera agent,
+            settings to change); a bad retention setting; SUNG on a camera agent,
             with a non-SAC online rule, or a bad SUNG setting.
     """
 
@@ -220,9 +222,6 @@ class QLAgent(OffPolicyAgentBase):
         self._make_optimizers()
         self.num_updates = 0
         self.retention = Retention(retention, squash=True)
-        if self.retention.enabled and image_shapes:
-            raise ConfigError("agent.model.retention is built for state agents; this run has cameras: drop the "
-                              "retention settings or obs=pixels")
         self._init_sung(sung, obs_dim, seed, bool(image_shapes))
 
     def _init_sung(self, sung: Mapping | None, obs_dim: int, seed: int, cameras: bool) -> None:
@@ -352,22 +351,57 @@ class QLAgent(OffPolicyAgentBase):
         self.retention.attach_data(buffer)
         self.sung.attach_data(buffer)  # SUNG's VAE pretraining
 
-    def _retention_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    def _retention_loss(self, obs: torch.Tensor,
+                        b: Batch | None = None) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         """The retention terms for the actor step on normalised states ``obs (B, Do)`` (``None`` when off or
-        before the online start)."""
+        before the online start).
+
+        With cameras ``obs`` are the live encoder's features ``(B, F)`` and ``b`` is the minibatch they came from:
+        each policy — the live one and the snapshot ``π₀``, which holds its own copy of the encoder as it was at
+        :meth:`start_online` — reads its own encoder's features of ``b``'s frames (stacked as the buffer gives
+        them) and normalised state, without gradient into either encoder (the actor never trains the encoder)
+        and in eval mode (no random shift: the terms compare the two policies on the observation itself); a
+        frozen trunk's cached stems serve both (``obs_uid``; the snapshot's frozen trunk is the live one's
+        copy). Pretraining rows (``bc``, ``kl_states="offline"``) are encoded in full (their ids are not the
+        online buffer's).
+        """
         if self.retention.reference is None:
             return None, {}
         p = self.policy
+        if not self.has_cameras:
+            def gaussian(pol, x):
+                mean, log_std = pol.actor(x)
+                return mean, log_std.exp()
 
-        def gaussian(pol, x):
-            mean, log_std = pol.actor(x)
+            def prepare(b):
+                return p.obs_normalizer(b.observations), p.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
+
+            return self.retention.actor_loss(p, gaussian=gaussian, log_prob=self.actor.log_prob, prepare=prepare,
+                                             states=obs, batch_size=obs.shape[0])
+        if b is None:
+            raise ValueError("a camera agent's retention terms need the minibatch of the features (b=)")
+
+        def features(pol, x):
+            images, state, uids = x
+            with torch.no_grad():
+                return self._encode(pol.encoder, images, pol.normalized_state(state), uids)
+
+        def camera_gaussian(pol, x):
+            mean, log_std = pol.actor(features(pol, x))
             return mean, log_std.exp()
 
-        def prepare(b):
-            return p.obs_normalizer(b.observations), p.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
+        def camera_prepare(d):
+            return (d.images(), d.observations, None), p.action_scaler.normalize(d.actions).clamp(-1.0, 1.0)
 
-        return self.retention.actor_loss(p, gaussian=gaussian, log_prob=self.actor.log_prob, prepare=prepare,
-                                         states=obs, batch_size=obs.shape[0])
+        training = p.encoder.training
+        p.encoder.eval()
+        try:
+            return self.retention.actor_loss(
+                p, gaussian=camera_gaussian, log_prob=lambda x, a: self.actor.log_prob(features(p, x), a),
+                prepare=camera_prepare, states=(b.images(), b.observations, b.extras.get("obs_uid")),
+                batch_size=obs.shape[0])
+        finally:
+            p.encoder.train(training)
 
     def _check_warm_start_network(self) -> None:
         """Warn when plain SAC is about to fine-tune a pretrained critic that has no LayerNorm.
@@ -602,7 +636,7 @@ class QLAgent(OffPolicyAgentBase):
         q_pi = q.mean(0) if self.actor_q == "mean" else q.min(0).values
         alpha = self.log_alpha.exp()
         actor_loss = L.sac_actor_loss(q_pi, logp, alpha.detach())
-        keep, kept = self._retention_loss(obs)
+        keep, kept = self._retention_loss(obs, b)
         self._opt_step(self.actor_opt, actor_loss if keep is None else actor_loss + keep, self.actor.parameters())
         if self.fixed_alpha is None:
             self.alpha_opt.zero_grad(set_to_none=True)
@@ -630,7 +664,7 @@ class QLAgent(OffPolicyAgentBase):
         act = self.policy.action_scaler.normalize(b.actions).clamp(-1.0, 1.0)
         logp = self.actor.log_prob(obs, act)
         actor_loss, w = L.awr_actor_loss(logp, advantage, self.iql["beta"], self.iql["max_weight"])
-        keep, kept = self._retention_loss(obs)
+        keep, kept = self._retention_loss(obs, b)
         self._opt_step(self.actor_opt, actor_loss if keep is None else actor_loss + keep, self.actor.parameters())
         with torch.no_grad():
             _, ent_lp = self.actor.sample(obs, self.gen)

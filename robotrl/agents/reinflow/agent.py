@@ -68,6 +68,7 @@ from robotrl.agents.reinflow.loss import (chain_entropy, chain_log_prob, decayed
                                           warmup_cosine_lr)
 from robotrl.agents.flow.policy import FlowPolicy
 from robotrl.agents.reinflow.policy import ReinFlowPolicy
+from robotrl.agents.retention import PolicyParts, Retention, RetentionConfig
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.errors import CheckpointError, ConfigError
 from robotrl.networks import ValueNet
@@ -135,10 +136,16 @@ class ReinFlowAgent(OnPolicyAgentBase):
             frame_stack, state_layout: the observation spec's cameras and their encoder
             (:class:`~robotrl.vision.frontend.ObservationFrontend`; must match the pretrained checkpoint;
             ``image_shapes=None``: a state agent).
+        retention: knowledge retention online (:mod:`robotrl.agents.retention`), ReinFlow's form: only the ``kl``
+            term on the rollout's states (``kl_states="online"``; :meth:`_retention_term`): for every (env step,
+            scored Euler transition) pair of a minibatch, ``KL(N(μ₀, σ₀²) ‖ N(μθ, σθ²))`` of that transition between
+            the chain frozen at :meth:`start_online` and the live one (``penalty="l2"``: ``‖μθ − μ₀‖²``), averaged
+            over the pairs and added to the PPO loss. ``None``: off (the updates unchanged).
 
     Raises:
         ConfigError: ``repeat_samples < 1``, ``flow_steps < 1``, ``clip_base`` without ``per_step_ratio``, a
-            ``noise_lr`` that is not positive, or bad flow/noise settings.
+            ``noise_lr`` that is not positive, bad flow/noise settings, a retention term that reads the pretraining
+            data (bc, replay, kl_states=offline: not built for flow chains), or a bad retention setting.
         ValueError: a learning-rate cycle that :func:`~robotrl.agents.reinflow.loss.warmup_cosine_lr` refuses
             (``lr_cycle_iters < 1`` or ``lr_warmup_iters`` not below it).
     """
@@ -170,7 +177,8 @@ class ReinFlowAgent(OnPolicyAgentBase):
                  image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
                  pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 32,
                  encoder_weights: str | None = None, freeze_encoder: bool = False, augment_pad: int = 0,
-                 frame_stack: int = 1, state_layout: str | None = None):
+                 frame_stack: int = 1, state_layout: str | None = None,
+                 retention: RetentionConfig | Mapping | None = None):
         if flow_steps < 1:
             raise ConfigError(f"agent.model.flow_steps must be >= 1, got {flow_steps}")
         if repeat_samples < 1:
@@ -220,6 +228,55 @@ class ReinFlowAgent(OnPolicyAgentBase):
         self.per_step_ratio = bool(per_step_ratio)
         self.clip_base, self.clip_rate = (None if clip_base is None else float(clip_base)), float(clip_rate)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.retention = Retention(retention, squash=False)
+        if self.retention.cfg.reads_data:
+            raise ConfigError("agent.model.retention for ReinFlow is the kl term on the rollouts' states "
+                              "(kl_states=online); bc, replay and kl_states=offline are not built for flow chains")
+
+    # ------------------------------------------------------------------ knowledge retention
+    def _retention_parts(self) -> PolicyParts:
+        """What defines the chain's transitions ``x_k → x_{k+1} ~ N(μ_k, σ_k²)``, the parts retention freezes: the
+        velocity net (the mean ``μ_k = clip(x_k + v_θ(x_k, t_k, s)/K)``) and the noise net (``σ_k``); shared with
+        the policy (the snapshot is a copy). Not the encoder of a camera policy: it never trains here (the
+        conditions are its features, computed once per rollout), so both chains read the same conditions; not the
+        flow settings (``K``, ``x_clip``, ``noise_steps``, ``early_std``): the policy's own, fixed per run."""
+        return PolicyParts(velocity=self.policy.velocity, noise_net=self.policy.noise_net)
+
+    def start_online(self) -> None:
+        """Freeze the velocity and noise nets as fine-tuning starts (π₀ of knowledge retention; kept on resume)."""
+        self.retention.start(self._retention_parts())
+
+    def _retention_term(self, cond: torch.Tensor, chain: torch.Tensor,
+                        index: torch.Tensor | None = None) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """The retention KL of a minibatch's recorded chains (``None`` when off or before the online start).
+
+        For every env step and each of its ``K_s`` scored transitions, the KL between the snapshot's and the live
+        policy's Gaussian ``N(μ_k, diag σ_k²)`` of ``x_{k+1}`` given the recorded ``x_k`` (closed form, summed over
+        ``Ta×Da``; ``penalty="l2"``: ``‖μθ − μ₀‖²``), averaged over the ``M·K_s`` pairs: DPPO's per-step form, whose
+        sum over the ``K_s`` steps is the KL of the two chains' path distributions given the recorded prefix.
+        The snapshot's noise net reads the live bounds ``[σ_min, σ_max]`` (the ``learn_decay`` schedule lowers
+        ``σ_max`` on both alike: a schedule, not something the policy learned, so it is not penalised).
+
+        Args:
+            cond: conditions ``(U, To, F)`` of the distinct env steps; chain: their chains ``(U, K+1, Ta, Da)``.
+            index: ``(M,)`` the minibatch's rows as indices into the ``U`` distinct ones (repeats allowed; ``None``:
+                the ``U`` rows themselves).
+        """
+        ref = self.retention.reference
+        if ref is None:
+            return None, {}
+        p = self.policy
+        with torch.no_grad():
+            ref.noise_net.set_bounds(float(p.noise_net.std_min), float(p.noise_net.std_max))
+
+        def gaussian(net, c):
+            mean, std = p.transitions(c, chain, velocity=net.velocity, noise_net=net.noise_net)
+            return mean.flatten(2).flatten(0, 1), std.flatten(2).flatten(0, 1)  # (U·K_s, Ta·Da)
+
+        Ks = p.K - p.scored_from
+        rows = None if index is None else (index[:, None] * Ks + torch.arange(Ks, device=index.device)).flatten()
+        return self.retention.actor_loss(self._retention_parts(), gaussian=gaussian, states=cond,
+                                         batch_size=cond.shape[0], index=rows)
 
     def _actor_groups(self, noise_lr: float | None, actor_lr: float) -> list[dict]:
         """The actor optimiser's parameter groups: one (the reference), or with ``noise_lr`` the velocity net and
@@ -246,6 +303,7 @@ class ReinFlowAgent(OnPolicyAgentBase):
                                         what="ReinFlow fine-tunes a flow-policy checkpoint (agent=flow)")
         if kind == "own":
             self.load_state_dict(state["agent"])
+            self.retention.reset()  # a new run: retention freezes the loaded chain at start_online
             return
         sd = {k: v for k, v in state.items() if not k.startswith("noise_net.")}
         missing, unexpected = self.policy.load_state_dict(sd, strict=False)
@@ -324,7 +382,8 @@ class ReinFlowAgent(OnPolicyAgentBase):
         actually began from.
 
         Returns:
-            ``(loss, metrics)`` — ``vf_coef·V-loss`` plus, when ``train_actor``, ``pg − ent_coef·H (+ bc_coef·W2)``.
+            ``(loss, metrics)`` — ``vf_coef·V-loss`` plus, when ``train_actor``, ``pg − ent_coef·H (+ bc_coef·W2)``
+            (+ the retention term, :meth:`_retention_term`, with its ``retention_*`` metrics).
         """
         if dedup:
             u, inv = torch.unique(s, return_inverse=True)
@@ -351,6 +410,10 @@ class ReinFlowAgent(OnPolicyAgentBase):
                 bc = w2_bc_loss(own[inv], ref[inv])
                 loss = loss + self.bc_coef * bc
                 out["bc_loss"] = bc.detach()
+            keep, kept = self._retention_term(cond, chain, inv)
+            if keep is not None:
+                loss = loss + keep
+                out.update(kept)
         return loss, out
 
     def _clip(self, logp: torch.Tensor) -> torch.Tensor | float:
@@ -419,6 +482,7 @@ class ReinFlowAgent(OnPolicyAgentBase):
         out = minibatch_epochs(S * self.repeat_samples, lambda idx: self._minibatch(d, idx, train_actor),
                                n_epochs=self.n_epochs, batch_size=self.batch_size, target_kl=self.target_kl,
                                generator=self.gen, device=self.device)
+        self.retention.tick()
         hi = decayed_max_std(iteration + 1, self.noise_decay_iters, self.std_min, self.std_max,
                              hold_ratio=self.noise_hold_ratio, decay_ratio=self.noise_decay_ratio)
         self.policy.noise_net.set_bounds(self.std_min, max(hi, self.std_min))
@@ -429,8 +493,12 @@ class ReinFlowAgent(OnPolicyAgentBase):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Policy (velocity + noise nets), frozen reference, value net, optimizers, RNG."""
-        return save_state(self, _STATE)
+        """Policy (velocity + noise nets), frozen reference, value net, optimizers, RNG; with knowledge retention
+        on, also its frozen snapshot and schedule step (``retention``)."""
+        out = save_state(self, _STATE)
+        if self.retention.enabled:
+            out["retention"] = self.retention.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict`.
@@ -440,3 +508,4 @@ class ReinFlowAgent(OnPolicyAgentBase):
                 fit this agent's networks (torch's own errors).
         """
         load_state(self, state, _STATE)
+        self.retention.load_state_dict(state.get("retention"), self._retention_parts())

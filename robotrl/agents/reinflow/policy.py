@@ -125,26 +125,33 @@ class ReinFlowPolicy(FlowPolicy):
     def _early_std(self) -> torch.Tensor:
         return self.noise_net.std_min if self.early_std is None else torch.tensor(self.early_std)
 
-    def transitions(self, cond: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def transitions(self, cond: torch.Tensor, chain: torch.Tensor, *, velocity: nn.Module | None = None,
+                    noise_net: NoiseNet | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Means and stds ``(M, K_s, Ta, Da)`` of the random transitions ``x_k → x_{k+1}``, ``k = K − K_s … K−1``, of
         recorded chains, in one batched pass (``K_s = K − scored_from``: every step unless the early ones are
         deterministic).
 
         Args:
             cond: normalised histories ``(M, To, Do)``; chain: ``(M, K+1, Ta, Da)`` (only ``x_0 … x_{K-1}`` are read).
+            velocity, noise_net: other networks of this architecture in place of the policy's own (``None``: its
+                own): the transitions of another chain with this one's settings, e.g. a frozen snapshot's
+                (knowledge retention, :meth:`~robotrl.agents.reinflow.ReinFlowAgent._retention_term`).
         """
+        velocity = self.velocity if velocity is None else velocity
+        noise_net = self.noise_net if noise_net is None else noise_net
         M, K = chain.shape[0], chain.shape[1] - 1
         first = self.scored_from
         n = K - first
         x = chain[:, first:K].flatten(0, 1)
         t = euler_times(K, chain.device)[first:].repeat(M)
         c = cond.repeat_interleave(n, dim=0)
-        mean = euler_mean(self.velocity, x, t, c, 1.0 / K, self.x_clip, straight_through=self.straight_through_clip)
+        mean = euler_mean(velocity, x, t, c, 1.0 / K, self.x_clip, straight_through=self.straight_through_clip)
         L = K - self.noise_from  # steps whose std the noise net sets; the scored ones before them have a fixed σ
-        std = self.noise_net(chain[:, self.noise_from:K].flatten(0, 1), euler_times(K, chain.device)[self.noise_from:].repeat(M),
-                             cond.repeat_interleave(L, dim=0)).view(M, L, self.Ta, self.action_dim)
+        std = noise_net(chain[:, self.noise_from:K].flatten(0, 1), euler_times(K, chain.device)[self.noise_from:].repeat(M),
+                        cond.repeat_interleave(L, dim=0)).view(M, L, self.Ta, self.action_dim)
         if n > L:  # the reference's σ_min on the first K − K' steps
-            std = torch.cat([self._early_std().to(std).expand(M, n - L, self.Ta, self.action_dim), std], dim=1)
+            early = noise_net.std_min if self.early_std is None else torch.tensor(self.early_std)
+            std = torch.cat([early.to(std).expand(M, n - L, self.Ta, self.action_dim), std], dim=1)
         return mean.view(M, n, self.Ta, self.action_dim), std
 
     @torch.no_grad()

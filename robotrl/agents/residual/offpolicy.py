@@ -96,7 +96,9 @@ from robotrl.agent import FRONTEND_ARCHITECTURE, OffPolicyAgentBase
 from robotrl.agents.qlearning.loss import critic_td_loss, sac_actor_loss, subset_min, td_target, temperature_loss
 from robotrl.agents.qlearning.networks import EnsembleCritic
 from robotrl.agents.residual.base import load_base
-from robotrl.agents.residual.policy import ResidualPolicy
+from robotrl.agents.residual.policy import LOG_STD_MAX, LOG_STD_MIN, ResidualPolicy
+from robotrl.agents.residual.ppo import refuse_data_terms
+from robotrl.agents.retention import PolicyParts, Retention, RetentionConfig
 
 from robotrl.data.batch import Batch
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
@@ -180,6 +182,14 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
             state_layout, frame_stack: the observation's cameras and encoder, as
             :class:`~robotrl.vision.frontend.ObservationFrontend` (``image_shapes`` ``None``: a state agent).
+        retention: knowledge retention online (:mod:`robotrl.agents.retention`), the residual's form: only the
+            ``kl`` term on the actor minibatch's residual inputs ``x = [o_n, a_base]`` (``kl_states="online"``)
+            toward the residual frozen at :meth:`start_online`: ``actor="sac"``: ``KL(π₀(·|x) ‖ π(·|x))`` of the
+            pre-tanh Gaussians (``penalty="kl"``) or ``‖tanh μ(x) − tanh μ₀(x)‖²`` (``"l2"``); ``actor="td3"``, a
+            deterministic residual: ``"l2"`` only, ``‖r(x) − r₀(x)‖²``; both in residual units ``r ∈ [-1, 1]``
+            (the executed offset is ``α r``), added to the actor loss; schedules count actor updates. With
+            cameras the snapshot holds its own copy of the encoder (:meth:`_retention_term`). ``None``: off (the
+            updates unchanged).
 
     Attributes:
         frame_stack: ``k`` frames per camera the policy reads (1 for a state agent): the replay buffer stacks that many.
@@ -187,7 +197,8 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
     Raises:
         ValueError: unknown ``actor``, or (states) a base on an observation history (``To > 1``).
         ConfigError: (cameras) the base cannot be read (names ``agent.model.base``) or does not fit
-            (:func:`~robotrl.agents.residual.policy.check_base_fits`).
+            (:func:`~robotrl.agents.residual.policy.check_base_fits`); ``penalty="kl"`` on the TD3 residual, a term that reads the pretraining data
+            (:func:`~robotrl.agents.residual.ppo.refuse_data_terms`), or a bad retention setting.
     """
 
     ARCHITECTURE_KEYS = ("hidden", "act", "obs_clip", "num_critics", "critic_hidden", "critic_layer_norm",
@@ -207,7 +218,7 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
                  image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "drq",
                  pooling: str = "flatten", feature_dim: int = 50, channels: int = 32, encoder_weights: str | None = None,
                  freeze_encoder: bool = False, augment_pad: int = 4, state_layout: str | None = None,
-                 frame_stack: int = 1):
+                 frame_stack: int = 1, retention: RetentionConfig | Mapping | None = None):
         if actor not in ("td3", "sac"):
             raise ValueError(f"actor must be 'td3' or 'sac', got {actor!r}")
         self.device = torch.device(device)
@@ -267,6 +278,77 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
         self.frame_stack = self.policy.frame_stack
         self.explore_frames = FrameHistory(self.frame_stack)
         self._last_base: np.ndarray | None = None  # the base actions of the last explore call (chunked bases)
+        self.retention = Retention(retention, squash=True)
+        if self.retention.enabled:
+            self._check_retention()
+
+    # ------------------------------------------------------------------ knowledge retention
+    def _check_retention(self) -> None:
+        """The retention settings this agent has (the ``kl`` term; class doc).
+
+        Raises:
+            ConfigError: ``penalty="kl"`` with ``actor="td3"``, or a term that reads the pretraining data.
+        """
+        if self.actor == "td3" and self.retention.cfg.kl.weight > 0 and self.retention.cfg.penalty == "kl":
+            raise ConfigError("agent.model.retention.penalty=kl needs a stochastic residual, and actor=td3 is "
+                              "deterministic: set agent.model.retention.penalty=l2 or agent.model.actor=sac")
+        refuse_data_terms(self.retention.cfg, "the off-policy residual")
+
+    def _retention_parts(self) -> PolicyParts:
+        """What defines the residual's action at an observation: its MLP (TD3: ``tanh`` of the output; SAC: the
+        pre-tanh mean and ``log_std`` it outputs) and, with cameras, the encoder (the critic trains it, so the
+        features the residual reads change too). Shared with the policy (retention freezes a copy); not the base,
+        which is frozen."""
+        if self.has_cameras:
+            return PolicyParts(residual=self.policy.residual, encoder=self.policy.encoder)
+        return PolicyParts(residual=self.policy.residual)
+
+    def start_online(self) -> None:
+        """Freeze the residual as the online phase starts (π₀ of knowledge retention; kept on resume)."""
+        self.retention.start(self._retention_parts())
+
+    def load_pretrained(self, path: str) -> None:
+        """The whole pretrained agent state (:meth:`robotrl.agent.AgentBase.load_pretrained`); a retention snapshot
+        saved in it is dropped: this run's retention freezes the loaded residual at :meth:`start_online`."""
+        super().load_pretrained(path)
+        self.retention.reset()
+
+    def _retention_term(self, x) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Retention loss on the actor minibatch (``None``: off or not started).
+
+        Args:
+            x: a state agent's residual inputs ``(B, Do + Da)``; a camera agent's ``(frames {key: uint8 (B, H, W,
+                k·C)}, raw states (B, Ds), raw base actions (B, Da))``: each residual (the live one and the
+                snapshot) then reads its own encoder's features of the frames, without gradient into either
+                encoder and in eval mode (no random shift), as :meth:`QLAgent._retention_loss
+                <robotrl.agents.qlearning.QLAgent._retention_loss>`.
+        """
+        if self.retention.reference is None:
+            return None, {}
+        p, da = self.policy, self.policy.action_dim
+
+        def inputs(net, inp):
+            if not self.has_cameras:
+                return inp
+            images, state, base_raw = inp
+            with torch.no_grad():
+                z = net.encoder(images, p.normalized_state(state))
+            return p.residual_input(z, base_raw)
+
+        def gaussian(net, inp):
+            out = net.residual(inputs(net, inp))
+            if self.actor == "td3":  # deterministic: the mean alone (penalty l2, on tanh of it)
+                return out, torch.ones_like(out)
+            mean, log_std = out.split(da, dim=-1)
+            return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
+
+        training = p.training
+        p.eval()
+        try:
+            return self.retention.actor_loss(self._retention_parts(), gaussian=gaussian, states=x,
+                                             batch_size=len(x[1]) if self.has_cameras else x.shape[0])
+        finally:
+            p.train(training)
 
     @property
     def has_cameras(self) -> bool:
@@ -508,12 +590,18 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
                     base_raw: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         self.policy.train()
         loss, logp = self.actor_loss(obs, z, images, base_raw)
+        keep, kept = None, {}
+        if self.retention.reference is not None:
+            base = self.base_actions(obs, images) if base_raw is None else base_raw
+            keep, kept = self._retention_term((images, obs, base) if self.has_cameras
+                                              else self.policy.residual_input(z.detach(), base))
         self.actor_opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if keep is None else loss + keep).backward()
         gn = self._clip(self.policy.residual.parameters())
         self.actor_opt.step()
         self.policy.eval()
-        out = {"actor_loss": loss.detach(), "actor_grad_norm": gn.detach()}
+        out = {"actor_loss": loss.detach(), "actor_grad_norm": gn.detach(), **kept}
+        self.retention.tick()
         polyak_update_(self.actor_target.parameters(), self.policy.residual.parameters(), self.tau)
         if logp is not None:
             t_loss = temperature_loss(self.log_alpha, logp, self.target_entropy)
@@ -537,6 +625,8 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
                "num_explore": self.num_explore, "gen": self.gen.get_state()}
         if self.target_encoder is not None:
             out["target_encoder"] = self.target_encoder.state_dict()
+        if self.retention.enabled:
+            out["retention"] = self.retention.state_dict()  # the frozen residual and its schedule step
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -561,3 +651,4 @@ class ResidualOffPolicyAgent(OffPolicyAgentBase):
             self.alpha_opt.load_state_dict(state["alpha_opt"])
         self.num_updates, self.num_explore = int(state["num_updates"]), int(state["num_explore"])
         set_generator_state(self.gen, state["gen"])
+        self.retention.load_state_dict(state.get("retention"), self._retention_parts())

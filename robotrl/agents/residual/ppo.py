@@ -43,7 +43,8 @@ from robotrl.agent import OnPolicyAgentBase
 from robotrl.agents.ppo.loss import gaussian_log_prob
 from robotrl.agents.ppo.update import gae_targets, load_state, ppo_epochs, save_state
 from robotrl.agents.residual.base import load_base
-from robotrl.agents.residual.policy import ResidualPolicy
+from robotrl.agents.residual.policy import LOG_STD_MAX, LOG_STD_MIN, ResidualPolicy
+from robotrl.agents.retention import PolicyParts, Retention, RetentionConfig
 from torch import nn
 
 from robotrl.checkpoint import load_checkpoint
@@ -51,6 +52,28 @@ from robotrl.errors import ConfigError
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
 from robotrl.networks import ValueNet
 from robotrl.onpolicy import Rollout
+
+
+def refuse_data_terms(cfg: RetentionConfig, agent: str) -> None:
+    """The residual agents' retention is the ``kl`` term on their own minibatch: refuse the terms that read the
+    pretraining data, in one line naming the way out.
+
+    ``bc`` would clone dataset actions, which are combined actions ``clip(a_base + α r)``, not residuals: the
+    residual target ``(a − a_base(s))/α`` is unbounded for the tanh heads (``|a − a_base|`` of a demonstration is
+    rarely below ``α`` = 0.1) and undefined where the clip saturated, so it is not built; ``kl_states="offline"``
+    and ``replay`` are not built either (the off-policy residual mixes the demonstrations into every batch
+    already: ``trainer.offline_ratio``).
+
+    Raises:
+        ConfigError: ``bc``, ``replay`` or ``kl_states="offline"`` on.
+    """
+    if cfg.replay.weight > 0:
+        raise ConfigError(f"agent.model.retention.replay is not built for {agent}: the off-policy loop mixes the "
+                          "offline data into every batch already (trainer.offline_ratio); use retention.kl")
+    if cfg.reads_data:
+        raise ConfigError(f"agent.model.retention for {agent} is the kl term toward the residual frozen at the online "
+                          "start (kl_states=online); bc (dataset actions are combined actions, not residuals) and "
+                          "kl_states=offline are not built")
 
 
 class ResidualPPOAgent(OnPolicyAgentBase):
@@ -77,9 +100,15 @@ class ResidualPPOAgent(OnPolicyAgentBase):
         device, seed: torch device; seed of sampling and minibatch order.
         image_shapes, state_layout, frame_stack: the observation spec's cameras (what the build path passes a
             camera run): residual PPO learns from states only, so cameras are refused.
+        retention: knowledge retention online (:mod:`robotrl.agents.retention`), the residual's form: only the
+            ``kl`` term on the rollout's residual inputs ``x = [obs, a_base]`` (``kl_states="online"``),
+            ``KL(N(μ₀(x), σ₀²) ‖ N(μ(x), σ²))`` toward the residual head frozen at :meth:`start_online`
+            (``penalty="l2"``: ``‖μ(x) − μ₀(x)‖²``, residual units), added to every PPO minibatch's policy loss;
+            schedules count iterations. ``None``: off (the updates unchanged).
 
     Raises:
-        ConfigError: cameras (``image_shapes``): the on-policy rollouts carry no camera frames to this agent yet.
+        ConfigError: cameras (``image_shapes``): the on-policy rollouts carry no camera frames to this agent yet;
+            a retention term that reads the pretraining data (:func:`refuse_data_terms`) or a bad retention setting.
     """
 
     ARCHITECTURE_KEYS = ("hidden", "act", "obs_clip", "critic_hidden", "critic_act")
@@ -94,7 +123,7 @@ class ResidualPPOAgent(OnPolicyAgentBase):
                  target_kl: float | None = 0.1, max_grad_norm: float | None = 1.0, critic_warmup_iters: int = 0,
                  reward_scaling: bool = True, device: str | torch.device = "cpu", seed: int = 0,
                  image_shapes: Mapping[str, Sequence[int]] | None = None, state_layout: str | None = None,
-                 frame_stack: int = 1):
+                 frame_stack: int = 1, retention: RetentionConfig | Mapping | None = None):
         if image_shapes:
             raise ConfigError("residual PPO learns from states only: its on-policy rollouts carry no camera frames; "
                               "fine-tune a camera base with agent=residual-offpolicy obs=pixels (ResFiT on cameras), "
@@ -119,6 +148,29 @@ class ResidualPPOAgent(OnPolicyAgentBase):
         self.max_grad_norm, self.critic_warmup_iters = max_grad_norm, int(critic_warmup_iters)
         self.reward_scaling = bool(reward_scaling)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.retention = Retention(retention, squash=False)
+        refuse_data_terms(self.retention.cfg, "residual PPO")
+
+    # ------------------------------------------------------------------ knowledge retention
+    def _retention_parts(self) -> PolicyParts:
+        """What defines the residual's Gaussian ``N(μ(x), σ²)``: the residual MLP and ``log_std`` (shared with the
+        policy; retention freezes a copy). Not the base: it is frozen already, and may be large."""
+        return PolicyParts(residual=self.policy.residual, log_std=self.policy.log_std)
+
+    def start_online(self) -> None:
+        """Freeze the residual head as the online phase starts (π₀ of knowledge retention; kept on resume)."""
+        self.retention.start(self._retention_parts())
+
+    def _retention_term(self, x: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Retention loss on the minibatch's residual inputs ``x (M, Do + Da)`` (``None``: off or not started)."""
+        if self.retention.reference is None:
+            return None, {}
+
+        def gaussian(net, inp):
+            mean = net.residual(inp)
+            return mean, net.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp().expand_as(mean)
+
+        return self.retention.actor_loss(self._retention_parts(), gaussian=gaussian, states=x, batch_size=x.shape[0])
 
     # ------------------------------------------------------------------ base
     def set_base(self, base: nn.Module) -> None:
@@ -141,6 +193,7 @@ class ResidualPPOAgent(OnPolicyAgentBase):
             state = load_checkpoint(path, map_location=self.device)
             if state.get("policy", {}).get("target", "").endswith("ResidualPolicy"):
                 self.load_state_dict(state["agent"])
+                self.retention.reset()  # a new run: retention freezes the loaded residual at start_online
                 return
         self.set_base(load_base(path, self.base_overrides, self.device))
 
@@ -221,7 +274,9 @@ class ResidualPPOAgent(OnPolicyAgentBase):
                          actor_params=[p for p in self.policy.parameters() if p.requires_grad],
                          n_epochs=self.n_epochs, batch_size=self.batch_size, clip=self.clip, vf_coef=self.vf_coef,
                          max_grad_norm=self.max_grad_norm, target_kl=self.target_kl,
-                         train_actor=iteration >= self.critic_warmup_iters, generator=self.gen)
+                         train_actor=iteration >= self.critic_warmup_iters, generator=self.gen,
+                         actor_extra=(lambda i: self._retention_term(d["x"][i])) if self.retention.enabled else None)
+        self.retention.tick()
         self.policy.eval()
         out["std"] = float(self.policy.log_std.exp().mean())
         with torch.no_grad():
@@ -230,8 +285,12 @@ class ResidualPPOAgent(OnPolicyAgentBase):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """Residual policy (with the base's descriptor and weights), value net, optimizers, RNG."""
-        return {"policy_spec": self.policy.spec(), **save_state(self)}
+        """Residual policy (with the base's descriptor and weights), value net, optimizers, RNG; with knowledge
+        retention on, also its frozen residual head and schedule step (``retention``)."""
+        out = {"policy_spec": self.policy.spec(), **save_state(self)}
+        if self.retention.enabled:
+            out["retention"] = self.retention.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of :meth:`state_dict` (rebuilds the base from the stored descriptor when needed)."""
@@ -240,3 +299,4 @@ class ResidualPPOAgent(OnPolicyAgentBase):
             self.policy.set_base(base_desc)
         load_state(self, state)
         self.rollout_base = copy.deepcopy(self.policy.base)
+        self.retention.load_state_dict(state.get("retention"), self._retention_parts())
