@@ -41,6 +41,10 @@ class ConfigError(RobotRLError, ValueError):
     """A configuration value that cannot work (unknown env, agent, recipe, ...)."""
 
 
+class RunDirInUseError(RobotRLError, RuntimeError):
+    """A run directory another live process is training in (:class:`robotrl.files.DirLock`)."""
+
+
 class MissingExtraError(RobotRLError, ImportError):
     """A feature whose optional libraries are not installed; the message names the extra to install."""
 

@@ -42,8 +42,9 @@ import torch
 
 from robotrl.agent import agent_device
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
-from robotrl.errors import CheckpointError
+from robotrl.errors import CheckpointError, RunDirInUseError
 from robotrl.evaluation import evaluate
+from robotrl.files import DirLock
 from robotrl.logging_wandb import logger_name
 from robotrl.policy import act, policy_state
 from robotrl.progress import Progress, emit
@@ -147,6 +148,7 @@ class Runner:
         self.progress: Progress | None = None
         self.provenance = ProvenanceLog(self.run_dir)
         self._checkpoint_provenance: list = []
+        self._lock = DirLock(self.run_dir, what="run_dir")  # one live process per run directory
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name == "loop":
@@ -335,8 +337,10 @@ class Runner:
 
         Raises:
             CheckpointError: an existing checkpoint (or a warm-start source) cannot be used.
+            RunDirInUseError: another live process is training in ``run_dir`` (the lock is held from here until
+                :meth:`fit` ends).
         """
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._open_run_dir()
         resumed = self.try_resume()
         self._t0 = time.time()
         self._begin_segment(resumed)
@@ -346,6 +350,25 @@ class Runner:
             self.loop.start(self, warm_started=bool(self.warm_source))
         self._prepared = resumed
         return resumed
+
+    def _open_run_dir(self) -> None:
+        """Create the run directory and hold its lock until :meth:`fit` ends (or the process does): a second
+        live process on the same ``run_dir`` would resume from the first one's checkpoint and both would
+        write its checkpoints, provenance and event files.
+
+        Raises:
+            RunDirInUseError: another live process holds the directory (named with its pid and start).
+        """
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except BlockingIOError as e:
+            raise RunDirInUseError(str(e)) from None
+
+    def close(self) -> None:
+        """Release the run directory's lock without :meth:`fit` (a prepared server loop that stops before it
+        serves); :meth:`fit` releases it itself when it ends."""
+        self._lock.release()
 
     def _begin_segment(self, resumed: bool) -> None:
         self.provenance.begin(resumed=resumed, step=self.loop.step, phase=self.loop.phase(),
@@ -359,11 +382,18 @@ class Runner:
 
         Raises:
             CheckpointError: an existing checkpoint (or a warm-start source) cannot be used.
+            RunDirInUseError: another live process is training in ``run_dir``.
         """
+        try:
+            return self._fit()
+        finally:
+            self._lock.release()
+
+    def _fit(self) -> dict:
         loop = self.loop
         prepared = self._prepared
         if prepared is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._open_run_dir()
             resumed = self.try_resume()
             self._t0 = time.time()
             self._begin_segment(resumed)

@@ -70,7 +70,7 @@ def test_runner_worker_and_learner_share_spec_reward_transform_and_architecture(
         assert set(np.unique(off.rewards[:n])) <= {-5.0, 5.0}
         np.testing.assert_allclose(dem.mc_returns[:n], off.mc_returns[:n], rtol=1e-6)
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_learner_warm_start_adopts_the_checkpoint_architecture_as_train_does(demos, tmp_path):
@@ -88,7 +88,7 @@ def test_learner_warm_start_adopts_the_checkpoint_architecture_as_train_does(dem
         assert mine.keys() == theirs.keys()
         assert all(torch.equal(mine[k].cpu(), theirs[k].cpu()) for k in mine)  # the pretrained weights, loaded
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_a_wrong_type_fails_when_the_config_is_composed(demos, tmp_path):
@@ -131,7 +131,7 @@ def test_the_learner_command_encrypts_its_link_with_curvezmq_when_given_certific
     finally:
         for link in links.values():
             link.close()
-        learner.ep.close()
+        learner.close()
 
 
 @pytest.mark.parametrize("utd, split, calls", [(2, 2, 1), (1, 1, 1), (0.25, 1, 0.25)])
@@ -151,7 +151,7 @@ def test_the_robot_learner_reads_utd_as_critic_updates_per_transition(demos, tmp
             due += 1
         assert due * split == int(8 * utd)
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_the_removed_updates_per_transition_is_refused_naming_utd(demos, tmp_path):

@@ -78,7 +78,7 @@ def test_the_actor_reports_the_base_action_each_step_executed(tmp_path):
             direct = np.stack([twin(torch.from_numpy(o[None]))[0].numpy() for o in obs])
         np.testing.assert_allclose(np.stack(bases), direct, rtol=0, atol=1e-6)
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_a_policy_without_a_base_reports_none_and_rows_without_it_travel_as_nan():
@@ -135,7 +135,7 @@ def test_the_learner_stores_the_executed_base_actions_and_the_td_target_reads_th
         m = learner.update()  # the agent's update reads them (NaN rows recomputed), without error
         assert all(np.isfinite(float(v)) for v in m.values())
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_the_episode_file_records_the_executed_base_action_also_after_a_recovery(tmp_path):

@@ -302,7 +302,7 @@ def test_pixel_rlpd_learner_and_actor_on_the_camera_twin(tmp_path):
         for k, v in again.agent.policy.state_dict().items():
             np.testing.assert_array_equal(v.numpy(), saved[k].numpy())
     finally:
-        again.ep.close()
+        again.close()
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ def test_learner_pretrains_on_demos_then_switches_to_the_online_rule_once(tmp_pa
                                     reward="dense", seed=7)
     fresh, _, _ = build_learner(_cfg(tmp_path, f"demos={demos}"))  # no pretraining: the reference weights
     w0 = _weights(fresh.agent)
-    fresh.ep.close()
+    fresh.close()
     learner, resumed, _ = build_learner(_cfg(tmp_path / "b", f"demos={demos}", "trainer.offline_steps=30"))
     try:
         assert not resumed and learner.pretrain_updates == 30 and learner.status()["pretrain_updates"] == 30
@@ -44,13 +44,13 @@ def test_learner_pretrains_on_demos_then_switches_to_the_online_rule_once(tmp_pa
         assert not torch.equal(w0, w1)  # the updates moved the policy
         assert learner.ckpt_path.exists()  # checkpointed: durable before any actor connects
     finally:
-        learner.ep.close()
+        learner.close()
     again, resumed, _ = build_learner(_cfg(tmp_path / "b", f"demos={demos}", "trainer.offline_steps=30"))
     try:
         assert resumed and again.pretrain_updates == 30 and again.agent.algo == "sac"
         assert torch.equal(_weights(again.agent), w1)  # resumed, not pretrained a second time
     finally:
-        again.ep.close()
+        again.close()
 
 
 def test_pretraining_without_demonstrations_is_refused_with_the_way_out(tmp_path):
@@ -116,7 +116,7 @@ def test_residual_learner_on_a_frozen_diffusion_base_pushes_weights_an_actor_reb
         b = rebuilt(obs)
         torch.testing.assert_close(a, b)  # same weights, same sampling noise: the same actions
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_pretraining_starts_the_critic_at_the_demonstrations_mean_return(tmp_path):
@@ -138,7 +138,7 @@ def test_pretraining_starts_the_critic_at_the_demonstrations_mean_return(tmp_pat
         assert abs(q - mean_mc) < 1.0, (q, mean_mc)
         assert learner.critic_init == pytest.approx(mean_mc, abs=1e-4)
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_the_learner_uses_n_step_targets_offline_and_online(tmp_path):
@@ -168,7 +168,7 @@ def test_the_learner_uses_n_step_targets_offline_and_online(tmp_path):
         assert np.isclose(d, g ** 3).mean() > 0.8  # the newest 2 steps of the open episode have fewer ahead
         assert np.all(np.isclose(d, g) | np.isclose(d, g ** 2) | np.isclose(d, g ** 3))
     finally:
-        learner.ep.close()
+        learner.close()
 
 
 def test_n_step_below_one_is_refused(tmp_path):

@@ -430,4 +430,4 @@ def test_robotrl_learner_with_the_classifier_reward_relabels_its_demonstrations(
         np.testing.assert_allclose(learner.demos.rewards[:n], scale * want + bias, rtol=1e-6)
         np.testing.assert_array_equal(np.asarray(learner.demos.terminated[:n], bool), data.terminated)
     finally:
-        learner.ep.close()
+        learner.close()

@@ -132,6 +132,45 @@ def test_resumed_run_equals_uninterrupted_run(minari_module_root, tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_a_second_runner_on_a_run_dir_in_use_is_refused_and_the_first_keeps_it(minari_module_root, tmp_path):
+    """One live trainer per run directory: a second one (here in the same process, the kernel's flock sees two
+    holders) is refused before it reads or writes anything; the first's run is untouched and frees the lock."""
+    from robotrl.errors import RunDirInUseError
+
+    base = [*TINY, "trainer.eval_every=100000", "trainer.checkpoint_every=100", "device=cpu", "trainer.offline_steps=100"]
+    first = build_trainer(_compose(base), tmp_path / "run")
+    first.prepare()
+    second = build_trainer(_compose(base), tmp_path / "run")
+    with pytest.raises(RunDirInUseError, match=rf"in use by pid {os.getpid()} .*another run_dir="):
+        second.fit()
+    assert not (tmp_path / "run" / "checkpoints").exists()  # the refused one wrote nothing
+    assert first.fit()["gradient_updates"] == 100
+    assert build_trainer(_compose([*base[:-1], "trainer.offline_steps=150"]), tmp_path / "run").fit()["resumed"] is True
+
+
+def test_robotrl_train_on_a_run_dir_a_live_process_holds_says_so_and_a_killed_holder_frees_it(minari_module_root,
+                                                                                              tmp_path):
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from robotrl.files import DirLock; "
+                               "lock = DirLock(sys.argv[1]); lock.acquire(); print('held', flush=True); time.sleep(600)", str(run_dir)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        args = ["train", *TINY, "trainer.offline_steps=50", "trainer.eval_every=100000", "trainer.checkpoint_every=50",
+                f"run_dir={run_dir}"]
+        res = _robotrl(args, minari_module_root)
+        assert res.returncode != 0
+        last = res.stderr.strip().splitlines()[-1]
+        assert f"is in use by pid {holder.pid} (since " in last and "another run_dir=" in last, res.stderr[-2000:]
+        assert not (run_dir / "checkpoints").exists() and not (run_dir / "provenance.json").exists()
+    finally:
+        holder.kill()  # SIGKILL: the kernel drops its lock
+        holder.wait()
+    res = _robotrl(args, minari_module_root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((run_dir / "report.json").read_text())["summary"]["gradient_updates"] == 50
+
+
 def test_online_phase_collects_into_online_buffer_and_updates_at_utd(minari_module_root, tmp_path):
     cfg = _compose([*TINY, "trainer.offline_steps=50", "trainer.online_steps=120", "trainer.online_warmup_steps=20",
                     "trainer.utd=2", "trainer.num_envs=2", "trainer.eval_every=100000",

@@ -207,7 +207,7 @@ def run_learner(cfg: DictConfig) -> dict:
         learner.runner.fit()  # serves until should_stop; the Runner's report in run_dir
         status = learner.status()
     finally:
-        learner.ep.close()
+        learner.close()
     print(json.dumps({"status": status}, default=str), flush=True)
     return status
 

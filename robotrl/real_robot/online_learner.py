@@ -203,7 +203,14 @@ class OnlineLearner:
         self.should_stop: Callable[[], bool] = lambda: False
         self._recorded = 0  # episodes of episode_log already in an evaluation record
 
+    def close(self) -> None:
+        """Close the actors' endpoint and release the run directory (:meth:`robotrl.runner.Runner.close`)."""
+        self.ep.close()
+        if self.runner is not None:
+            self.runner.close()
+
     # ---- the Loop protocol (robotrl.runner) ---------------------------------------------------
+
     @property
     def step(self) -> int:
         """The run's x-axis: robot transitions received (env steps, as in simulation)."""
