@@ -25,7 +25,8 @@ Writes (``--out``, default ``benchmarks/results/studies/reset-free/results.json`
 ``[(env steps, success rate)]``, the offline success, the final and ending (mean of the last ``ENDING_EVALS``
 evaluations) success, env resets (reset-based: the online episodes it began, each with a reset; reset-free: the
 simulator resets, ``sim_resets``) and human resets; and over seeds the IQM with a 95 % bootstrap CI of each, and the
-ratio reset-free / reset-based of the final success IQMs.
+ratio reset-free / reset-based of the final and of the ending success, of the IQMs and per seed. ``--merge`` keeps each
+file's command, args and environment (``parts``) and refuses files run with different study settings.
 """
 
 from __future__ import annotations
@@ -46,6 +47,33 @@ FWD_MAZE = [[1, 1, 1, 1, 1], [1, "g", 0, 0, 1], [1, 1, 1, 0, 1], [1, "r", 0, 0, 
 BWD_MAZE = [[1, 1, 1, 1, 1], [1, "r", 0, 0, 1], [1, 1, 1, 0, 1], [1, "g", 0, 0, 1], [1, 1, 1, 1, 1]]
 FWD_ID, BWD_ID = "robotrl/pointmaze/umaze-fixed-forward-v1", "robotrl/pointmaze/umaze-fixed-backward-v1"
 CONTENDERS = ("reset-based", "reset-free")
+
+SETTINGS = ("dataset_steps", "pretrain_steps", "online_steps", "eval_every", "eval_episodes", "max_timeouts", "width")
+
+
+def _ratio(free: float, based: float) -> float | None:
+    """reset-free / reset-based success; ``None`` when the reset-based success is 0 (no ratio)."""
+    return free / based if based > 0 else None
+
+
+def merge_parts(files: list[str]) -> list[dict]:
+    """Each merged file's ``command``, study ``args`` and ``environment`` (load, time), in the order given.
+
+    Raises:
+        ValueError: the files were run with different study settings (``SETTINGS``); rerun the odd seed with the
+            others' arguments.
+    """
+    parts = []
+    for f in files:
+        d = json.loads(Path(f).read_text())
+        parts.append({"file": str(f), "command": d["command"], "args": d["args"], "environment": d["environment"]})
+    first = {k: parts[0]["args"][k] for k in SETTINGS}
+    for part in parts[1:]:
+        other = {k: part["args"][k] for k in SETTINGS}
+        if other != first:
+            raise ValueError(f"--merge: {part['file']} was run with {other}, {parts[0]['file']} with {first}; "
+                             "rerun that seed with the same study arguments")
+    return parts
 
 
 def _net(width: int) -> list[str]:
@@ -144,8 +172,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--dataset-steps", type=int, default=20000)
     p.add_argument("--pretrain-steps", type=int, default=1500)
-    p.add_argument("--online-steps", type=int, default=6000)
-    p.add_argument("--eval-every", type=int, default=1500)
+    p.add_argument("--online-steps", type=int, default=5000)
+    p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--max-timeouts", type=int, default=3)
     p.add_argument("--width", type=int, default=64)
@@ -158,21 +186,28 @@ def main() -> None:
     os.environ.setdefault("MINARI_DATASETS_PATH", str(Path(args.root) / "minari"))
     if not args.merge:
         ensure_datasets(args.dataset_steps)
+    parts = merge_parts(args.merge) if args.merge else None
     per_seed, commands = seed_study(args, run_seed)
-    env = json.loads(Path(args.merge[0]).read_text())["environment"] if args.merge else environment()
+    env = parts[0]["environment"] if parts else environment()
     table = seed_table(per_seed, CONTENDERS, ("final", "ending", "env_resets", "human_resets"))
-    based, free = table["reset-based"]["final"]["iqm"], table["reset-free"]["final"]["iqm"]
-    ratio = free / based if based > 0 else None
+    ratio = _ratio(table["reset-free"]["final"]["iqm"], table["reset-based"]["final"]["iqm"])
+    ratio_ending = _ratio(table["reset-free"]["ending"]["iqm"], table["reset-based"]["ending"]["iqm"])
+    ratio_seeds = {str(s): {k: _ratio(r["reset-free"][k], r["reset-based"][k]) for k in ("final", "ending")}
+                   for s, r in sorted(per_seed.items())}
     print(f"\nseeds {args.seeds}")
     print(f"{'contender':<13}{'final success':>22}{'ending success':>22}{'env resets':>22}{'human resets':>22}")
     for name, row in table.items():
         cells = "".join(f"{row[k]['iqm']:.2f} [{row[k]['ci95'][0]:.2f},{row[k]['ci95'][1]:.2f}]".rjust(22)
                         for k in ("final", "ending", "env_resets", "human_resets"))
         print(f"{name:<13}{cells}")
-    print(f"ratio reset-free / reset-based (final success IQM): {ratio if ratio is None else round(ratio, 3)}")
-    write_json(Path(args.out), {"command": " ".join(sys.argv), "commands": commands, "args": vars(args),
-                                "environment": env, "per_seed": {str(k): v for k, v in per_seed.items()},
-                                "table": table, "ratio_final_iqm": ratio})
+    print(f"ratio reset-free / reset-based, IQM: final {ratio if ratio is None else round(ratio, 3)}, ending "
+          f"{ratio_ending if ratio_ending is None else round(ratio_ending, 3)}; per seed {ratio_seeds}")
+    record = {"command": " ".join(sys.argv), "commands": commands, "args": vars(args), "environment": env,
+              "per_seed": {str(k): v for k, v in per_seed.items()}, "table": table, "ratio_final_iqm": ratio,
+              "ratio_ending_iqm": ratio_ending, "ratio_per_seed": ratio_seeds}
+    if parts:
+        record["parts"] = parts
+    write_json(Path(args.out), record)
 
 
 if __name__ == "__main__":
