@@ -53,7 +53,7 @@ def test_the_camera_arm_gives_the_actor_the_classifiers_camera_and_keeps_the_lea
 def test_the_labelled_recording_is_the_same_episodes_with_and_without_the_camera(tmp_path):
     from robotrl.data.dataset import load_dataset
     from robotrl.real_robot.online_eval import record_classifier_episodes
-    from robotrl.real_robot.reward_classifier import LabelledFrames
+    from robotrl.real_robot.online_pixels import with_policy_cameras
 
     kw = {"episodes": 2, "max_steps": 30, "maze": "deadend", "reward": "sparse", "seed": 7_000_000, "hold_steps": 5}
     flat = load_dataset(str(record_classifier_episodes(tmp_path / "flat", **kw)))
@@ -61,10 +61,10 @@ def test_the_labelled_recording_is_the_same_episodes_with_and_without_the_camera
     np.testing.assert_array_equal(flat.next_observations, cams.next_observations)  # one recording for both arms
     np.testing.assert_array_equal(flat.actions, cams.actions)
     assert flat.images is None or not flat.images
-    frames = LabelledFrames.from_dataset(cams, cameras=True, state=False)
-    assert frames.images["pixels/topdown"].shape == (60, 32, 32, 3) and frames.state.shape == (60, 0)
+    (img,) = with_policy_cameras(cams).images.values()  # every observation's frame, the camera's size
+    assert img.shape[1:] == (32, 32, 3) and len(img) == cams.num_transitions + cams.num_episodes == (30 + 5) + 30 + 2  # the goal one may hold 5 more
     # two episodes of their own reset seeds and noise (to the goal, to the first dead end), not one repeated
-    assert not np.allclose(cams.next_observations[:30], cams.next_observations[30:])
+    assert not np.allclose(cams.next_observations[:30], cams.next_observations[-30:])
 
 
 def test_the_state_classifier_on_the_labelled_recording_scores_the_goal_above_the_dead_ends(tmp_path):
