@@ -124,6 +124,38 @@ MAZES = {"open": [[1, 1, 1, 1], [1, 0, 0, 1], [1, 0, 0, 1], [1, 1, 1, 1]], "umaz
 ROBOT_CONFIGS = ("lcorridor", "zcorridor", "deadend")
 
 
+def _twin_episode(twin, policy, seed: int, max_steps: int, cameras: tuple[str, ...], hold_steps: int | None = None):
+    """One episode of ``policy`` (flat state ``(Do,)`` -> action ``(Da,)``) on the connected ``twin`` from reset ``seed``,
+    as an :class:`~robotrl.data.writer.Episode` with the twin's per-step success flag (``infos["success"]``) and, with
+    ``cameras``, ``Dict`` observations ``{"state", "<camera>": uint8 (T+1, H, W, C)}``. It ends when the twin ends it
+    (success or time limit), after at most ``max_steps`` steps, or ``hold_steps`` steps after the first success (a twin
+    that does not end at the goal, ``continuing_task``; ``None``: no such end)."""
+    from robotrl.data.writer import Episode
+
+    o = twin.reset(seed)
+    obs, acts, rews, terms, truncs, succ = [o.state], [], [], [], [], [o.success]
+    frames = {c: [o.images[c]] for c in cameras}
+    first = None
+    for k in range(max_steps):
+        acts.append(twin.send_action(policy(o.state)))
+        o = twin.get_observation()
+        obs.append(o.state)
+        for c in cameras:
+            frames[c].append(o.images[c])
+        rews.append(o.reward)
+        terms.append(o.terminated)
+        truncs.append(o.truncated)
+        succ.append(o.success)
+        first = k if first is None and o.success else first
+        if o.terminated or o.truncated or (hold_steps is not None and first is not None and k - first >= hold_steps):
+            break
+    truncs[-1] = truncs[-1] or not terms[-1]
+    states = np.asarray(obs, np.float32)
+    observations = {"state": states, **{c: np.stack(f) for c, f in frames.items()}} if cameras else states
+    return Episode(observations, np.asarray(acts, np.float32), np.asarray(rews, np.float64), np.asarray(terms, bool),
+                   np.asarray(truncs, bool), infos={"success": np.asarray(succ, bool)}, seed=seed)
+
+
 def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
                             seed: int = 0, cameras: list[str] | tuple[str, ...] = (), image_size: int = 64) -> Path:
     """Demonstrations of the scripted "human" (:func:`~robotrl.real_robot.teleop.maze_controller`: the P-D controller
@@ -137,7 +169,6 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
     Raises:
         DatasetExistsError: ``path`` already holds a dataset.
     """
-    from robotrl.data.writer import Episode
     from robotrl.real_robot.recording import record_episodes
     from robotrl.real_robot.sim import MuJoCoTwin
     from robotrl.real_robot.teleop import maze_controller
@@ -146,30 +177,8 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
     twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs(maze, reward),
                       cameras=tuple(cameras), image_size=image_size)
     twin.connect()
-    eps = []
     try:
-        for i in range(episodes):
-            o = twin.reset(seed + i)
-            obs, acts, rews, terms, truncs, succ = [o.state], [], [], [], [], [o.success]
-            frames = {c: [o.images[c]] for c in cameras}
-            for _ in range(max_steps):
-                acts.append(twin.send_action(ctrl(o.state)))
-                o = twin.get_observation()
-                obs.append(o.state)
-                for c in cameras:
-                    frames[c].append(o.images[c])
-                rews.append(o.reward)
-                terms.append(o.terminated)
-                truncs.append(o.truncated)
-                succ.append(o.success)
-                if o.terminated or o.truncated:
-                    break
-            truncs[-1] = truncs[-1] or not terms[-1]
-            states = np.asarray(obs, np.float32)
-            observations = {"state": states, **{c: np.stack(f) for c, f in frames.items()}} if cameras else states
-            eps.append(Episode(observations, np.asarray(acts, np.float32), np.asarray(rews, np.float64),
-                               np.asarray(terms, bool), np.asarray(truncs, bool), infos={"success": np.asarray(succ, bool)},
-                               seed=seed + i))
+        eps = [_twin_episode(twin, ctrl, seed + i, max_steps, tuple(cameras)) for i in range(episodes)]
         spec = twin.spec()
     finally:
         twin.disconnect()
@@ -177,28 +186,151 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
     return record_episodes(p.name, eps, spec, root=p.parent, description="P-D controller demonstrations on the twin")
 
 
-def train_twin_classifier(work: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
-                          seed: int = 0, steps: int = 2000, threshold: float = 0.5) -> tuple[Path, dict]:
-    """A state success classifier (:mod:`robotrl.real_robot.reward_classifier`) for the twin, trained on
-    ``episodes`` controller episodes (:func:`record_controller_demos`, starts from ``seed``) labelled by the
-    twin's success flag, as an operator's marked recording would be; written to ``<work>/classifier.pt``.
+def dead_end_cells(maze: str) -> list[tuple[int, int]]:
+    """(row, col) of ``maze``'s free cells off its start-to-goal path (:func:`~robotrl.real_robot.teleop.maze_path`):
+    the dead ends of :data:`robotrl.real_robot.sim.DEADEND_MAP`; on a map whose free cells are all on the path (the
+    corridors) its path cells short of the goal cell. Raises ValueError on a map without start and goal cells."""
+    from robotrl.real_robot.teleop import maze_path
+
+    m = MAZES[maze]
+    pts = None if m is None else maze_path(m)
+    if pts is None:
+        raise ValueError(f"maze {maze!r} has no start and goal cells (r, g): the classifier recording needs them")
+    h, w = len(m), len(m[0])
+    path = [(int(np.floor(h / 2 - y)), int(np.floor(x + w / 2))) for x, y in pts]
+    off = [(i, j) for i, row in enumerate(m) for j, v in enumerate(row) if v != 1 and (i, j) not in path]
+    return off or path[:-1]
+
+
+def _steer_to_cell(maze: str, cell: tuple[int, int]):
+    """The path controller of ``maze`` with its goal moved to ``cell``: it drives from the start along the route to that
+    cell's centre and holds there (flat state ``(Do,)`` -> action ``(2,)``)."""
+    from robotrl.real_robot.teleop import maze_controller
+
+    m = [[0 if v == "g" else v for v in row] for row in MAZES[maze]]
+    m[cell[0]][cell[1]] = "g"
+    h, w = len(m), len(m[0])
+    centre = np.array([cell[1] + 0.5 - w / 2, h / 2 - cell[0] - 0.5], np.float32)
+    ctrl = maze_controller(m)
+
+    def policy(state: np.ndarray) -> np.ndarray:
+        s = np.array(state, np.float32)
+        s[2:4] = centre  # the controller's "goal": the dead end's centre, not the twin's goal
+        return ctrl(s)
+
+    return policy
+
+
+def record_classifier_episodes(path: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
+                               seed: int = 0, cameras: list[str] | tuple[str, ...] = (), image_size: int = 64,
+                               hold_steps: int = 20, noise: float = 0.3) -> Path:
+    """A labelled recording for a success classifier on the twin, as HIL-SERL's operator records one: successes and
+    failures, each step labelled by the twin's success flag (the ball within 0.45 m of the goal). Even episodes
+    (``seed + i``): the path controller (:func:`~robotrl.real_robot.teleop.maze_controller`) to the goal, then
+    ``hold_steps`` more steps around it (the twin does not end at the goal here: ``continuing_task``), so each
+    success episode holds about ``hold_steps`` positive frames; odd ones: failures, the controller steering into the
+    dead ends of :func:`dead_end_cells` in turn and staying there until ``max_steps``. Every action has Gaussian noise
+    of std ``noise`` (clipped to the action box), so the frames vary; the noise is seeded by ``seed``.
 
     Returns:
-        The classifier's path and its metrics (:func:`~robotrl.real_robot.reward_classifier.fit_success_classifier`'s:
-        precision, recall, accuracy... on the training, threshold and held-out frames).
+        The Minari dataset's directory (``Dict`` observations ``{"state", "<camera>"}`` with ``cameras``, flat
+        states without: the same episodes, the twin being deterministic given its reset seeds).
 
     Raises:
-        DatasetFormatError: the episodes hold only one class (no success, or only successes).
+        DatasetExistsError: ``path`` already holds a dataset.
+        ValueError: ``maze`` has no start and goal cells.
     """
+    from robotrl.real_robot.recording import record_episodes
+    from robotrl.real_robot.sim import MuJoCoTwin
+    from robotrl.real_robot.teleop import maze_controller
+
+    rng = np.random.default_rng(seed)
+    ends = dead_end_cells(maze)
+    to_goal = maze_controller(MAZES[maze])
+    twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps + hold_steps,
+                      env_kwargs={**env_kwargs(maze, reward), "continuing_task": True}, cameras=tuple(cameras),
+                      image_size=image_size)
+
+    def noisy(ctrl):
+        return lambda s: np.clip(ctrl(s) + rng.normal(0.0, noise, 2), -1.0, 1.0).astype(np.float32)
+
+    twin.connect()
+    try:
+        eps = [_twin_episode(twin, noisy(to_goal), seed + i, max_steps + hold_steps, tuple(cameras), hold_steps)
+               if i % 2 == 0 else
+               _twin_episode(twin, noisy(_steer_to_cell(maze, ends[(i // 2) % len(ends)])), seed + i, max_steps,
+                             tuple(cameras))
+               for i in range(episodes)]
+        spec = twin.spec()
+    finally:
+        twin.disconnect()
+    p = Path(path)
+    return record_episodes(p.name, eps, spec, root=p.parent,
+                           description="labelled classifier episodes on the twin: controller to the goal and into dead ends")
+
+
+def train_twin_classifier(work: str | os.PathLike, *, episodes: int, max_steps: int, maze: str, reward: str,
+                          seed: int = 0, steps: int = 2000, threshold: float | None = None,
+                          cameras: list[str] | tuple[str, ...] = (), image_size: int = 48,
+                          encoder: str = "resnet10", channels: int = 8, pooling: str = "spatial_softmax") -> tuple[Path, dict]:
+    """A success classifier (:mod:`robotrl.real_robot.reward_classifier`) for the twin, trained on the labelled
+    recording of :func:`record_classifier_episodes` (``episodes`` episodes from reset seed ``seed``: half the
+    controller to the goal, half into the dead ends, labelled by the twin's success flag), as an operator's marked
+    recording would be; written to ``<work>/classifier.pt``.
+
+    Without ``cameras``: the state classifier (the normalised flat state, a ``[256, 256]`` head). With ``cameras``
+    (rendered at ``image_size`` px): HIL-SERL's camera classifier on the frames alone (``state=False``): a frozen
+    ResNet-10 of width ``channels`` read from a local weights file (``<work>/resnet10.pt``, written here from a seeded
+    random initialisation: no pretrained weights can be downloaded, so it is a floor for a pretrained trunk),
+    spatial-softmax pooling, a 32-feature projection and a ``[64]`` head; ``encoder="drq"``: DrQ's small encoder
+    trained from scratch instead. Both train with :func:`~robotrl.real_robot.reward_classifier.fit_success_classifier`
+    (class-balanced BCE, ``steps`` Adam steps; 20 % of the episodes held out, stratified, half choosing the threshold
+    unless ``threshold`` is given, half reporting the metrics).
+
+    Returns:
+        The classifier's path and its metrics (``fit_success_classifier``'s: precision, recall, F1, AUC... on the
+        training, threshold and held-out episodes), plus ``"recording"``: its episodes, frames, positive frames and
+        the SHA-256 of its states (the same recording for the state and the camera classifier of a seed).
+
+    Raises:
+        DatasetFormatError: the episodes hold only one class.
+    """
+    import hashlib
+
     from robotrl.data.dataset import load_dataset
-    from robotrl.real_robot.reward_classifier import LabelledFrames, save_classifier, train_success_classifier
+    from robotrl.real_robot.reward_classifier import LabelledFrames, fit_success_classifier, save_classifier
+    from robotrl.real_robot.reward_classifier import SuccessClassifier
 
     w = Path(work)
-    data = load_dataset(str(record_controller_demos(w / "minari" / "classifier-data", episodes=episodes,
-                                                    max_steps=max_steps, maze=maze, reward=reward, seed=seed)))
-    frames = LabelledFrames.from_dataset(data, cameras=False)  # the next state of each step and its success flag
-    clf, metrics = train_success_classifier(frames.state, frames.labels, steps=steps, seed=seed)
-    return save_classifier(w / "classifier.pt", clf, threshold, metrics), metrics
+    w.mkdir(parents=True, exist_ok=True)
+    data = load_dataset(str(record_classifier_episodes(w / "minari" / "classifier-data", episodes=episodes,
+                                                       max_steps=max_steps, maze=maze, reward=reward, seed=seed,
+                                                       cameras=cameras, image_size=image_size)))
+    # the next observation of each step and its success flag: frames alone with cameras, the state alone without
+    frames = LabelledFrames.from_dataset(data, cameras=bool(cameras), state=not cameras)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if cameras:
+            kw: dict = {"encoder": encoder, "channels": channels, "pooling": pooling}
+            if encoder == "resnet10":
+                from robotrl.vision.encoders import ResNet10
+
+                torch.save(ResNet10(3, channels).state_dict(), w / "resnet10.pt")
+                kw["encoder_weights"] = str(w / "resnet10.pt")
+            clf = SuccessClassifier(0, int(data.actions.shape[1]), hidden=[64], feature_dim=32,
+                                    image_shapes={k: list(v.shape[1:]) for k, v in frames.images.items()}, **kw)
+        else:
+            clf = SuccessClassifier(frames.state.shape[1], int(data.actions.shape[1]), hidden=[256, 256])
+    metrics = fit_success_classifier(clf, frames, steps=steps, batch_size=256 if not cameras else 64, holdout=0.2,
+                                     threshold=threshold, seed=seed)
+    metrics["recording"] = {"episodes": int(len(data.episode_starts)), "frames": len(frames),
+                            "positive_frames": int(frames.labels.sum()),
+                            "success_episodes": int(sum(bool(frames.labels[frames.episode == e].any())
+                                                        for e in np.unique(frames.episode))),
+                            "states_sha256": hashlib.sha256(np.ascontiguousarray(data.next_observations,
+                                                                                 np.float32).tobytes()).hexdigest()}
+    metrics["inputs"] = {"cameras": clf.camera_shapes(), "state_dim": clf.obs_dim}
+    return save_classifier(w / "classifier.pt", clf, metrics["threshold"], metrics), metrics
 
 
 def _cli(args: list[str], log: Path, env: dict) -> subprocess.Popen:
@@ -245,7 +377,8 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
                    reward: str = "dense", hidden: int = 64, batch: int = 128, warmup: int = 500,
                    learner_overrides: list[str] | tuple[str, ...] = LEARNER, catch_up_s: float = 300.0,
                    demo_episodes: int = 20, pretrain_steps: int = 1000, paced: bool = False,
-                   reward_classifier: str | os.PathLike | None = None, operator: str = "schedule") -> dict:
+                   reward_classifier: str | os.PathLike | None = None, operator: str = "schedule",
+                   cameras: list[str] | tuple[str, ...] = (), image_size: int = 64) -> dict:
     """One short online run on the PointMaze twin: a ``robotrl learner`` and a ``robotrl actor`` process.
 
     Args:
@@ -276,14 +409,20 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
             :class:`~robotrl.real_robot.teleop.OnFailureTakeover`) watches every episode and takes over only when the
             policy is stuck or heading back, drives 50 steps, then hands back.
         reward_classifier: a success classifier (``classifier.pt``, e.g. :func:`train_twin_classifier`): the
-            actor's reward is its thresholded score of the state each step led to and its success ends the
-            episode (``reward=classifier``, HIL-SERL) instead of the twin's reward; ``None``: the twin's.
+            actor's reward is its thresholded score of the observation each step led to (the state, or with a camera
+            classifier the frames) and its success ends the episode (``reward=classifier``, HIL-SERL) instead of the
+            twin's reward; ``None``: the twin's.
+        cameras, image_size: cameras the actor's twin renders (``robot.cameras=[...] robot.image_size=N``), e.g. the
+            ones a camera classifier reads. The learner stays a state learner on the twin without cameras: its
+            ``welcome`` asks for no frames, so the actor sends the transitions without them (it still records them).
 
     Returns:
         ``{"run_dir", "weights_dir", "t0" (wall clock at the actor's start, s), "actor_s", "wall_s",
         "learner_start_s" (learner launch to ready: start-up plus any offline pretraining, s),
         "summary" (the actor's), "status" (the learner's last), "episode_log" (the actor's line per episode:
-        ``steps``, ``return``, ``success``, ``interventions``, ...)}``.
+        ``steps``, ``return``, ``success``, ``interventions``, ...), "learner_args", "actor_args" (the two processes'
+        command lines after ``python -m robotrl.real_robot.online_cli``), "updates_target" (the updates the schedule
+        allows for the transitions received: the learner caught up if its ``updates`` reached it within ``catch_up_s``)}``.
 
     Raises:
         ValueError: ``mode`` is not one of :data:`MODES`, or ``operator`` not one of :data:`OPERATORS`.
@@ -294,6 +433,8 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MINARI_DATASETS_PATH": str(work / "minari")}
     robot = robot_overrides(maze, reward, max_steps)
     actor_robot = robot_overrides(maze, reward, max_steps, paced)
+    if cameras:  # the actor's twin renders them (a camera classifier's); the learner learns from states
+        actor_robot += [f"robot.cameras=[{','.join(cameras)}]", f"robot.image_size={int(image_size)}"]
     run_dir, actor_dir, wdir = work / "learner", work / "actor", work / "pushed"
     h = f"[{hidden},{hidden}]"
     demos = []
@@ -356,7 +497,8 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
     episode_log = [json.loads(line)["episode"] for line in (work / "actor.log").read_text().splitlines()
                    if line.startswith('{"episode"')]
     return {"run_dir": run_dir, "weights_dir": wdir, "t0": t0, "actor_s": t_actor, "wall_s": time.time() - t0,
-            "learner_start_s": learner_start_s, "summary": summary, "status": st, "episode_log": episode_log}
+            "learner_start_s": learner_start_s, "summary": summary, "status": st, "episode_log": episode_log,
+            "learner_args": learner_args, "actor_args": actor_args, "updates_target": target}
 
 
 def evaluate_trial(r: dict, *, maze: str, reward: str, max_steps: int, seeds: list[int], every_s: float) -> dict:

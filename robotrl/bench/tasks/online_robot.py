@@ -25,9 +25,15 @@ pacing, as a physical robot); unpaced, only the actor's loop sets the rate.
 ``pretrained-human``: offline-pretrained as ``pretrained``, then online with the scripted human
 as in ``human`` (HIL-SERL's offline-pretrained + interventions). ``human-clf``: as ``human``, but
 the actor's reward is a success classifier's (``reward=classifier``: the state classifier of
-:mod:`robotrl.real_robot.reward_classifier`, trained per seed on ``--classifier-episodes``
-controller episodes labelled by the twin's success flag, threshold 0.5, a success ends the episode),
-not the twin's: a robot without a reward of its own.
+:mod:`robotrl.real_robot.reward_classifier`, trained per seed on ``--classifier-episodes`` labelled episodes of other
+starts than the run's, :func:`~robotrl.real_robot.online_eval.record_classifier_episodes`: half the controller to the
+goal and held there, half steered into the dead ends, each step labelled by the twin's success flag, as HIL-SERL's
+operator records successes and failures; the threshold chosen on held-out episodes, a success ends the episode), not
+the twin's: a robot without a reward of its own. ``human-clf-cam``: the same with the **camera** classifier trained on
+the same episodes rendered by the twin's ``topdown`` camera (frames alone; :data:`CLASSIFIER_ARMS`), the actor's twin
+rendering that camera, the learner a state learner. (Until 2026-12-02 05:45 UTC ``human-clf``'s classifier learned from
+30 controller episodes, successes only, with frames held out and threshold 0.5: the recorded rows of the L and Z
+corridors.)
 
 Tasks (``--task``): ``room`` (default, issue 16): PointMaze twin in a 2×2 room without inner
 walls (``--maze open``, a ``maze_map`` override), ``--reward dense`` gymnasium-robotics'
@@ -58,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from robotrl.bench.tasks._common import command_line, environment, results_dir, write_json
@@ -81,9 +88,22 @@ TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner"
                        "operator": "on-failure"},
          "deadend": {"maze": "deadend", "reward": "sparse", "max_steps": 200, "learner": list(LEARNER_SPARSE),
                      "operator": "on-failure"}}
-#: bench modes: run_twin_trial's, and ``human-clf`` (``human`` with the classifier's reward)
-BENCH_MODES = [*MODES, "human-clf"]
-ORDER = ["none", "demos", "human", "human-clf", "pretrained", "pretrained-human"]
+#: the arms whose reward is a success classifier's: run_twin_trial's mode, and the classifier
+#: (:func:`~robotrl.real_robot.online_eval.train_twin_classifier`'s options; ``cameras``: also rendered by the actor's twin)
+CLASSIFIER_ARMS = {"human-clf": {"mode": "human", "classifier": {}},
+                   "human-clf-cam": {"mode": "human", "classifier": {"cameras": ("topdown",), "image_size": 96,
+                                                                     "encoder": "drq", "channels": 16,
+                                                                     "pooling": "flatten", "steps": 1000}}}
+#: bench modes: run_twin_trial's, and the classifier arms (``human`` with the state or camera classifier's reward)
+BENCH_MODES = [*MODES, *CLASSIFIER_ARMS]
+ORDER = ["none", "demos", "human", "human-clf", "human-clf-cam", "pretrained", "pretrained-human"]
+
+
+def arm_settings(mode: str) -> tuple[str, dict | None]:
+    """Bench ``mode`` -> (``run_twin_trial``'s mode, the classifier's ``train_twin_classifier`` options or ``None``
+    without a classifier reward)."""
+    arm = CLASSIFIER_ARMS.get(mode)
+    return (mode, None) if arm is None else (arm["mode"], dict(arm["classifier"]))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -110,7 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--learner", nargs="*", default=None, help="extra learner Hydra overrides (default: the task's)")
-    p.add_argument("--classifier-episodes", type=int, default=30, help="controller episodes the human-clf classifier learns from")
+    p.add_argument("--classifier-episodes", type=int, default=40,
+                   help="labelled episodes the human-clf / human-clf-cam classifiers learn from: half the controller "
+                        "to the goal, half into the dead ends (online_eval.record_classifier_episodes)")
     p.add_argument("--eval-seeds", type=int, default=20)
     p.add_argument("--eval-every", type=float, default=20.0, help="evaluate the version nearest every this many s")
     p.add_argument("--out", default="online_robot.json")
@@ -136,16 +158,21 @@ def main(argv: list[str] | None = None) -> dict:
     for mode, paced in plan:
         for seed in a.seeds:
             with tempfile.TemporaryDirectory(prefix="bench-online-") as d:
-                clf, clf_metrics = None, None
-                if mode == "human-clf":  # per seed, from controller episodes of other starts than the run's
+                clf, clf_metrics, clf_s = None, None, 0.0
+                trial_mode, clf_opts = arm_settings(mode)
+                if clf_opts is not None:  # per seed, from a labelled recording of other starts than the run's: the
+                    t_clf = time.time()  # same episodes (reset seeds, noise) for the state and the camera classifier
                     clf, clf_metrics = train_twin_classifier(Path(d) / "clf", episodes=a.classifier_episodes,
                                                              max_steps=a.max_steps, maze=a.maze, reward=a.reward,
-                                                             seed=2 * 10 ** 6 + 1000 * seed)
-                r = run_twin_trial(Path(d), mode="human" if mode == "human-clf" else mode, seed=seed, episodes=a.episodes, max_steps=a.max_steps,
+                                                             seed=2 * 10 ** 6 + 1000 * seed, **clf_opts)
+                    clf_s = time.time() - t_clf
+                cams = (clf_opts or {}).get("cameras", ())
+                r = run_twin_trial(Path(d), mode=trial_mode, seed=seed, episodes=a.episodes, max_steps=a.max_steps,
                                    rate=a.rate, utd=a.utd, push_s=a.push, every=a.every, maze=a.maze, reward=a.reward,
                                    hidden=a.hidden, batch=a.batch, warmup=a.warmup, learner_overrides=a.learner,
                                    pretrain_steps=a.pretrain_steps, paced=paced, reward_classifier=clf,
-                                   operator=a.operator)
+                                   operator=a.operator, cameras=cams,
+                                   image_size=(clf_opts or {}).get("image_size", 64))
                 ev = evaluate_trial(r, maze=a.maze, reward=a.reward, max_steps=a.max_steps, seeds=seeds,
                                     every_s=a.eval_every)
             s, st = r["summary"], r["status"]
@@ -154,14 +181,16 @@ def main(argv: list[str] | None = None) -> dict:
                          "actor_s": round(r["actor_s"], 1), "learner_start_s": round(r["learner_start_s"], 1),
                          "episodes": s["episodes"], "steps": s["steps"],
                          "interventions": int(sum(s["interventions_per_episode"])),
-                         "human_s": round(sum(s["interventions_per_episode"]) / a.rate, 2), "updates": st["updates"],
+                         "human_s": round(sum(s["interventions_per_episode"]) / a.rate, 2), "updates": st["updates"], "updates_target": r["updates_target"],
                          "versions": st["version"], "success_before": ev["before"]["success"],
                          "success_after": ev["after"]["success"], "return_before": ev["before"]["mean_return"],
                          "return_after": ev["after"]["mean_return"], "curve": ev["curve"],
                          "interventions_per_episode": list(s["interventions_per_episode"]),
                          "steps_per_episode": [e["steps"] for e in r["episode_log"]],
                          "episode_success": [bool(x) for x in s["successes"]],
-                         **({"classifier": clf_metrics} if clf_metrics is not None else {})})
+                         **({"classifier": clf_metrics, "classifier_s": round(clf_s, 1),
+                             "classifier_data": "labelled recording: controller to the goal and into the dead ends"}
+                            if clf_metrics is not None else {})})
             print(json.dumps({k: v for k, v in runs[-1].items() if k not in ("curve", "interventions_per_episode",
                                                                                "steps_per_episode", "episode_success")}),
                   flush=True)
