@@ -59,6 +59,31 @@ def _one_line_refusal(make, words: str) -> None:
     assert "\n" not in str(err.value)
 
 
+def _off_zero_on(make, on: dict, run) -> tuple:
+    """The same updates (``run(agent) -> [metrics, ...]``) on an agent without retention, one with a zero weight and
+    one with ``on``: checks the first two end bit-identical and the plain one carries no retention state or
+    metrics; returns ``(plain, kept, the kept agent's metrics)``."""
+    plain, zero, kept = make(None), make({"kl": {"weight": 0.0}}), make(on)
+    outs = []
+    for a in (plain, zero, kept):
+        a.start_online()
+        outs.append(run(a))
+    assert _same(plain.policy, zero.policy) and _same(plain.critic, zero.critic)
+    assert "retention" not in plain.state_dict() and all("retention_kl" not in o for o in outs[0])
+    return plain, kept, outs[2]
+
+
+def _resumed(make, kept, seed: int):
+    """A new agent (``make(KL-like settings, seed=seed)``) loaded from ``kept``'s state, online again as the loop does
+    on resume: checks its snapshot is ``kept``'s (the online start's) with the same retention step; returns it."""
+    frozen = copy.deepcopy(kept.retention.reference)
+    resumed = make(kept.retention.cfg, seed=seed)
+    resumed.load_state_dict(kept.state_dict())
+    resumed.start_online()  # the loop calls it again on resume
+    assert _same(resumed.retention.reference, frozen) and resumed.retention.steps == kept.retention.steps
+    return resumed
+
+
 def _rollout(agent, T: int = 4, N: int = 4, To: int = 1, seed: int = 0) -> Rollout:
     """A rollout of the agent's own samples on random observations ``(T+1, N, To, Do)`` (rewards: the first entry)."""
     obs = np.random.default_rng(seed).standard_normal((T + 1, N, To, DO)).astype(np.float32)
@@ -138,27 +163,17 @@ def test_reinflow_retention_refuses_data_terms_in_one_line():
 
 
 def test_reinflow_off_is_unchanged_on_grows_and_a_resume_keeps_the_snapshot():
-    plain, zero, kept = _reinflow(None), _reinflow({"kl": {"weight": 0.0}}), _reinflow({"kl": {"weight": 1.0}})
     ro = _rollout(_reinflow(None))  # sampled by another agent: the three generators start alike
-    outs = []
-    for a in (plain, zero, kept):
-        a.start_online()
-        outs.append([a.update_rollout(ro, i) for i in range(2)])
-    assert _same(plain.policy, zero.policy) and _same(plain.critic, zero.critic)
-    assert "retention" not in plain.state_dict() and "retention_kl" not in outs[0][0]
+    plain, kept, (first, second) = _off_zero_on(_reinflow, {"kl": {"weight": 1.0}},
+                                                lambda a: [a.update_rollout(ro, i) for i in range(2)])
     assert not _same(plain.policy, kept.policy)  # the term changed the updates
-    first, second = outs[2]
     assert 0 < first["retention_kl"] < second["retention_kl"]  # 0 on the first minibatch, then growing
     assert kept.retention.steps == 2
-    frozen = copy.deepcopy(kept.retention.reference)
     cond = torch.randn(4, 1, DO)
     chain = kept.policy.sample_noisy_chain(cond, generator=torch.Generator().manual_seed(2))
     assert float(kept._retention_term(cond, chain)[0]) > 0
     # resume: the snapshot stays the chain of the online start, not the policy of the checkpoint
-    resumed = _reinflow({"kl": {"weight": 1.0}}, seed=4)
-    resumed.load_state_dict(kept.state_dict())
-    resumed.start_online()  # the loop calls it again on resume
-    assert _same(resumed.retention.reference, frozen) and resumed.retention.steps == 2
+    resumed = _resumed(_reinflow, kept, seed=4)
     assert not _same(resumed.retention.reference.velocity, resumed.policy.velocity)
     torch.testing.assert_close(resumed._retention_term(cond, chain)[0], kept._retention_term(cond, chain)[0])
 
@@ -202,20 +217,11 @@ def test_residual_ppo_kl_term_is_the_kl_of_the_residual_gaussians():
 
 
 def test_residual_ppo_off_is_unchanged_on_grows_and_a_resume_keeps_the_snapshot():
-    plain, zero, kept = _residual_ppo(None), _residual_ppo({"kl": {"weight": 0.0}}), _residual_ppo(KL)
     ro = _rollout(_residual_ppo(None), To=2)
-    outs = []
-    for a in (plain, zero, kept):
-        a.start_online()
-        outs.append([a.update_rollout(ro, i) for i in range(2)])
-    assert _same(plain.policy, zero.policy) and _same(plain.critic, zero.critic)
-    assert "retention" not in plain.state_dict() and "retention_kl" not in outs[0][0]
-    assert 0 < outs[2][0]["retention_kl"] < outs[2][1]["retention_kl"] and outs[2][1]["retention_kl_w"] == 2.0
-    frozen = copy.deepcopy(kept.retention.reference)
-    resumed = _residual_ppo(KL, seed=5)
-    resumed.load_state_dict(kept.state_dict())
-    resumed.start_online()
-    assert _same(resumed.retention.reference, frozen) and resumed.retention.steps == 2
+    _, kept, (first, second) = _off_zero_on(_residual_ppo, KL, lambda a: [a.update_rollout(ro, i) for i in range(2)])
+    assert 0 < first["retention_kl"] < second["retention_kl"] and second["retention_kl_w"] == 2.0
+    assert kept.retention.steps == 2
+    resumed = _resumed(_residual_ppo, kept, seed=5)
     assert not _same(resumed.retention.reference.residual, resumed.policy.residual)
 
 
@@ -309,21 +315,11 @@ def test_camera_resfit_kl_term_runs_the_snapshot_through_its_own_encoder():
 
 def test_resfit_off_is_unchanged_on_grows_and_a_resume_keeps_the_snapshot():
     buf = _resfit_batch()
-    plain, zero, kept = _resfit(None), _resfit({"kl": {"weight": 0.0}}), _resfit(KL)
     batches = [buf.sample(16) for _ in range(6)]
-    outs = []
-    for a in (plain, zero, kept):
-        a.start_online()
-        outs.append([a.update(b, 0) for b in batches])
-    assert _same(plain.policy, zero.policy) and _same(plain.critic, zero.critic)
-    assert "retention" not in plain.state_dict() and "retention_kl" not in outs[0][-1]
-    kls = [float(o["retention_kl"]) for o in outs[2]]
+    _, kept, outs = _off_zero_on(_resfit, KL, lambda a: [a.update(b, 0) for b in batches])
+    kls = [float(o["retention_kl"]) for o in outs]
     assert kls[0] == 0.0 and kls[-1] > 0 and kept.retention.steps == 6
-    frozen = copy.deepcopy(kept.retention.reference)
-    resumed = _resfit(KL, seed=7)
-    resumed.load_state_dict(kept.state_dict())
-    resumed.start_online()
-    assert _same(resumed.retention.reference, frozen) and resumed.retention.steps == 6
+    resumed = _resumed(_resfit, kept, seed=7)
     assert not _same(resumed.retention.reference.residual, resumed.policy.residual)
 
 
