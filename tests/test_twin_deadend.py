@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from twin_maze import EVAL_STARTS, check_scripted_operator_carries_a_still_policy, maze_twin, run_episode
+from twin_maze import (EVAL_STARTS, check_scripted_operator_carries_a_still_policy, compass_hits, maze_twin,
+                       path_controller_episodes, straight_controller_hits)
 
 from robotrl.real_robot.sim import DEADEND_MAP, ZCORRIDOR_MAP
-from robotrl.real_robot.teleop import maze_controller, maze_path, pointmaze_controller
+from robotrl.real_robot.teleop import maze_cell, maze_controller, maze_path
 
 
 @pytest.fixture(scope="module")
 def twin():
     yield from maze_twin("deadend", "sim-deadend", DEADEND_MAP)
-
-
-def _cell(xy) -> tuple[int, int]:
-    """(row, col) of DEADEND_MAP holding the position ``xy`` (m; cells 1 m, the map centred on the origin)."""
-    h, w = len(DEADEND_MAP), len(DEADEND_MAP[0])
-    return int(np.floor(h / 2 - xy[1])), int(np.floor(xy[0] + w / 2))
 
 
 def test_the_map_is_the_z_path_with_dead_ends_off_it(twin):
@@ -33,23 +28,19 @@ def test_the_map_is_the_z_path_with_dead_ends_off_it(twin):
                             [-2.0, 1.5], [-3.0, 1.5]]  # right 3, up 2, left 3: the Z corridor's path
     assert np.allclose(np.diff(pts, axis=0), np.diff(maze_path(ZCORRIDOR_MAP), axis=0))
     free = {(i, j) for i, row in enumerate(DEADEND_MAP) for j, v in enumerate(row) if v != 1}
-    assert len(free) == 22 and len(free - {_cell(p) for p in pts}) == 13  # 13 dead-end cells beside the 9 of the path
+    assert len(free) == 22 and len(free - {maze_cell(DEADEND_MAP, p) for p in pts}) == 13  # 13 dead-end cells beside the 9 of the path
     o = twin.reset(0)  # fixed cells with the env's noise of at most 0.25 m
     assert np.allclose(o.state[4:6], [-3.0, -0.5], atol=0.26) and np.allclose(o.state[2:4], [-3.0, 1.5], atol=0.26)
 
 
 def test_no_constant_action_and_not_the_straight_controller_reach_the_goal(twin):
-    for k in range(8):  # the 8 compass directions at full force
-        a = np.round([np.cos(k * np.pi / 4), np.sin(k * np.pi / 4)]).astype(np.float32)
-        hits = [run_episode(twin, s, lambda _, a=a: a)[0] for s in EVAL_STARTS]
-        assert sum(hits) == 0, (a, sum(hits))
-    assert not any(run_episode(twin, s, pointmaze_controller())[0] for s in list(EVAL_STARTS)[:5])  # stuck under the wall
+    hits = compass_hits(twin)  # the 8 compass directions at full force
+    assert len(hits) == 8 and all(n == 0 for n in hits.values()), hits
+    assert straight_controller_hits(twin) == 0  # stuck under the wall
 
 
 def test_the_path_controller_reaches_the_goal_from_every_evaluation_start_with_the_one_sparse_reward(twin):
-    ctrl = maze_controller(DEADEND_MAP)
-    for s in EVAL_STARTS:
-        ok, steps, ret, _ = run_episode(twin, s, ctrl)
+    for ok, steps, ret, _ in path_controller_episodes(twin, DEADEND_MAP):
         assert ok and 100 < steps < 200 and ret == 1.0  # sparse: the one reward is at the goal, which ends the episode
 
 
@@ -58,14 +49,14 @@ def test_the_path_controller_reaches_the_goal_from_every_evaluation_start_with_t
                                   [(1, 1)] * 150,  # the vertical leg's end above the top leg
                                   [(0.3, -1)] * 60])  # the dead end below the bottom leg
 def test_the_path_controller_leads_back_out_of_a_dead_end(twin, push):
-    path_cells = {_cell(p) for p in maze_path(DEADEND_MAP)}
+    path_cells = {maze_cell(DEADEND_MAP, p) for p in maze_path(DEADEND_MAP)}
     ctrl = maze_controller(DEADEND_MAP)
     for s in list(EVAL_STARTS)[:3]:
         o = twin.reset(s)
         for a in push:
             twin.send_action(np.asarray(a, np.float32))
         o = twin.get_observation()
-        assert _cell(o.state[4:6]) not in path_cells  # pushed into a dead end
+        assert maze_cell(DEADEND_MAP, o.state[4:6]) not in path_cells  # pushed into a dead end
         for _ in range(300):
             twin.send_action(ctrl(o.state))
             o = twin.get_observation()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from twin_maze import EVAL_STARTS, check_scripted_operator_carries_a_still_policy, maze_twin, run_episode
+from twin_maze import (EVAL_STARTS, check_scripted_operator_carries_a_still_policy, compass_hits, maze_twin,
+                       path_controller_episodes, straight_controller_hits)
 
 from robotrl.real_robot.sim import ZCORRIDOR_MAP
 from robotrl.real_robot.teleop import maze_controller, maze_path, pointmaze_controller
@@ -28,17 +29,14 @@ def test_the_map_has_two_turns_and_the_goal_behind_a_wall_above_the_start(twin):
 
 
 def test_no_constant_action_and_not_the_straight_controller_reach_the_goal(twin):
-    for k in range(8):  # the 8 compass directions at full force
-        a = np.round([np.cos(k * np.pi / 4), np.sin(k * np.pi / 4)]).astype(np.float32)
-        hits = [run_episode(twin, s, lambda _, a=a: a)[0] for s in EVAL_STARTS]
-        assert sum(hits) <= 0.1 * len(hits), (a, sum(hits))  # on the L corridor up-right reaches it from 10 of 20
-    assert not any(run_episode(twin, s, pointmaze_controller())[0] for s in list(EVAL_STARTS)[:5])  # stuck under the wall
+    hits = compass_hits(twin)  # the 8 compass directions at full force
+    # on the L corridor up-right reaches it from 10 of 20
+    assert len(hits) == 8 and all(n <= 0.1 * len(EVAL_STARTS) for n in hits.values()), hits
+    assert straight_controller_hits(twin) == 0  # stuck under the wall
 
 
 def test_the_path_controller_reaches_the_goal_from_every_evaluation_start_with_the_one_sparse_reward(twin):
-    ctrl = maze_controller(ZCORRIDOR_MAP)
-    for s in EVAL_STARTS:
-        ok, steps, ret, _ = run_episode(twin, s, ctrl)
+    for ok, steps, ret, _ in path_controller_episodes(twin, ZCORRIDOR_MAP):
         assert ok and 100 < steps < 200 and ret == 1.0  # sparse: the one reward is at the goal, which ends the episode
 
 

@@ -1,6 +1,6 @@
 """Helpers of the maze-twin tests (``test_twin_zcorridor.py``, ``test_twin_deadend.py``): the actor's config for a twin
-task, the twin itself through the driver factory, and one episode driven by a policy and, optionally, a scripted
-operator."""
+task, the twin itself through the driver factory, one episode driven by a policy and, optionally, a scripted
+operator, and the episodes from the evaluation starts of the constant actions and the two controllers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from robotrl.real_robot.factory import make_robot
 from robotrl.real_robot.online_cli import make_teleop
 from robotrl.real_robot.online_eval import robot_overrides
-from robotrl.real_robot.teleop import ScriptedTeleop
+from robotrl.real_robot.teleop import ScriptedTeleop, maze_controller, pointmaze_controller
 
 EVAL_STARTS = range(10_000, 10_020)  # benchmarks/bench_online_robot.py's --eval-seeds 20
 
@@ -65,3 +65,26 @@ def check_scripted_operator_carries_a_still_policy(task: str) -> None:
         for s in list(EVAL_STARTS)[:3]:  # it waits `patience` (10) steps, drives 50, hands back, ...: slower than alone
             ok, steps, ret, human = run_episode(twin, s, still, op, steps=300)
             assert ok and ret == 1.0 and 0.3 < human / steps < 0.9, (s, steps, human)  # its drives did it, in turns
+
+
+def compass_hits(twin) -> dict[tuple[float, float], int]:
+    """For each of the 8 compass directions at full force, held as a constant action: how many of the
+    :data:`EVAL_STARTS` episodes reach the goal (``{(ax, ay): hits}``)."""
+    out = {}
+    for k in range(8):
+        a = np.round([np.cos(k * np.pi / 4), np.sin(k * np.pi / 4)]).astype(np.float32)
+        out[tuple(float(v) for v in a)] = sum(run_episode(twin, s, lambda _, a=a: a)[0] for s in EVAL_STARTS)
+    return out
+
+
+def straight_controller_hits(twin, starts: int = 5) -> int:
+    """How many of the first ``starts`` :data:`EVAL_STARTS` episodes the straight-to-goal controller
+    (:func:`~robotrl.real_robot.teleop.pointmaze_controller`) ends at the goal."""
+    return sum(run_episode(twin, s, pointmaze_controller())[0] for s in list(EVAL_STARTS)[:starts])
+
+
+def path_controller_episodes(twin, maze_map) -> list[tuple]:
+    """``run_episode``'s ``(reached, steps, return, ...)`` of the map's path controller
+    (:func:`~robotrl.real_robot.teleop.maze_controller`) from every :data:`EVAL_STARTS` start."""
+    ctrl = maze_controller(maze_map)
+    return [run_episode(twin, s, ctrl) for s in EVAL_STARTS]

@@ -190,14 +190,13 @@ def dead_end_cells(maze: str) -> list[tuple[int, int]]:
     """(row, col) of ``maze``'s free cells off its start-to-goal path (:func:`~robotrl.real_robot.teleop.maze_path`):
     the dead ends of :data:`robotrl.real_robot.sim.DEADEND_MAP`; on a map whose free cells are all on the path (the
     corridors) its path cells short of the goal cell. Raises ValueError on a map without start and goal cells."""
-    from robotrl.real_robot.teleop import maze_path
+    from robotrl.real_robot.teleop import maze_cell, maze_path
 
     m = MAZES[maze]
     pts = None if m is None else maze_path(m)
     if pts is None:
         raise ValueError(f"maze {maze!r} has no start and goal cells (r, g): the classifier recording needs them")
-    h, w = len(m), len(m[0])
-    path = [(int(np.floor(h / 2 - y)), int(np.floor(x + w / 2))) for x, y in pts]
+    path = [maze_cell(m, xy) for xy in pts]
     off = [(i, j) for i, row in enumerate(m) for j, v in enumerate(row) if v != 1 and (i, j) not in path]
     return off or path[:-1]
 
@@ -205,12 +204,11 @@ def dead_end_cells(maze: str) -> list[tuple[int, int]]:
 def _steer_to_cell(maze: str, cell: tuple[int, int]):
     """The path controller of ``maze`` with its goal moved to ``cell``: it drives from the start along the route to that
     cell's centre and holds there (flat state ``(Do,)`` -> action ``(2,)``)."""
-    from robotrl.real_robot.teleop import maze_controller
+    from robotrl.real_robot.teleop import cell_centre, maze_controller
 
     m = [[0 if v == "g" else v for v in row] for row in MAZES[maze]]
     m[cell[0]][cell[1]] = "g"
-    h, w = len(m), len(m[0])
-    centre = np.array([cell[1] + 0.5 - w / 2, h / 2 - cell[0] - 0.5], np.float32)
+    centre = cell_centre(m, cell).astype(np.float32)
     ctrl = maze_controller(m)
 
     def policy(state: np.ndarray) -> np.ndarray:

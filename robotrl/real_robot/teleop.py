@@ -321,6 +321,20 @@ class OnFailureTakeover:
         return False
 
 
+def cell_centre(maze_map: Sequence[Sequence], cell: tuple[int, int], scale: float = 1.0) -> np.ndarray:
+    """The centre ``(2,)`` (m) of a PointMaze map's ``(row, col)`` cell in gymnasium-robotics' frame:
+    ``x = (col + 0.5) · scale − W · scale / 2``, ``y = H · scale / 2 − (row + 0.5) · scale``."""
+    h, w = len(maze_map), len(maze_map[0])
+    return np.array([(cell[1] + 0.5) * scale - w * scale / 2, h * scale / 2 - (cell[0] + 0.5) * scale])
+
+
+def maze_cell(maze_map: Sequence[Sequence], xy, scale: float = 1.0) -> tuple[int, int]:
+    """The ``(row, col)`` of a PointMaze map's cell holding the position ``xy`` (m, gymnasium-robotics' frame; the
+    inverse of :func:`cell_centre`)."""
+    h, w = len(maze_map), len(maze_map[0])
+    return int(np.floor(h / 2 - xy[1] / scale)), int(np.floor(xy[0] / scale + w / 2))
+
+
 def maze_path(maze_map: Sequence[Sequence], scale: float = 1.0) -> np.ndarray | None:
     """The shortest path of free cells from a PointMaze map's start cell ``"r"`` to its goal cell ``"g"``
     (breadth-first; anything but ``1`` is free), as the ``(n, 2)`` centres (m) of its cells in gymnasium-robotics'
@@ -350,8 +364,7 @@ def maze_path(maze_map: Sequence[Sequence], scale: float = 1.0) -> np.ndarray | 
     while c is not None:
         path.append(c)
         c = prev[c]
-    h, w = len(grid), len(grid[0])
-    return np.array([[(j + 0.5) * scale - w * scale / 2, h * scale / 2 - (i + 0.5) * scale] for i, j in path[::-1]])
+    return np.array([cell_centre(grid, c, scale) for c in path[::-1]])
 
 
 def _routes_back(maze_map: Sequence[Sequence], scale: float = 1.0) -> dict[tuple[int, int], np.ndarray]:
@@ -363,8 +376,7 @@ def _routes_back(maze_map: Sequence[Sequence], scale: float = 1.0) -> dict[tuple
     goal = next((c for c, v in cells.items() if v == "g"), None)
     if goal is None or not any(v == "r" for v in cells.values()):
         return {}
-    h, w = len(grid), len(grid[0])
-    on_path = {(int(round(h / 2 - y / scale - 0.5)), int(round(x / scale + w / 2 - 0.5))) for x, y in maze_path(maze_map, scale)}
+    on_path = {maze_cell(grid, xy, scale) for xy in maze_path(maze_map, scale)}
     nxt: dict = {goal: None}
     queue = [goal]
     for c in queue:  # breadth-first from the goal over free cells
@@ -373,8 +385,7 @@ def _routes_back(maze_map: Sequence[Sequence], scale: float = 1.0) -> dict[tuple
             if n in cells and cells[n] != 1 and n not in nxt:
                 nxt[n] = c
                 queue.append(n)
-    return {c: np.array([(n[1] + 0.5) * scale - w * scale / 2, h * scale / 2 - (n[0] + 0.5) * scale])
-            for c, n in nxt.items() if n is not None and c not in on_path}
+    return {c: cell_centre(grid, n, scale) for c, n in nxt.items() if n is not None and c not in on_path}
 
 
 def maze_path_progress(maze_map: Sequence[Sequence] | None, scale: float = 1.0) -> Callable[[np.ndarray], float]:
@@ -448,11 +459,10 @@ def maze_controller(maze_map: Sequence[Sequence] | None, gain: float = 5.0, damp
     seg_len = np.linalg.norm(np.diff(pts, axis=0), axis=1)
     cum = np.concatenate([[0.0], np.cumsum(seg_len)])
     back = _routes_back(maze_map, scale)  # off-path cell (row, col) -> centre (m) of its next cell towards g
-    h, w = len(maze_map), len(maze_map[0])
 
     def ctrl(obs: np.ndarray) -> np.ndarray:
         o = np.asarray(obs, np.float64)
-        cell = (int(np.floor(h / 2 - o[5] / scale)), int(np.floor(o[4] / scale + w / 2)))
+        cell = maze_cell(maze_map, o[4:6], scale)
         if cell in back:  # in a dead end: back towards the path, cell by cell
             return np.clip(gain * (back[cell] - o[4:6]) - damping * o[6:8], -1, 1).astype(np.float32)
         s = max(progress(o), 0.0) + lookahead
