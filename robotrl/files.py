@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -129,8 +130,6 @@ class DirLock:
             os.close(fd)
             raise BlockingIOError(f"{self.path.parent} is in use by {holder}: wait for it to end, stop it, or give "
                                   f"this run another {self.what}=") from None
-        import time
-
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} (since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})".encode())
         self._fd = fd

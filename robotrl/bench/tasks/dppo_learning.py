@@ -261,7 +261,6 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError:
             pass
         user[k] = v
-    dppo_args = {**DPPO_ARGS, **user}
     arm_args = {arm: {**DPPO_ARGS, **extra, **user} for arm, (_, extra) in DPPO_ARMS.items()}
     torch.set_num_threads(a.threads)
     t_all = time.time()
@@ -317,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
                "peers": [] if "sb3" in a.skip else
                ["SB3 PPO from scratch (SB3 defaults, 10 envs; whole rollouts, so >= env_steps)"],
                "eval": f"{len(EVAL_SEEDS)} seed sets x {EVAL_EPISODES} episodes",
-               "dppo_args": _dppo_effective(dppo_args),
+               "dppo_args": _dppo_effective(arm_args["reference"]),
                **({"dppo_quick_trust_region_args": _dppo_effective(arm_args["quick-trust-region"])}
                   if "quick-trust-region" in a.dppo_arms else {})}
     # "runs": the suite's normalised learning form (robotrl.bench.schema); "per_run": every figure of every run
