@@ -331,6 +331,33 @@ def test_a_classifier_for_other_cameras_or_state_is_refused_naming_the_fix():
     assert "\n" not in str(e.value) and "agent.model.encoder_weights=" in str(e.value)
 
 
+def test_a_trunk_from_scratch_trains_and_a_pretrained_one_stays_frozen(weights_file):
+    """``freeze_encoder`` unset: a DrQ trunk from scratch learns with the head (it was kept at its random weights until
+    2026-12-02, so the twin's DrQ classifiers could not fit their own training frames), a ResNet-10 from a weights file
+    stays fixed (HIL-SERL), and a frozen trunk without weights is refused from the config in one line."""
+    from omegaconf import OmegaConf
+
+    from robotrl.real_robot.reward_classifier import (LabelledFrames, SuccessClassifier, build_classifier,
+                                                      fit_success_classifier)
+
+    rng = np.random.default_rng(0)
+    imgs = rng.integers(0, 255, (16, PX, PX, 3), dtype=np.uint8)
+    frames = LabelledFrames(np.zeros((16, 0), np.float32), {"pixels/topdown": imgs}, np.arange(16) % 2 == 0,
+                            np.arange(16) // 2)
+    shapes = {"pixels/topdown": [PX, PX, 3]}
+    for kw, trained in (({"encoder": "drq", "channels": 4}, True),
+                        ({"encoder": "resnet10", "channels": 8, "encoder_weights": str(weights_file)}, False)):
+        clf = SuccessClassifier(0, 2, hidden=[8], image_shapes=shapes, feature_dim=8, **kw)
+        before = [p.detach().clone() for p in clf.encoder.trunks.parameters()]
+        fit_success_classifier(clf, frames, steps=3, batch_size=8, holdout=0.25)
+        moved = any(not torch.equal(a, b) for a, b in zip(before, clf.encoder.trunks.parameters()))
+        assert moved is trained, kw
+    cfg = OmegaConf.create({"hidden": [8], "encoder": "drq", "encoder_weights": None, "freeze_encoder": True})
+    with pytest.raises(ConfigError, match="no encoder_weights keeps a randomly initialised trunk fixed") as e:
+        build_classifier(cfg, frames, 2, 0)
+    assert "\n" not in str(e.value)
+
+
 @camera
 def test_robotrl_actor_refuses_a_classifier_for_another_frame_size_in_one_line(tmp_path):
     """The real ``robotrl actor`` process: a 48 px classifier on a 32 px camera twin exits 2 with one

@@ -39,12 +39,60 @@ def _frame_at(twin, policy, steps: int, seed: int):
     return o
 
 
+def test_camera_views_are_checked_with_a_message_that_names_the_fix():
+    from robotrl.envs.pixels import check_views
+    from robotrl.errors import ConfigError
+
+    assert check_views({"goal": {"lookat": [-3, 1.5, 0]}}) == {
+        "goal": {"lookat": [-3.0, 1.5, 0.0], "distance": 2.0, "elevation": -90.0, "azimuth": 90.0}}
+    for bad, words in (({"topdown": {"lookat": [0, 0, 0]}}, "built-in free camera"),
+                       ({"goal": {"lookat": [0, 0, 0], "zoom": 2}}, "unknown keys ['zoom']"),
+                       ({"goal": {"lookat": [0, 0]}}, "lookat: [x, y, z]"),
+                       ({"goal": {"lookat": [0, 0, 0], "distance": 0}}, "distance must be > 0")):
+        with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            check_views(bad)
+
+
+@camera
+def test_the_deadend_goal_view_sees_the_ball_only_near_the_goal():
+    """``robot=sim-deadend robot.cameras=[goal]``, built by the driver factory from its config: the goal camera shows the
+    goal marker (red) in every frame and the ball (green) only in the last metre of the path, so the start, the dead-end
+    room and the bottom leg are out of its view (the views a camera classifier of this twin reads)."""
+    from omegaconf import OmegaConf
+
+    from robotrl.real_robot.factory import make_robot
+    from robotrl.real_robot.online_eval import _steer_to_cell, camera_views
+    from robotrl.real_robot.sim import DEADEND_MAP
+    from robotrl.real_robot.teleop import maze_controller
+    from twin_maze import twin_cfg
+
+    rc = OmegaConf.to_container(twin_cfg("deadend", "robot.cameras=[goal]", "robot.image_size=48").robot, resolve=True)
+    assert rc["camera_views"] == camera_views("deadend") and set(camera_views("deadend")) == {"goal"}
+
+    def colour(img, c):  # pixels of the ball (green) or the goal marker (red)
+        r, g, b = (img[..., k].astype(int) for k in range(3))
+        return int(((g > 120) & (g > r + 40) & (g > b + 40)).sum() if c == "ball" else
+                   ((r > 150) & (r > g + 80) & (r > b + 80)).sum())
+
+    with make_robot(rc) as twin:
+        assert [c.name for c in twin.spec().cameras] == ["goal"] and twin.spec().cameras[0].shape == (48, 48, 3)
+        start = twin.reset(10_000)
+        at_goal = _frame_at(twin, maze_controller(DEADEND_MAP), 300, 10_000)
+        in_room = _frame_at(twin, _steer_to_cell("deadend", (5, 6)), 200, 10_000)
+    assert at_goal.success and not in_room.success
+    for o in (start, at_goal, in_room):
+        assert colour(o.images["goal"], "goal") > 0
+    assert colour(start.images["goal"], "ball") == 0 and colour(in_room.images["goal"], "ball") == 0
+    assert colour(at_goal.images["goal"], "ball") > 0
+
+
 def test_the_camera_arm_gives_the_actor_the_classifiers_camera_and_keeps_the_learner_on_states():
     from robotrl.bench.tasks import online_robot as bench
 
     assert bench.arm_settings("human-clf") == ("human", {})  # the state classifier: no camera anywhere
     mode, opts = bench.arm_settings("human-clf-cam")
-    assert mode == "human" and opts["cameras"] == ("topdown",) and opts["image_size"] > 0
+    assert mode == "human" and opts["cameras"] == ("goal",) and opts["image_size"] > 0  # sim-deadend's goal view
+    assert opts["encoder"] == "drq" and "freeze_encoder" not in opts  # trained with the head: no pretrained weights here
     assert bench.arm_settings("human") == ("human", None)
     assert bench.ORDER.index("human-clf") + 1 == bench.ORDER.index("human-clf-cam")
 

@@ -16,13 +16,18 @@ Camera names: any camera of the MuJoCo model (Fetch: ``head_camera_rgb``,
 cameras robotrl defines for models without a suitable camera (PointMaze has none):
 
 * ``"topdown"``: looks straight down at the model's centre from ``1.6 x`` its extent;
-* ``"free"``: MuJoCo's default free camera (``mjv_defaultFreeCamera``).
+* ``"free"``: MuJoCo's default free camera (``mjv_defaultFreeCamera``);
+* a named *view* of your own (``views={"goal": {"lookat": [x, y, z], "distance": d, "elevation": -90,
+  "azimuth": 90}}``): a free camera looking at ``lookat`` (m, world frame) from ``distance`` m, ``elevation`` and
+  ``azimuth`` in degrees (MuJoCo's ``mjvCamera``). It frames a task region, as a real camera mounted over it or
+  HIL-SERL's crop of a camera to the task region would.
 
 Symbols: ``H, W`` frame height/width in pixels, ``C = 3`` (RGB).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -30,10 +35,40 @@ import numpy as np
 
 from robotrl.errors import ConfigError
 
-__all__ = ["PixelObservation", "FREE_CAMERAS", "model_cameras"]
+__all__ = ["PixelObservation", "FREE_CAMERAS", "VIEW_KEYS", "model_cameras", "check_views"]
 
 #: camera names robotrl defines itself (free cameras), usable on any MuJoCo model
 FREE_CAMERAS = ("topdown", "free")
+#: the keys of a named view (:class:`PixelObservation`'s ``views``): ``lookat`` (3 floats, m) is required
+VIEW_KEYS = ("lookat", "distance", "elevation", "azimuth")
+
+
+def check_views(views: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """``views`` (name -> ``{lookat: [x, y, z] m, distance: m, elevation: deg, azimuth: deg}``) checked and as plain
+    dicts of floats; ``distance`` defaults to 2 m, ``elevation`` to -90 (straight down), ``azimuth`` to 90.
+
+    Raises:
+        ConfigError: a view named like a free camera, an unknown key, a ``lookat`` that is not 3 numbers or a
+            distance that is not positive (the message names the view and the fix).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, v in dict(views or {}).items():
+        name = str(name)
+        if name in FREE_CAMERAS:
+            raise ConfigError(f"camera view {name!r} has the name of a built-in free camera; name it otherwise")
+        v = dict(v or {})
+        unknown = sorted(set(v) - set(VIEW_KEYS))
+        if unknown:
+            raise ConfigError(f"camera view {name!r} has unknown keys {unknown}; a view takes {list(VIEW_KEYS)}")
+        lookat = v.get("lookat")
+        if lookat is None or np.asarray(lookat).shape != (3,) or not np.all(np.isfinite(np.asarray(lookat, float))):
+            raise ConfigError(f"camera view {name!r} needs lookat: [x, y, z] (3 finite numbers, m), got {lookat!r}")
+        dist = float(v.get("distance", 2.0))
+        if not dist > 0:
+            raise ConfigError(f"camera view {name!r}: distance must be > 0 m, got {dist}")
+        out[name] = {"lookat": [float(x) for x in lookat], "distance": dist,
+                     "elevation": float(v.get("elevation", -90.0)), "azimuth": float(v.get("azimuth", 90.0))}
+    return out
 
 
 def model_cameras(env: gym.Env) -> list[str]:
@@ -54,6 +89,8 @@ class PixelObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         size: ``H = W`` in pixels, or ``(H, W)``; at most the model's offscreen buffer
             (``model.vis.global_.offwidth/offheight``, 480-640 for the supported tasks).
         state_key: key of a ``Box`` observation in the new ``Dict`` (default ``"state"``).
+        views: named free cameras of your own (see the module docstring and :func:`check_views`), usable in
+            ``cameras`` by their names.
 
     Observation: ``Dict`` with ``"pixels"`` -> ``Dict{camera: Box(0, 255, (H, W, 3), uint8)}``
     plus the task's keys (``Dict`` observation) or ``state_key`` (``Box``). Frames are fresh
@@ -61,16 +98,17 @@ class PixelObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
     Raises:
         ConfigError: the env is not a MuJoCo env, a camera is unknown (the message lists the
-            model's cameras and the free ones), no camera is given, a name repeats, or the
-            size exceeds the offscreen buffer.
+            model's cameras, the free ones and the views), no camera is given, a name repeats, a view is
+            malformed, or the size exceeds the offscreen buffer.
         RenderingError: at the first frame, when no headless GL backend works
             (see :func:`robotrl.envs.video.configure_headless_rendering`).
     """
 
     def __init__(self, env: gym.Env, cameras: list[str] | tuple[str, ...], size: int | tuple[int, int] = 64,
-                 state_key: str = "state"):
+                 state_key: str = "state", views: Mapping[str, Mapping[str, Any]] | None = None):
+        self.views = check_views(views)
         gym.utils.RecordConstructorArgs.__init__(self, cameras=list(cameras) if not isinstance(cameras, str) else [cameras],
-                                                 size=size, state_key=state_key)
+                                                 size=size, state_key=state_key, views=self.views)
         gym.ObservationWrapper.__init__(self, env)
         unwrapped = env.unwrapped
         if not (hasattr(unwrapped, "model") and hasattr(unwrapped, "data")):
@@ -84,9 +122,10 @@ class PixelObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
             raise ConfigError(f"pixels names a camera twice: {cameras}")
         known = model_cameras(env)
         for c in cameras:
-            if c not in known and c not in FREE_CAMERAS:
+            if c not in known and c not in FREE_CAMERAS and c not in self.views:
                 raise ConfigError(f"unknown camera {c!r} for {env.spec.id if env.spec else type(unwrapped).__name__}; "
-                                  f"the model's cameras: {known or 'none'}; free cameras: {list(FREE_CAMERAS)}")
+                                  f"the model's cameras: {known or 'none'}; free cameras: {list(FREE_CAMERAS)}; "
+                                  f"views: {list(self.views) or 'none (define one with views={name: {lookat: ...}})'}")
         h, w = (int(size), int(size)) if np.isscalar(size) else (int(size[0]), int(size[1]))
         glob = unwrapped.model.vis.global_
         if h < 1 or w < 1 or w > glob.offwidth or h > glob.offheight:
@@ -117,11 +156,15 @@ class PixelObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         model = self.env.unwrapped.model
         self._renderer = mujoco.Renderer(model, height=self.size[0], width=self.size[1])
         for c in self.cameras:
-            if c in FREE_CAMERAS:
+            if c in FREE_CAMERAS or c in self.views:
                 cam = mujoco.MjvCamera()
                 mujoco.mjv_defaultFreeCamera(model, cam)
                 if c == "topdown":
                     cam.elevation, cam.azimuth, cam.distance = -90.0, 90.0, 1.6 * float(model.stat.extent)
+                elif c in self.views:
+                    v = self.views[c]
+                    cam.lookat[:] = v["lookat"]
+                    cam.distance, cam.elevation, cam.azimuth = v["distance"], v["elevation"], v["azimuth"]
                 self._free[c] = cam
 
     def render_cameras(self) -> dict[str, np.ndarray]:

@@ -175,7 +175,7 @@ def record_controller_demos(path: str | os.PathLike, *, episodes: int, max_steps
 
     ctrl = maze_controller(MAZES[maze])
     twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps, env_kwargs=env_kwargs(maze, reward),
-                      cameras=tuple(cameras), image_size=image_size)
+                      cameras=tuple(cameras), image_size=image_size, camera_views=camera_views(maze))
     twin.connect()
     try:
         eps = [_twin_episode(twin, ctrl, seed + i, max_steps, tuple(cameras)) for i in range(episodes)]
@@ -247,7 +247,7 @@ def record_classifier_episodes(path: str | os.PathLike, *, episodes: int, max_st
     to_goal = maze_controller(MAZES[maze])
     twin = MuJoCoTwin("pointmaze-umaze", realtime=False, max_episode_steps=max_steps + hold_steps,
                       env_kwargs={**env_kwargs(maze, reward), "continuing_task": True}, cameras=tuple(cameras),
-                      image_size=image_size)
+                      image_size=image_size, camera_views=camera_views(maze))
 
     def noisy(ctrl):
         return lambda s: np.clip(ctrl(s) + rng.normal(0.0, noise, 2), -1.0, 1.0).astype(np.float32)
@@ -341,6 +341,20 @@ def _status(run_dir: Path) -> dict:
         return json.loads((run_dir / "status.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
+
+
+def camera_views(maze: str) -> dict:
+    """The named camera views of ``maze``'s robot config (``robotrl/configs/robot/sim-<maze>.yaml``'s
+    ``camera_views``, e.g. ``sim-deadend``'s ``goal``); ``{}`` for a maze without a robot config or views. The robot
+    config is their one source: the recorders here and the actor's twin (``robot=sim-<maze>``) read the same views."""
+    from importlib import resources
+
+    from omegaconf import OmegaConf
+
+    if maze not in ROBOT_CONFIGS:
+        return {}
+    cfg = OmegaConf.load(str(resources.files("robotrl") / "configs" / "robot" / f"sim-{maze}.yaml"))
+    return dict(OmegaConf.to_container(cfg.get("camera_views") or OmegaConf.create({})))
 
 
 def robot_overrides(maze: str, reward: str, max_steps: int, paced: bool = False) -> list[str]:

@@ -8,7 +8,7 @@ and ends the episode.
 
 Here the classifier (:class:`SuccessClassifier`) reads its inputs through the same
 :class:`~robotrl.vision.frontend.ObservationFrontend` as every policy: with cameras (``image_shapes``) the frontend's
-:class:`~robotrl.vision.encoders.PixelEncoder` (by default ``encoder="resnet10"``, ``freeze_encoder=True``, its trunk
+:class:`~robotrl.vision.encoders.PixelEncoder` (by default ``encoder="resnet10"``, frozen, its trunk
 weights from a LOCAL file, :func:`robotrl.vision.encoders.load_encoder_weights`; nothing is downloaded) plus,
 optionally, the normalised state; without cameras the normalised state alone (the state-only classifier is the same
 class, a spec option). A learned MLP head maps the frontend's ``(B, F)`` features to one logit.
@@ -58,6 +58,12 @@ __all__ = ["KIND", "RewardVerdict", "RewardFunction", "SuccessClassifier", "Labe
 
 
 # ----------------------------------------------------------------------------- the reward interface
+def resolve_freeze(freeze_encoder: bool | None, encoder_weights: str | None) -> bool:
+    """Whether a classifier's image trunk stays fixed: ``freeze_encoder``, or with ``None`` whether it is pretrained
+    (``encoder_weights`` given; until 2026-12-02 ``encoder=drq`` from scratch was frozen at its random weights)."""
+    return encoder_weights is not None if freeze_encoder is None else bool(freeze_encoder)
+
+
 class RewardVerdict(NamedTuple):
     """What a :class:`RewardFunction` says about the observation a step led to.
 
@@ -105,8 +111,10 @@ class SuccessClassifier(ObservationFrontend):
         obs_dim: ``Do`` read beside the cameras (0: cameras only).
         action_dim: ``Da`` of the robot (recorded only; the classifier scores observations).
         hidden: widths of the head.
-        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, freeze_encoder, augment_pad,
-            obs_clip, state_layout, frame_stack: the :class:`~robotrl.vision.frontend.ObservationFrontend`'s.
+        freeze_encoder: keep the trunk fixed; ``None`` (default): frozen when it is pretrained (``encoder_weights``
+            given, HIL-SERL's), trained with the head when it is not (``encoder="drq"`` from scratch).
+        image_shapes, encoder, pooling, feature_dim, channels, encoder_weights, augment_pad, obs_clip, state_layout,
+            frame_stack: the :class:`~robotrl.vision.frontend.ObservationFrontend`'s.
 
     Raises:
         ConfigError: neither cameras nor state; or from the encoder (unknown encoder, unusable weights file).
@@ -118,10 +126,11 @@ class SuccessClassifier(ObservationFrontend):
     def __init__(self, obs_dim: int, action_dim: int = 1, *, hidden: Sequence[int] = (256, 256),
                  image_shapes: Mapping[str, Sequence[int]] | None = None, encoder: str = "resnet10",
                  pooling: str = "spatial_softmax", feature_dim: int = 64, channels: int = 64,
-                 encoder_weights: str | None = None, freeze_encoder: bool = True, augment_pad: int = 0,
+                 encoder_weights: str | None = None, freeze_encoder: bool | None = None, augment_pad: int = 0,
                  obs_clip: float | None = 10.0, state_layout: str | None = None, frame_stack: int = 1):
         if not image_shapes and int(obs_dim) <= 0:
             raise ConfigError("a success classifier needs cameras or a state (obs_dim > 0); record frames or states")
+        freeze_encoder = resolve_freeze(freeze_encoder, encoder_weights)
         hidden = [int(h) for h in hidden]
         super().__init__(obs_dim, action_dim, image_shapes=image_shapes, encoder=encoder, pooling=pooling,
                          feature_dim=feature_dim, channels=channels, encoder_weights=encoder_weights,
@@ -584,10 +593,15 @@ def build_classifier(cfg_model, frames: LabelledFrames, action_dim: int, seed: i
     """The :class:`SuccessClassifier` of ``agent.model`` for ``frames`` (their cameras and state size).
 
     Raises:
-        ConfigError: cameras with the pretrained ``resnet10`` encoder and no ``encoder_weights`` file.
+        ConfigError: cameras with the pretrained ``resnet10`` encoder and no ``encoder_weights`` file, or
+            ``freeze_encoder=true`` without ``encoder_weights`` (a trunk kept at its random weights).
     """
     kw = {k: cfg_model[k] for k in ("encoder", "pooling", "feature_dim", "channels", "encoder_weights",
                                     "freeze_encoder", "augment_pad") if k in cfg_model}
+    if frames.images and kw.get("freeze_encoder") and not kw.get("encoder_weights"):
+        raise ConfigError("agent.model.freeze_encoder=true with no encoder_weights keeps a randomly initialised trunk "
+                          "fixed; give agent.model.encoder_weights=<a local weights file> or set "
+                          "agent.model.freeze_encoder=null (frozen exactly when pretrained; drq then trains from scratch)")
     if frames.images and kw.get("encoder", "resnet10") == "resnet10" and not kw.get("encoder_weights"):
         raise ConfigError("the camera classifier's encoder is a pretrained ResNet-10: set agent.model.encoder_weights="
                           "<a local file with its state_dict, torch.save(ResNet10(3, width).state_dict(), path)> "
@@ -672,7 +686,8 @@ class RewardClassifierAgent:
         threshold: a fixed threshold in ``(0, 1)``; ``None``: the best-F1 one on the threshold episodes.
         encoder, encoder_weights, freeze_encoder, channels, pooling, feature_dim, augment_pad: the camera encoder
             (``obs=pixels``; :class:`SuccessClassifier`): a frozen pretrained ResNet-10 from a local weights file of
-            width ``channels`` by default, or ``drq`` trained from scratch; ``augment_pad`` the random shift.
+            width ``channels`` by default, or ``drq`` trained from scratch (``freeze_encoder=None``: frozen exactly
+            when ``encoder_weights`` is given); ``augment_pad`` the random shift.
 
     Attributes:
         settings: the settings above by name (what :func:`run_train` reads as ``agent.model``).
@@ -684,7 +699,7 @@ class RewardClassifierAgent:
                  seed: int = 0, state: bool = True, success_last_k: int = 0, hidden: Sequence[int] = (256, 256),
                  steps: int = 2000, batch_size: int = 256, lr: float = 1e-3, holdout: float = 0.2,
                  threshold: float | None = None, encoder: str = "resnet10", encoder_weights: str | None = None,
-                 freeze_encoder: bool = True, channels: int = 64, pooling: str = "spatial_softmax",
+                 freeze_encoder: bool | None = None, channels: int = 64, pooling: str = "spatial_softmax",
                  feature_dim: int = 64, augment_pad: int = 0):
         self.settings = {"state": state, "success_last_k": success_last_k, "hidden": list(hidden), "steps": steps,
                          "batch_size": batch_size, "lr": lr, "holdout": holdout, "threshold": threshold,

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -107,25 +109,31 @@ class MuJoCoTwin:
         max_episode_steps: override the task's time limit (steps).
         env_kwargs: extra ``gymnasium.make`` kwargs.
         cameras: camera names rendered every control step (a MuJoCo camera of the task's
-            model or ``"topdown"``/``"free"``, see :class:`robotrl.envs.pixels.PixelObservation`);
+            model, ``"topdown"``/``"free"`` or a name of ``camera_views``, see
+            :class:`robotrl.envs.pixels.PixelObservation`);
             frames arrive in :attr:`Observation.images` and are listed in
             :attr:`RobotSpec.cameras` (rate = the control rate). Needs headless GL (OSMesa).
         image_size: frame size ``H = W`` in pixels.
+        camera_views: named free cameras of this twin (name -> ``{lookat: [x, y, z] m, distance: m, elevation: deg,
+            azimuth: deg}``, :func:`robotrl.envs.pixels.check_views`), e.g. a camera over the task's goal region.
 
     Raises:
-        ConfigError: unknown task (from :func:`robotrl.envs.make_env`) or unknown camera.
+        ConfigError: unknown task (from :func:`robotrl.envs.make_env`), unknown camera or a malformed view.
         RobotConnectionError: a call while disconnected, or after the simulated crash.
     """
 
     def __init__(self, task: str = "pointmaze-umaze", *, realtime: bool = True, faults: FaultInjection | dict | None = None,
                  max_episode_steps: int | None = None, env_kwargs: dict | None = None,
-                 cameras: list[str] | tuple[str, ...] = (), image_size: int = 64):
+                 cameras: list[str] | tuple[str, ...] = (), image_size: int = 64,
+                 camera_views: Mapping[str, Mapping[str, Any]] | None = None):
         from robotrl.envs import env_info
+        from robotrl.envs.pixels import check_views
 
         self.task, self.realtime = task, bool(realtime)
         self.faults = FaultInjection(**faults) if isinstance(faults, dict) else (faults or FaultInjection())
         self._max_steps, self._env_kwargs = max_episode_steps, dict(env_kwargs or {})
         self.cameras, self.image_size = tuple(str(c) for c in ([cameras] if isinstance(cameras, str) else cameras)), int(image_size)
+        self.camera_views = check_views(camera_views)
         info = env_info(task, env_kwargs=self._env_kwargs)
         self._info = info
         self._dt_s = self._probe_dt(task, self._env_kwargs)
@@ -194,7 +202,7 @@ class MuJoCoTwin:
             if self.cameras:  # the flat state stays as is; frames come beside it
                 from robotrl.envs.pixels import PixelObservation
 
-                env = PixelObservation(env, list(self.cameras), self.image_size)
+                env = PixelObservation(env, list(self.cameras), self.image_size, views=self.camera_views)
             self._env = env
             self._closing.clear()
             self.reset(seed=0)

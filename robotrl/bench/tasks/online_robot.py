@@ -30,8 +30,9 @@ starts than the run's, :func:`~robotrl.real_robot.online_eval.record_classifier_
 goal and held there, half steered into the dead ends, each step labelled by the twin's success flag, as HIL-SERL's
 operator records successes and failures; the threshold chosen on held-out episodes, a success ends the episode), not
 the twin's: a robot without a reward of its own. ``human-clf-cam``: the same with the **camera** classifier trained on
-the same episodes rendered by the twin's ``topdown`` camera (frames alone; :data:`CLASSIFIER_ARMS`), the actor's twin
-rendering that camera, the learner a state learner. (Until 2026-12-02 05:45 UTC ``human-clf``'s classifier learned from
+the same episodes rendered by the dead-end twin's ``goal`` camera (``camera_views`` of ``robot=sim-deadend``: a 64 px
+view of the goal region, as HIL-SERL crops its cameras to the task's region; frames alone, DrQ's encoder trained from
+scratch with the head: :data:`CLASSIFIER_ARMS`), the actor's twin rendering that camera, the learner a state learner. (Until 2026-12-02 05:45 UTC ``human-clf``'s classifier learned from
 30 controller episodes, successes only, with frames held out and threshold 0.5: the recorded rows of the L and Z
 corridors.)
 
@@ -91,7 +92,7 @@ TASKS = {"room": {"maze": "open", "reward": "dense", "max_steps": 150, "learner"
 #: the arms whose reward is a success classifier's: run_twin_trial's mode, and the classifier
 #: (:func:`~robotrl.real_robot.online_eval.train_twin_classifier`'s options; ``cameras``: also rendered by the actor's twin)
 CLASSIFIER_ARMS = {"human-clf": {"mode": "human", "classifier": {}},
-                   "human-clf-cam": {"mode": "human", "classifier": {"cameras": ("topdown",), "image_size": 96,
+                   "human-clf-cam": {"mode": "human", "classifier": {"cameras": ("goal",), "image_size": 64,
                                                                      "encoder": "drq", "channels": 16,
                                                                      "pooling": "flatten", "steps": 1000}}}
 #: bench modes: run_twin_trial's, and the classifier arms (``human`` with the state or camera classifier's reward)
