@@ -156,8 +156,10 @@ def test_a_real_learner_and_actor_run_with_a_camera_classifier_as_the_reward(tmp
     r = run_twin_trial(tmp_path / "run", mode="human", seed=0, episodes=1, max_steps=40, maze="deadend", reward="sparse",
                        warmup=10, hidden=16, batch=16, catch_up_s=20, operator="on-failure", reward_classifier=path,
                        cameras=("topdown",), image_size=px)
-    assert {"reward=classifier", f"reward_classifier={path}", "robot.cameras=[topdown]",
-            f"robot.image_size={px}"} <= set(r["actor_args"])
+    assert {"reward=classifier", f"reward_classifier={path}", "robot.cameras=[topdown]", f"robot.image_size={px}",
+            "+robot.env_kwargs.continuing_task=true"} <= set(r["actor_args"])  # only the classifier ends at the goal
+    (ep,) = r["episode_log"]
+    assert isinstance(ep["robot_success"], bool)  # the twin's own flag, kept beside the classifier's verdicts
     assert not any(a.startswith(("robot.cameras", "robot.image_size", "reward")) for a in r["learner_args"])
     assert r["summary"]["episodes"] == 1 and r["status"]["ingested"] == r["summary"]["steps"] > 0  # states arrived
     z = load_arrays(next((tmp_path / "run" / "actor").rglob("ep_*.npz")))

@@ -272,7 +272,10 @@ class OnlineActor:
         return self.holder.policy is not None
 
     def run_episode(self) -> dict:
-        """One episode; returns ``{episode, steps, return, success, interventions, ...}``."""
+        """One episode; returns ``{episode, steps, return, success, interventions, robot_success, ...}``: ``success``
+        is the episode's success as learnt from (the reward function's verdicts, or the operator's marks, where given),
+        ``robot_success`` whether the robot's own success flag was set at any step (a twin's or a robot's that reports
+        one: the audit of a success classifier's verdicts; always ``False`` on a robot without one)."""
         ep = self.next_episode
         self.next_episode += 1
         reset_steps = self.reset.steps
@@ -288,6 +291,7 @@ class OnlineActor:
         t0 = t_ep = time.monotonic()
         k = missed = 0
         stats = {"lost": 0, "held": 0}
+        robot_success = False
         while self.max_steps is None or k < self.max_steps:
             t_sched = t0 + k * self.period
             if self.period:
@@ -336,6 +340,7 @@ class OnlineActor:
                 self._close(ep, rows, obs)
                 raise
             rtt = time.perf_counter() - t_send
+            robot_success = robot_success or bool(nxt.success)  # before a reward function's verdict replaces it
             if self.reward_fn is not None:  # the success classifier's reward on the observation the step led to
                 v = self.reward_fn(nxt.state, nxt.images)
                 end = bool(nxt.terminated) or (v.success and self.reward_fn.end_on_success)
@@ -370,7 +375,7 @@ class OnlineActor:
                 break
         self._close(ep, rows, obs)
         return {"episode": ep, "steps": len(rows), "return": float(sum(r["reward"] for r in rows)),
-                "success": bool(any(r["success"] for r in rows)),
+                "success": bool(any(r["success"] for r in rows)), "robot_success": robot_success,
                 "interventions": int(sum(r["intervention"] for r in rows)),
                 "versions": sorted({int(r["weights_version"]) for r in rows}), "reset_steps": reset_steps, **stats}
 

@@ -423,7 +423,9 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
         reward_classifier: a success classifier (``classifier.pt``, e.g. :func:`train_twin_classifier`): the
             actor's reward is its thresholded score of the observation each step led to (the state, or with a camera
             classifier the frames) and its success ends the episode (``reward=classifier``, HIL-SERL) instead of the
-            twin's reward; ``None``: the twin's.
+            twin's reward, and the actor's twin does not end at its goal (``continuing_task``): only the classifier or
+            the time limit ends an episode, as on a robot without a reward of its own (the twin's success flag is
+            kept as the episode log's ``robot_success``, the audit of the verdicts); ``None``: the twin's.
         cameras, image_size: cameras the actor's twin renders (``robot.cameras=[...] robot.image_size=N``), e.g. the
             ones a camera classifier reads. The learner stays a state learner on the twin without cameras: its
             ``welcome`` asks for no frames, so the actor sends the transitions without them (it still records them).
@@ -484,8 +486,10 @@ def run_twin_trial(work: Path, *, mode: str = "human", seed: int = 0, episodes: 
                   f"teleop={'scripted' if human else 'none'}", f"scripted.every={every}", "scripted.start=0",
                   f"scripted.length={max_steps}", f"scripted.on_failure={str(operator == 'on-failure').lower()}",
                   f"dataset_id=robot/bench/online-{mode}-{seed}-v0"]
-    if reward_classifier is not None:
-        actor_args += ["reward=classifier", f"reward_classifier={reward_classifier}"]
+    if reward_classifier is not None:  # a robot without a reward of its own: the twin no longer ends at its goal, only
+        # the classifier's success does (else the twin's termination at the goal would tell the learner the goal)
+        actor_args += ["reward=classifier", f"reward_classifier={reward_classifier}",
+                       "+robot.env_kwargs.continuing_task=true"]
     t0 = time.time()
     actor = _cli(actor_args, work / "actor.log", env)
     try:

@@ -189,11 +189,13 @@ def main(argv: list[str] | None = None) -> dict:
                          "interventions_per_episode": list(s["interventions_per_episode"]),
                          "steps_per_episode": [e["steps"] for e in r["episode_log"]],
                          "episode_success": [bool(x) for x in s["successes"]],
+                         "episode_robot_success": [bool(e["robot_success"]) for e in r["episode_log"]],
                          **({"classifier": clf_metrics, "classifier_s": round(clf_s, 1),
                              "classifier_data": "labelled recording: controller to the goal and into the dead ends"}
                             if clf_metrics is not None else {})})
             print(json.dumps({k: v for k, v in runs[-1].items() if k not in ("curve", "interventions_per_episode",
-                                                                               "steps_per_episode", "episode_success")}),
+                                                                               "steps_per_episode", "episode_success",
+                                                                               "episode_robot_success")}),
                   flush=True)
             out = {"benchmark": "online_robot" if a.task == "room" else f"online_robot_{a.task}", "commands": commands,
                    "config": vars(a), "eval_seeds": seeds, "runs": runs, "table": table(runs),
