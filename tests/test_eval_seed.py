@@ -66,3 +66,9 @@ def test_eval_seed_moves_the_evaluation_resets_off_the_range_settings_were_chose
 def test_a_negative_eval_seed_is_refused_with_the_key_named(tmp_path):
     with pytest.raises(ConfigError, match=r"agent\.onpolicy\.eval_seed=-1"):
         _eval_resets([*ONPOLICY, "agent.onpolicy.eval_seed=-1"], tmp_path / "bad")
+
+
+def test_trainer_eval_seed_on_an_on_policy_run_is_refused_naming_its_key(tmp_path):
+    """An on-policy run's evaluations follow agent.onpolicy.eval_seed; trainer.eval_seed would do nothing there."""
+    with pytest.raises(ConfigError, match=r"trainer\.eval_seed=200000 .* agent\.onpolicy\.eval_seed"):
+        _eval_resets([*ONPOLICY, f"trainer.eval_seed={HELD_OUT}"], tmp_path / "wrong_key")
