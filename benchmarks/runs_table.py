@@ -10,7 +10,12 @@ table that ``robotrl.bench.tables.learning_table`` renders from it can be reprod
 Usage::
 
     python benchmarks/runs_table.py RUN_DIR [RUN_DIR ...] --labels NAME [NAME ...] --out NAME.json \\
-        [--metric success] [--budgets 50000 100000 ...] [--note TEXT] [--unfinished] [--max-steps N]
+        [--metric success] [--budgets 50000 100000 ...] [--note TEXT] [--unfinished] [--max-steps N] \\
+        [--held-out EPISODES SEED]
+
+``--held-out``: each run's last policy is also evaluated by ``robotrl eval`` on EPISODES episodes reset with SEED + i
+(:func:`robotrl.bench.sweep.add_held_out`; logs and results under ``held_out/`` beside the first run, read back when
+already there), the table's held-out column.
 """
 
 from __future__ import annotations
@@ -107,6 +112,8 @@ def main() -> None:
     ap.add_argument("--note", default="", help="what the runs test (kept in the result)")
     ap.add_argument("--unfinished", action="store_true", help="read runs without a report from their last checkpoint")
     ap.add_argument("--max-steps", type=int, help="read each run up to this many online env steps (resumed runs)")
+    ap.add_argument("--held-out", type=int, nargs=2, metavar=("EPISODES", "SEED"),
+                    help="evaluate each run's last policy on EPISODES episodes reset from SEED (robotrl eval)")
     args = ap.parse_args()
     command = "python benchmarks/runs_table.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     doc = runs_document(args.runs, args.labels, metric=args.metric, command=command, argv=sys.argv,
@@ -114,6 +121,12 @@ def main() -> None:
     if args.budgets:
         doc["budgets"] = sorted(args.budgets)
     doc["note"] = args.note
+    if args.held_out:
+        from robotrl.bench.sweep import add_held_out
+
+        episodes, seed = args.held_out
+        add_held_out(doc, {r["sweep_job"]: Path(r["run_dir"]) for r in doc["runs"]}, args.runs[0].parent / "held_out",
+                     episodes=episodes, seed=seed)
     out = RESULTS_DIR / args.out
     atomic_write(out, json.dumps(doc, indent=1), mode=0o666)
     from robotrl.bench.tables import learning_table

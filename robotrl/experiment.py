@@ -132,11 +132,15 @@ def onpolicy_config(cfg: DictConfig, tcfg: TrainerConfig) -> "OnPolicyConfig":
     """:class:`~robotrl.onpolicy.OnPolicyConfig` from ``cfg.agent.onpolicy`` (``progress`` from the trainer's).
 
     Raises:
-        ConfigError: an unknown key; ``agent.onpolicy.init_from`` names the single warm-start key.
+        ConfigError: an unknown key; ``agent.onpolicy.init_from`` names the single warm-start key;
+            ``trainer.eval_seed`` set (the on-policy loop's is ``agent.onpolicy.eval_seed``).
     """
     from robotrl.onpolicy import OnPolicyConfig
 
     given = dict(OmegaConf.to_container(cfg.agent.onpolicy, resolve=True))  # type: ignore[arg-type]
+    if tcfg.eval_seed is not None:
+        raise ConfigError(f"trainer.eval_seed={tcfg.eval_seed} sets the off-policy loop's evaluation resets; an on-policy "
+                          f"run (agent={cfg.agent.name}) evaluates with agent.onpolicy.eval_seed: pass that instead")
     if given.pop("init_from", None) is not None:
         raise ConfigError("agent.onpolicy.init_from is now trainer.init_from (one warm-start key for every agent): "
                           "pass trainer.init_from=<checkpoint or run dir>")

@@ -61,7 +61,7 @@ class Loop(Protocol):
     Attributes:
         agent: the agent (``policy``, ``state_dict``/``load_state_dict``).
         cfg: a dataclass with ``eval_every``, ``checkpoint_every`` (in clock units), ``eval_episodes``,
-            ``eval_envs``, ``progress`` and ``keep_best``.
+            ``eval_envs``, ``eval_seed`` (read when evaluating in an env), ``progress`` and ``keep_best``.
         step: the run's x-axis (checkpoint ``step``, TensorBoard step, history ``step``).
         updates: gradient updates (off-policy) or iterations (on-policy) done.
         clock: the counter the cadences count in; ``total``: its budget; ``log_every``: clock
@@ -110,7 +110,8 @@ class Runner:
         run_dir: where logs, checkpoints, report and plot go.
         make_eval_env: builds one evaluation env (flat observations, single-step actions).
         ref_scores: ``(ref_min, ref_max)`` for D4RL-normalised scores.
-        seed: run seed (evaluation episodes use ``seed + 10_000``).
+        seed: run seed (evaluation episodes reset with ``seed + 10_000 + i``, or ``cfg.eval_seed + i`` when the
+            schedule sets it: :meth:`eval_seed`).
         run_config: the resolved config, stored in checkpoints and the report.
         title: a short name of the run for the report and the progress display.
         init_from, init_parts: warm start of a new run (never on resume): checkpoint file or
@@ -219,7 +220,7 @@ class Runner:
         if self.make_eval_env is None:  # no env: held-out data (robotrl.validation)
             res = dict(self.validator(self.loop.agent))  # type: ignore[misc]
         else:
-            res = self.evaluator(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.seed + 10_000,
+            res = self.evaluator(lambda o: act(pol, o), self.make_eval_env, cfg.eval_episodes, seed=self.eval_seed(),
                                  num_envs=cfg.eval_envs, ref_scores=self.ref_scores, reset_policy=pol.reset)
         res.update(phase=phase, step=self.loop.step, updates=self.loop.updates, eval_seconds=time.time() - t,
                    train_wall_s=train_wall)
@@ -231,6 +232,12 @@ class Runner:
         self.writer.flush()
         self.print(format_eval(res))
         return res
+
+    def eval_seed(self) -> int:
+        """The reset seed of evaluation episode 0 (episode ``i`` resets with it ``+ i``): the schedule's ``eval_seed``
+        (``trainer.eval_seed`` / ``agent.onpolicy.eval_seed``), or ``seed + 10_000`` when that is ``None``."""
+        base = self.loop.cfg.eval_seed
+        return self.seed + 10_000 if base is None else int(base)
 
     def tick(self, metrics: dict, phase: str) -> None:
         """After one clock unit of the loop: progress, training metrics every ``loop.log_every``,
@@ -252,7 +259,7 @@ class Runner:
         (ties keep the earlier policy). ``best.pt`` holds ``policy`` (:func:`~robotrl.policy.policy_state`),
         ``step``, ``config`` and ``best`` (``{"metric", "score", "step"}``): ``robotrl eval checkpoint=<run
         dir>/checkpoints/best.pt`` and :func:`~robotrl.policy.load_policy` take it. The selection uses the run's
-        own evaluation episodes (resets ``seed + 10000 + i``), so the chosen policy's score there is biased
+        own evaluation episodes (resets :meth:`eval_seed` ``+ i``), so the chosen policy's score there is biased
         upwards: report it on held-out episodes (``robotrl eval``'s default seed 100000, ≥ 50 episodes).
         """
         for metric in ("success_rate", "normalized_score", "return_mean"):

@@ -47,6 +47,9 @@ class TrainerConfig:
         n_step: n-step returns of the TD target.
         eval_every, checkpoint_every, log_every: cadences in the loop's clock (updates offline, env steps online).
         eval_episodes, eval_envs: evaluation episodes per point and the envs running them.
+        eval_seed: evaluation episode ``i`` resets with ``eval_seed + i``; ``None`` (default): ``seed + 10000 + i``,
+            the resets every earlier run evaluated on. Set it to report on resets never used while choosing
+            settings (e.g. ``trainer.eval_seed=200000``, past ``robotrl eval``'s held-out 100000..).
         num_envs: online training envs.
         online_buffer_size: capacity of the online replay buffer (transitions).
         online_warmup_steps: env steps collected before the first online update.
@@ -78,6 +81,7 @@ class TrainerConfig:
     eval_every: int = 5_000
     eval_episodes: int = 20
     eval_envs: int = 10
+    eval_seed: int | None = None
     checkpoint_every: int = 5_000
     log_every: int = 250
     num_envs: int = 1
@@ -100,7 +104,7 @@ class TrainerConfig:
                                                   "checkpoint_every", "log_every", "num_envs", "online_buffer_size",
                                                   "utd"),
                        non_negative=("offline_steps", "online_steps", "online_warmup_steps", "warmup_updates",
-                                     "forgetting_starts"),
+                                     "forgetting_starts", "eval_seed"),
                        fractions=("offline_ratio", "her_ratio", "validation_fraction"))
 
 
@@ -114,6 +118,8 @@ class OnPolicyConfig:
         num_envs: rollout envs.
         eval_every, checkpoint_every: cadences in iterations.
         eval_episodes, eval_envs: evaluation episodes per point and the envs running them.
+        eval_seed: evaluation episode ``i`` resets with ``eval_seed + i``; ``None`` (default): ``seed + 10000 + i``
+            (as ``trainer.eval_seed``).
         max_env_steps: stop once this many env steps were collected (``None``: the iterations' budget).
         pretrain_steps: behaviour-cloning updates on the dataset before going online (``agent.bc_update``).
         pretrain_batch_size: their batch size.
@@ -129,6 +135,7 @@ class OnPolicyConfig:
     eval_every: int = 10
     eval_episodes: int = 20
     eval_envs: int = 10
+    eval_seed: int | None = None
     checkpoint_every: int = 10
     max_env_steps: int | None = None
     pretrain_steps: int = 0
@@ -142,7 +149,7 @@ class OnPolicyConfig:
         check_schedule(self, "agent.onpolicy", positive=("iterations", "steps_per_iter", "num_envs", "eval_every",
                                                          "eval_episodes", "eval_envs", "checkpoint_every",
                                                          "pretrain_batch_size"),
-                       non_negative=("max_env_steps", "pretrain_steps"))
+                       non_negative=("max_env_steps", "pretrain_steps", "eval_seed"))
 
 
 def register() -> None:

@@ -53,7 +53,7 @@ class LearnerSchedule:
         checkpoint_every: updates between the Runner's own checkpoints; the learner checkpoints by wall time
             (``checkpoint_every_s``) and when an actor asks, so this is effectively off.
         log_every: updates between training-metric logs.
-        eval_episodes, eval_envs: unused (there is no simulator to roll out in).
+        eval_episodes, eval_envs, eval_seed: unused (there is no simulator to roll out in).
         progress: no progress bar (a server).
         keep_best: off (the learner's evaluations are the actors' episode records, not a held-out evaluation).
     """
@@ -63,6 +63,7 @@ class LearnerSchedule:
     log_every: int = 100
     eval_episodes: int = 0
     eval_envs: int = 0
+    eval_seed: int | None = None
     progress: bool = False
     keep_best: bool = False
 
