@@ -37,8 +37,9 @@ def test_constant_features_do_not_blow_up():
     # an unseen value of a constant feature stays finite and moderate
     probe = torch.tensor([[8.0, 0.0, 1.0]])
     assert torch.isfinite(norm(probe)).all() and norm(probe)[0, 0].item() == pytest.approx(1.0)
-    # an explicit zero std is floored at eps, never divides by zero
-    assert torch.isfinite(ObservationNormalizer([0.0], [0.0])(torch.tensor([[1.0]]))).all()
+    # an explicit zero std is floored at eps (1e-6), never divides by zero
+    zero = ObservationNormalizer([0.0], [0.0])
+    assert zero.std.item() == pytest.approx(1e-6) and zero(torch.tensor([[1e-6]])).item() == pytest.approx(1.0)
 
 
 def test_clip_and_identity():

@@ -152,9 +152,31 @@ def test_robotrl_train_runs_the_resfit_residual_with_her_on_fetch(tmp_path, monk
                "agent.model.critic_warmup_updates=0", "agent.model.num_critics=2", "trainer.batch_size=32",
                "trainer.eval_every=60", "trainer.checkpoint_every=60", "trainer.eval_episodes=1"])
     tr = build_trainer(run, tmp_path / "run")
-    assert tr.loop.offline.relabeler is not None and tr.loop.offline.relabeler.terminate_on_success
+    her = tr.loop.offline.relabeler
+    assert her is not None and her.terminate_on_success and her.ratio == 0.8
+    batches = []
+    update = tr.agent.update
+
+    def spy(batch, step):
+        batches.append(batch)
+        return update(batch, step)
+
+    tr.agent.update = spy
     summary = tr.fit()
-    assert tr.loop.online.relabeler is tr.loop.offline.relabeler and summary["gradient_updates"] > 0
+    assert tr.loop.online.relabeler is her and summary["gradient_updates"] == len(batches) == (60 - 10) * 4  # UTD 4
+    # every batch goal is its row's own or an achieved goal stored in one of the buffers (a relabelled one); the
+    # relabelled share is the ratio, and the rewards are recomputed for the new goals: those rows reach them far
+    # more often (0/1 success rewards, n-step 3) than the rows aiming at the episode's own goal
+    bufs = (tr.loop.offline, tr.loop.online)
+    achieved = {r.tobytes() for b in bufs for r in b.next_observations[: b.size, her.achieved].astype(np.float32)}
+    own = {r.tobytes() for b in bufs for r in b.observations[: b.size, her.desired].astype(np.float32)}
+    goals = np.concatenate([b.observations[:, her.desired].numpy() for b in batches]).astype(np.float32)
+    rewards = np.concatenate([b.rewards.numpy() for b in batches])
+    relabelled = np.array([g.tobytes() in achieved for g in goals])
+    assert all(g.tobytes() in achieved or g.tobytes() in own for g in goals)
+    assert abs(relabelled.mean() - 0.8) < 0.04, relabelled.mean()  # 6400 rows: 0.79 here
+    assert rewards[relabelled].mean() > 0.5 > 0.2 > rewards[~relabelled].mean(), (rewards[relabelled].mean(),
+                                                                                  rewards[~relabelled].mean())
     with pytest.raises(ConfigError, match="her_ratio"):
         build_trainer(cfg(["experiment=residual-ppo", *data, f"agent.model.base={tmp_path / 'base'}",
                            "trainer.her_ratio=0.8"]), tmp_path / "ppo")

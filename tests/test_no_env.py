@@ -90,14 +90,45 @@ def test_bc_trains_offline_and_reports_held_out_action_error(robot_data, tmp_pat
     np.testing.assert_allclose(a, np.clip(-(K @ s[0]), -1, 1), atol=0.15)
 
 
+def _critic_metrics_by_hand(agent, held, gamma: float) -> dict[str, float]:
+    """The critic metrics of ``robotrl.validation`` recomputed in plain loops: the ensemble mean ``Q(s, a)`` of every
+    held-out row (camera frames in ``batch.extras``, as the replay buffer samples them), the discounted return-to-go
+    ``G`` of each episode, ``mean(Q - G)``, their correlation, and the SARSA TD error with the data's next action on
+    every row that has a next row in its episode."""
+    import torch
+
+    from robotrl.data.replay import ReplayBuffer
+
+    buf = ReplayBuffer.from_offline(held, gamma=gamma)
+    with torch.no_grad():
+        q = agent.batch_q_values(buf.sample(buf.size, indices=np.arange(buf.size), allow_small=True)).mean(0).numpy()
+    g, td = np.zeros(len(q)), []
+    for s, e in zip(held.episode_starts, held.episode_ends):
+        ret = 0.0
+        for t in range(e - 1, s - 1, -1):
+            ret = float(held.rewards[t]) + gamma * ret
+            g[t] = ret
+        td += [(q[t] - held.rewards[t] - gamma * (1.0 - held.terminated[t]) * q[t + 1]) ** 2 for t in range(s, e - 1)]
+    return {"val_q_minus_mc": float(np.mean(q - g)), "val_q_mc_corr": float(np.corrcoef(q, g)[0, 1]),
+            "val_td_error": float(np.mean(td))}
+
+
 def test_calql_reports_critic_calibration_on_held_out_episodes(robot_data, tmp_path):
+    """The reported ``val_q_minus_mc`` / ``val_q_mc_corr`` / ``val_td_error`` are the held-out episodes' values of the
+    final critic (recomputed here by hand), and training moves the critic towards the held-out returns."""
     cfg = _cfg(robot_data, tmp_path, "agent=calql", "agent.model.hidden=[32,32]", "agent.model.critic_hidden=[32,32]",
                "agent.model.num_critics=2", "agent.model.cql_n_actions=4", "trainer.offline_steps=200",
                "trainer.batch_size=32", "trainer.eval_every=100", "trainer.checkpoint_every=100")
-    build_trainer(cfg, tmp_path, overrides=[]).fit()
-    last = json.loads((tmp_path / "report.json").read_text())["history"][-1]
-    for k in ("val_q_minus_mc", "val_q_mc_corr", "val_td_error", "val_action_mse"):
-        assert np.isfinite(last[k]), k
+    trainer = build_trainer(cfg, tmp_path, overrides=[])
+    trainer.fit()
+    hist = json.loads((tmp_path / "report.json").read_text())["history"]
+    assert [h["step"] for h in hist] == [100, 200] and all(h["val_episodes"] == 2 for h in hist)
+    _, held = split_episodes(load_dataset(robot_data), 0.1, seed=0)  # the run's split (validation_fraction, seed)
+    want = _critic_metrics_by_hand(trainer.agent, held, gamma=0.99)  # Cal-QL: rewards unscaled, no sparse fill here
+    for k, v in want.items():
+        assert hist[-1][k] == pytest.approx(v, rel=1e-4, abs=1e-5), (k, hist[-1][k], v)
+    # the untrained critic (Q ~ 0) overestimates the negative returns by ~46; every 100 updates bring it closer
+    assert hist[-1]["val_q_minus_mc"] < hist[0]["val_q_minus_mc"] - 0.2, hist
 
 
 def test_online_steps_without_an_env_are_refused_with_the_way_out(robot_data, tmp_path):
@@ -129,6 +160,14 @@ def test_a_camera_critic_is_validated_on_the_held_out_frames(tmp_path):
     assert trainer.agent.policy.has_cameras
     trainer.fit()
     last = json.loads((tmp_path / "run" / "report.json").read_text())["history"][-1]
-    assert last["evaluation"] == "validation"
-    for k in ("val_q_minus_mc", "val_td_error", "val_action_mse"):
-        assert np.isfinite(last[k]), k
+    assert last["evaluation"] == "validation" and last["val_episodes"] == 1
+    _, held = split_episodes(load_dataset(path), 0.1, seed=0)
+    assert set(held.images) == {"cam"}
+    # the reported values are the critic's on the held-out rows with their own frames ...
+    for k, v in _critic_metrics_by_hand(trainer.agent, held, gamma=0.99).items():
+        assert last[k] == pytest.approx(v, rel=1e-4, abs=1e-5), (k, last[k], v)
+    # ... which it cannot score without them (the state alone is not its input)
+    import dataclasses
+
+    with pytest.raises(ValueError, match="expects camera 'cam'"):
+        _critic_metrics_by_hand(trainer.agent, dataclasses.replace(held, images=None, image_index=None), gamma=0.99)

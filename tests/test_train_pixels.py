@@ -74,7 +74,12 @@ def test_bc_pixels_trains_checkpoints_and_evaluates_in_the_datas_camera_env(mina
     assert out.returncode == 0, out.stderr[-3000:]
     metrics = json.loads((run_dir / "eval.json").read_text())
     assert metrics["episodes"] == 2 and metrics["step"] == 40
-    assert np.isfinite(metrics["normalized_score"]) and 0.0 <= metrics["success_rate"] <= 1.0
+    # D4RL's score of the evaluated return against the camera dataset's own reference scores (generated above)
+    meta = json.loads((minari_module_root / DATASET_ID / "data" / "metadata.json").read_text())
+    lo, hi = float(meta["ref_min_score"]), float(meta["ref_max_score"])
+    assert hi > lo and metrics["normalized_score"] == pytest.approx(100.0 * (metrics["return_mean"] - lo) / (hi - lo),
+                                                                    rel=1e-6, abs=1e-6)
+    assert 0.0 <= metrics["success_rate"] <= 1.0
 
 
 def test_other_cameras_than_the_datas_are_refused_clearly(minari_module_root, tmp_path):
