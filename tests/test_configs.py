@@ -149,7 +149,6 @@ def test_a_mistyped_experiment_is_an_error_not_the_default_run():
 
 # The paper's UTD (critic updates per env step) of each off-policy experiment, all on critic minibatches of 256.
 PAPER_UTD = {"wsrl": 4, "rlpd": 20, "porl": 4, "residual-offpolicy": 4, "calql-online": 1, "iql-online": 1}
-_PENDING_EXPERIMENT_EDITS: set[str] = set()  # experiments not yet on trainer.utd + a 256 minibatch
 
 
 def _schedule(resolved: dict):
@@ -185,9 +184,7 @@ def test_every_composed_config_has_one_utd_and_a_derived_batch():
     assert seen == (len(_options("experiment")) + 1) * len(_options("agent"))
 
 
-@pytest.mark.parametrize("experiment", [
-    pytest.param(e, marks=pytest.mark.xfail(strict=True, reason="configs/experiment edit pending (issue 14)"))
-    if e in _PENDING_EXPERIMENT_EDITS else e for e in PAPER_UTD])
+@pytest.mark.parametrize("experiment", list(PAPER_UTD))
 def test_off_policy_experiments_run_their_papers_utd_on_minibatches_of_256(experiment):
     resolved = OmegaConf.to_container(_composed_train(f"experiment={experiment}"), resolve=True)
     s = _schedule(resolved)

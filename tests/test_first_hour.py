@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from robotrl.envs.video import osmesa_available
+
+needs_osmesa = pytest.mark.skipif(not osmesa_available(), reason="libOSMesa (apt-get install libosmesa6) is not installed")
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SETUP = 'python3 -m pip install -e . && robotrl train'
@@ -151,11 +155,8 @@ def test_device_gpu_is_not_a_device(tmp_path):
     assert "device=gpu is not a device" in line and "device=cuda" in line
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible here: device=cuda is valid")
 def test_device_cuda_without_a_gpu(tmp_path):
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA GPU is visible here")
     line = _one_error_line(_robotrl(["train", "device=cuda"], tmp_path))
     assert "no CUDA GPU is visible" in line and "device=auto" in line
 
@@ -224,11 +225,8 @@ def test_a_dataset_made_with_other_recipe_args_is_not_reused_silently(tmp_path):
 
 # ----------------------------------------------------------------------------- defect (b): headless cameras
 @pytest.mark.slow
+@needs_osmesa
 def test_headless_camera_recording_needs_no_environment_variable(tmp_path):
-    from robotrl.envs.video import osmesa_available
-
-    if not osmesa_available():
-        pytest.skip("libOSMesa (apt-get install libosmesa6) is not installed")
     res = _robotrl(["collect", "recipe=pointmaze-umaze", "num_steps=20", "cameras=[topdown]", "image_size=16",
                     f"root={tmp_path}", "dataset_id=t/cam-v0", "+ref_episodes=1"], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -349,12 +347,9 @@ def test_a_feature_without_its_extra_names_the_extra(tmp_path, blocked, args, ex
 
 
 @pytest.mark.slow
+@needs_osmesa
 def test_headless_camera_frames_from_python_after_mujoco_was_imported(tmp_path):
     """The library path of defect (b): mujoco imported (GLFW chosen) before any camera env, no display, nothing set."""
-    from robotrl.envs.video import osmesa_available
-
-    if not osmesa_available():
-        pytest.skip("libOSMesa (apt-get install libosmesa6) is not installed")
     code = ("import mujoco, gymnasium as gym, gymnasium_robotics, numpy as np\n"
             "from robotrl.envs import make_env\n"
             "env = make_env('PointMaze_UMaze-v3', pixels=('topdown',), size=16)\n"

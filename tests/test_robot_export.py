@@ -13,6 +13,7 @@ from torch import nn
 
 from robotrl.agents.bc.policy import BCPolicy
 from robotrl.data.normalizer import ActionScaler, ObservationNormalizer
+from robotrl.envs import osmesa_available
 from robotrl.real_robot.export import export_policy, load_deploy_policy
 
 
@@ -130,6 +131,7 @@ def _twin_observations(px: int = 32, n: int = 6):
     return out, twin.spec()
 
 
+@pytest.mark.skipif(not osmesa_available(), reason="headless MuJoCo rendering needs libosmesa6")
 def test_pixel_bundle_matches_the_policy_on_rendered_frames_and_refuses_other_cameras(tmp_path):
     """A pixel BC policy's bundle (TorchScript, ONNX) and its checkpoint act on the twin's Observations
     (state + real rendered frames) as the policy does; the metadata names the cameras and the state layout."""
@@ -140,14 +142,11 @@ def test_pixel_bundle_matches_the_policy_on_rendered_frames_and_refuses_other_ca
     os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
     from robotrl.agents.bc.policy import BCPolicy
     from robotrl.checkpoint import save_checkpoint
-    from robotrl.envs import osmesa_available
     from robotrl.errors import ConfigError, SpaceMismatchError
     from robotrl.policy import policy_state
     from robotrl.real_robot.export import check_cameras
     from robotrl.real_robot.interface import CameraSpec, Observation
 
-    if not osmesa_available():
-        pytest.skip("headless MuJoCo rendering needs libosmesa6")
     layout = json.dumps({"keys": ["achieved_goal", "desired_goal", "observation"], "shapes": [[2], [2], [4]]})
     torch.manual_seed(0)
     policy = BCPolicy(8, 2, image_shapes={"pixels/topdown": (32, 32, 3)}, hidden=(32,), channels=8, feature_dim=16, state_layout=layout)
