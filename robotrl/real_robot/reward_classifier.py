@@ -58,12 +58,6 @@ __all__ = ["KIND", "RewardVerdict", "RewardFunction", "SuccessClassifier", "Labe
 
 
 # ----------------------------------------------------------------------------- the reward interface
-def resolve_freeze(freeze_encoder: bool | None, encoder_weights: str | None) -> bool:
-    """Whether a classifier's image trunk stays fixed: ``freeze_encoder``, or with ``None`` whether it is pretrained
-    (``encoder_weights`` given; until 2026-12-02 ``encoder=drq`` from scratch was frozen at its random weights)."""
-    return encoder_weights is not None if freeze_encoder is None else bool(freeze_encoder)
-
-
 class RewardVerdict(NamedTuple):
     """What a :class:`RewardFunction` says about the observation a step led to.
 
@@ -130,7 +124,8 @@ class SuccessClassifier(ObservationFrontend):
                  obs_clip: float | None = 10.0, state_layout: str | None = None, frame_stack: int = 1):
         if not image_shapes and int(obs_dim) <= 0:
             raise ConfigError("a success classifier needs cameras or a state (obs_dim > 0); record frames or states")
-        freeze_encoder = resolve_freeze(freeze_encoder, encoder_weights)
+        if freeze_encoder is None:  # frozen exactly when pretrained (until 2026-12-02 drq was frozen at random weights)
+            freeze_encoder = encoder_weights is not None
         hidden = [int(h) for h in hidden]
         super().__init__(obs_dim, action_dim, image_shapes=image_shapes, encoder=encoder, pooling=pooling,
                          feature_dim=feature_dim, channels=channels, encoder_weights=encoder_weights,
