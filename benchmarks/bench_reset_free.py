@@ -46,9 +46,14 @@ from _common import environment, seed_study, seed_table, set_threads, write_json
 FWD_MAZE = [[1, 1, 1, 1, 1], [1, "g", 0, 0, 1], [1, 1, 1, 0, 1], [1, "r", 0, 0, 1], [1, 1, 1, 1, 1]]
 BWD_MAZE = [[1, 1, 1, 1, 1], [1, "r", 0, 0, 1], [1, 1, 1, 0, 1], [1, "g", 0, 0, 1], [1, 1, 1, 1, 1]]
 FWD_ID, BWD_ID = "robotrl/pointmaze/umaze-fixed-forward-v1", "robotrl/pointmaze/umaze-fixed-backward-v1"
+#: The classifiers' own labelled recordings (``--classifier-data around-goal``): the scene goes on past the success.
+FWD_CLF_ID, BWD_CLF_ID = "robotrl/pointmaze/umaze-fixed-forward-clf-v1", "robotrl/pointmaze/umaze-fixed-backward-clf-v1"
 CONTENDERS = ("reset-based", "reset-free")
 
-SETTINGS = ("dataset_steps", "pretrain_steps", "online_steps", "eval_every", "eval_episodes", "max_timeouts", "width")
+SETTINGS = ("dataset_steps", "pretrain_steps", "online_steps", "eval_every", "eval_episodes", "max_timeouts", "width",
+            "classifier_data", "classifier_noise", "classifier_steps")
+#: What a study run before ``--classifier-data`` existed ran (its files have no such arguments).
+LEGACY = {"classifier_data": "task", "classifier_noise": None, "classifier_steps": None}
 
 
 def _ratio(free: float, based: float) -> float | None:
@@ -67,9 +72,9 @@ def merge_parts(files: list[str]) -> list[dict]:
     for f in files:
         d = json.loads(Path(f).read_text())
         parts.append({"file": str(f), "command": d["command"], "args": d["args"], "environment": d["environment"]})
-    first = {k: parts[0]["args"][k] for k in SETTINGS}
+    first = {k: parts[0]["args"].get(k, LEGACY.get(k)) for k in SETTINGS}
     for part in parts[1:]:
-        other = {k: part["args"][k] for k in SETTINGS}
+        other = {k: part["args"].get(k, LEGACY.get(k)) for k in SETTINGS}
         if other != first:
             raise ValueError(f"--merge: {part['file']} was run with {other}, {parts[0]['file']} with {first}; "
                              "rerun that seed with the same study arguments")
@@ -93,14 +98,26 @@ def _data(ds: str) -> list[str]:
     return ["env=pointmaze-umaze", "env.name=null", f"dataset.id={ds}", "dataset.recipe=null", "dataset.generate=false"]
 
 
-def ensure_datasets(steps: int) -> None:
+def ensure_datasets(steps: int, classifier_steps: int = 0, classifier_noise: float = 2.0) -> None:
+    """Each task's recording (the pretraining's data; episodes end at the first success) and, with
+    ``classifier_steps > 0``, each classifier's own labelled recording: the planner drives to the goal and goes on
+    there with heavy action noise (``classifier_noise``, normalised units; actions clipped to the box) for the whole
+    time limit (``continuing_task``), each step labelled with the task's success (distance <= 0.45 m). That is the
+    labelled recording HIL-SERL's operator makes: many frames at the goal and near misses all around it, where the
+    task's recording has one success frame per episode and no state past it."""
     from robotrl.collect.pointmaze import collect_pointmaze
     from robotrl.data import datasets_root
 
-    for ds, maze, seed in ((FWD_ID, FWD_MAZE, 0), (BWD_ID, BWD_MAZE, 1)):
+    jobs = [(FWD_ID, FWD_MAZE, 0, steps, {}), (BWD_ID, BWD_MAZE, 1, steps, {})]
+    if classifier_steps > 0:
+        around = {"continuing_task": True, "reset_target": False}
+        jobs += [(FWD_CLF_ID, FWD_MAZE, 2, classifier_steps, {"action_noise": classifier_noise, "env_kwargs": around}),
+                 (BWD_CLF_ID, BWD_MAZE, 3, classifier_steps, {"action_noise": classifier_noise, "env_kwargs": around})]
+    for ds, maze, seed, n, extra in jobs:
         if not (datasets_root() / ds / "data" / "metadata.json").exists():
-            collect_pointmaze("umaze", num_steps=steps, seed=seed, dataset_id=ds, env_kwargs={"maze_map": maze},
-                              progress=False, ref_episodes=20)
+            kw = dict(extra)
+            kw["env_kwargs"] = {"maze_map": maze, **kw.get("env_kwargs", {})}
+            collect_pointmaze("umaze", num_steps=n, seed=seed, dataset_id=ds, progress=False, ref_episodes=20, **kw)
 
 
 def _curve(history: list[dict]) -> list[list[float]]:
@@ -125,10 +142,11 @@ def run_seed(seed: int, args, root: Path) -> dict:
     out: dict = {}
     clf, pre = {}, {}
     t0 = time.perf_counter()
-    for name, ds in (("forward", FWD_ID), ("backward", BWD_ID)):
+    around = args.classifier_data == "around-goal"
+    for name, ds, clf_ds in (("forward", FWD_ID, FWD_CLF_ID), ("backward", BWD_ID, BWD_CLF_ID)):
         clf[name] = root / f"clf-{name}-seed{seed}"
-        s = run_train(_compose(["agent=reward-classifier", *_data(ds), f"seed={seed}", "agent.model.steps=1500"]),
-                      clf[name])
+        s = run_train(_compose(["agent=reward-classifier", *_data(clf_ds if around else ds), f"seed={seed}",
+                                "agent.model.steps=1500"]), clf[name])
         out[f"classifier_{name}"] = {k: s["heldout"][k] for k in ("precision", "recall", "f1", "auc")}
         pre[name] = root / f"pre-{name}-seed{seed}"
         build_trainer(_compose(["experiment=calql", *_data(ds), *common, "agent.model.critic_init=data",
@@ -140,7 +158,7 @@ def run_seed(seed: int, args, root: Path) -> dict:
     online = ["trainer.utd=1", "trainer.batch_size=256", f"trainer.online_steps={args.online_steps}",
               f"trainer.eval_every={args.eval_every}", f"trainer.checkpoint_every={args.online_steps}",
               f"trainer.init_from={pre['forward']}"]
-    for name in CONTENDERS:
+    for name in args.contenders:
         run = root / f"{name}-seed{seed}"
         extra = ["experiment=calql-online"] if name == "reset-based" else [
             "experiment=reset-free", f"reset_free.backward_dataset.id={BWD_ID}", "reset_free.backward_dataset.generate=false",
@@ -158,7 +176,8 @@ def run_seed(seed: int, args, root: Path) -> dict:
             row.update(env_resets=_episodes(run), human_resets=0)
         else:
             row.update(env_resets=s["sim_resets"], human_resets=s["human_resets"],
-                       **{k: s[k] for k in ("forward_episodes", "forward_successes", "forward_timeouts", "forward_env_steps",
+                       **{k: s[k] for k in ("forward_episodes", "forward_successes", "forward_task_successes",
+                                            "forward_timeouts", "forward_env_steps",
                                             "backward_episodes", "backward_successes", "backward_timeouts",
                                             "backward_env_steps")})
         out[name] = row
@@ -177,6 +196,13 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--max-timeouts", type=int, default=3)
     p.add_argument("--width", type=int, default=64)
+    p.add_argument("--classifier-data", choices=("around-goal", "task"), default="around-goal",
+                   help="what the success classifiers learn from: their own labelled recordings around the goal "
+                        "(ensure_datasets) or the task recordings the pretraining uses (one success frame per episode)")
+    p.add_argument("--classifier-noise", type=float, default=2.0, help="action noise std of the around-goal recordings")
+    p.add_argument("--classifier-steps", type=int, default=20000, help="env steps of each around-goal recording")
+    p.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
+                   help="run only these (a pilot; the table needs both)")
     p.add_argument("--root", default="/tmp/bench_reset_free")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "studies" / "reset-free" /
                                         "results.json"))
@@ -185,10 +211,15 @@ def main() -> None:
     set_threads(1)
     os.environ.setdefault("MINARI_DATASETS_PATH", str(Path(args.root) / "minari"))
     if not args.merge:
-        ensure_datasets(args.dataset_steps)
+        ensure_datasets(args.dataset_steps, args.classifier_steps if args.classifier_data == "around-goal" else 0,
+                        args.classifier_noise)
     parts = merge_parts(args.merge) if args.merge else None
     per_seed, commands = seed_study(args, run_seed)
     env = parts[0]["environment"] if parts else environment()
+    if set(args.contenders) != set(CONTENDERS):  # a pilot: the per-seed rows, no comparison
+        write_json(Path(args.out), {"command": " ".join(sys.argv), "commands": commands, "args": vars(args),
+                                    "environment": env, "per_seed": {str(k): v for k, v in per_seed.items()}})
+        return
     table = seed_table(per_seed, CONTENDERS, ("final", "ending", "env_resets", "human_resets"))
     ratio = _ratio(table["reset-free"]["final"]["iqm"], table["reset-based"]["final"]["iqm"])
     ratio_ending = _ratio(table["reset-free"]["ending"]["iqm"], table["reset-based"]["ending"]["iqm"])

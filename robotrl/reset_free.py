@@ -25,7 +25,8 @@ Here (docs/algorithms/reset-free.md):
 
 The report's summary adds ``sim_resets`` (simulator resets: the first, the interventions, the resumes),
 ``human_resets``, ``resume_resets`` and per phase ``<phase>_episodes``, ``_successes``, ``_timeouts``,
-``_env_steps`` and ``_updates``.
+``_env_steps`` and ``_updates``, and ``forward_task_successes`` (forward phases the classifier ended where the
+simulator's own success flag held too: the audit of its verdicts).
 
 The clock is env steps of both phases together: ``trainer.online_steps`` is the whole budget, shared by the
 phases as their episodes take it.

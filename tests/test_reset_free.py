@@ -97,6 +97,7 @@ def test_one_simulator_reset_over_twelve_episodes_phases_alternate_each_scored_b
     clfs = {ph: load_classifier(task[ph]) for ph in ("forward", "backward")}
     planner = MazePlanner(raw.maze, rng=np.random.default_rng(0))
     phases, successes, steps = [], [], 0
+    task_hits = 0  # forward phases the classifier ended where the simulator's own success flag held too
     start = None
     for ep in range(12):
         obs, info = env.reset(seed=5 if ep == 0 else None)
@@ -118,6 +119,7 @@ def test_one_simulator_reset_over_twelve_episodes_phases_alternate_each_scored_b
             assert r == float(p >= thr) and term == (p >= thr)
             done = term or trunc
         successes.append(bool(term))
+        task_hits += int(term and info["phase"] == "forward" and info["success"])
         other, other_thr = clfs["backward" if info["phase"] == "forward" else "forward"]
         if term:  # where one phase's classifier says done, the other one's task is still ahead
             assert other.prob(obs) < other_thr
@@ -129,6 +131,7 @@ def test_one_simulator_reset_over_twelve_episodes_phases_alternate_each_scored_b
     c = env.counters()
     assert c["forward_episodes"] == c["backward_episodes"] == 6
     assert c["forward_successes"] + c["backward_successes"] == sum(successes)
+    assert 1 <= c["forward_task_successes"] == task_hits <= c["forward_successes"]  # the audit counts what it says
 
 
 @pytest.mark.parametrize("intervene", [True, False])

@@ -87,6 +87,9 @@ class ResetFreeEnv(gym.Wrapper):
         human_resets: interventions counted (``K`` timeouts in a row of one phase).
         resume_resets: simulator resets after :meth:`load_state_dict` (a resumed process lost the simulated scene).
         episodes, successes, timeouts, env_steps: per phase ``{phase: int}``.
+        forward_task_successes: forward phases ended by their reward's success at a step where the wrapped env's own
+            ``info["success"]`` was true too: the audit of the forward classifier's verdicts in a simulator (a robot
+            has no such flag; the backward task has none either, its goal is not the env's).
 
     Raises:
         ConfigError: a missing phase reward, ``max_episode_steps < 1``, ``max_timeouts < 1``, or observations that
@@ -119,6 +122,7 @@ class ResetFreeEnv(gym.Wrapper):
         self.successes = dict.fromkeys(PHASES, 0)
         self.timeouts = dict.fromkeys(PHASES, 0)
         self.env_steps = dict.fromkeys(PHASES, 0)
+        self.forward_task_successes = 0
         self._streak = dict.fromkeys(PHASES, 0)  # timeouts in a row, per phase
         self._obs: np.ndarray | None = None  # the scene's latest raw observation (None: the simulator needs a reset)
         self._start_goal: np.ndarray | None = None  # achieved goal at the last simulator reset
@@ -177,15 +181,16 @@ class ResetFreeEnv(gym.Wrapper):
         terminated = bool(success) and bool(fn.end_on_success)
         truncated = not terminated and self._phase_steps >= self.max_episode_steps
         if terminated or truncated:
-            self._phase_ended(bool(success), truncated)
+            self._phase_ended(bool(success), truncated, task_success=bool(info.get("success", False)))
         info = dict(info)
         info.update(phase=self.phase, phase_success=bool(success), phase_p=float(p), **self.counters())
         return shown, float(reward), terminated, truncated, info
 
-    def _phase_ended(self, success: bool, timed_out: bool) -> None:
+    def _phase_ended(self, success: bool, timed_out: bool, task_success: bool) -> None:
         ph = self.phase
         self.episodes[ph] += 1
         self.successes[ph] += int(success)
+        self.forward_task_successes += int(success and task_success and ph == PHASES[0])
         if not timed_out:
             self._streak[ph] = 0
             return
@@ -208,8 +213,9 @@ class ResetFreeEnv(gym.Wrapper):
     # ------------------------------------------------------------------ counters and checkpoints
     def counters(self) -> dict[str, int]:
         """``sim_resets``, ``human_resets``, ``resume_resets`` and per phase ``<phase>_episodes``, ``_successes``,
-        ``_timeouts``, ``_env_steps``."""
-        out = {"sim_resets": self.sim_resets, "human_resets": self.human_resets, "resume_resets": self.resume_resets}
+        ``_timeouts``, ``_env_steps``, and ``forward_task_successes``."""
+        out = {"sim_resets": self.sim_resets, "human_resets": self.human_resets, "resume_resets": self.resume_resets,
+               "forward_task_successes": self.forward_task_successes}
         for ph in PHASES:
             out.update({f"{ph}_episodes": self.episodes[ph], f"{ph}_successes": self.successes[ph],
                         f"{ph}_timeouts": self.timeouts[ph], f"{ph}_env_steps": self.env_steps[ph]})
@@ -232,6 +238,7 @@ class ResetFreeEnv(gym.Wrapper):
         for ph in PHASES:
             self.episodes[ph], self.successes[ph] = int(c[f"{ph}_episodes"]), int(c[f"{ph}_successes"])
             self.timeouts[ph], self.env_steps[ph] = int(c[f"{ph}_timeouts"]), int(c[f"{ph}_env_steps"])
+        self.forward_task_successes = int(c.get("forward_task_successes", 0))  # absent from checkpoints before it
         self._streak = {ph: int(state["streak"][ph]) for ph in PHASES}
         self.phase = str(state["phase"])
         self._obs, self._resumed = None, True
