@@ -51,9 +51,9 @@ FWD_CLF_ID, BWD_CLF_ID = "robotrl/pointmaze/umaze-fixed-forward-clf-v1", "robotr
 CONTENDERS = ("reset-based", "reset-free")
 
 SETTINGS = ("dataset_steps", "pretrain_steps", "online_steps", "eval_every", "eval_episodes", "max_timeouts", "width",
-            "classifier_data", "classifier_noise", "classifier_steps")
+            "classifier_data", "classifier_noise", "classifier_hover", "classifier_steps")
 #: What a study run before ``--classifier-data`` existed ran (its files have no such arguments).
-LEGACY = {"classifier_data": "task", "classifier_noise": None, "classifier_steps": None}
+LEGACY = {"classifier_data": "task", "classifier_noise": None, "classifier_hover": None, "classifier_steps": None}
 
 
 def _ratio(free: float, based: float) -> float | None:
@@ -98,21 +98,23 @@ def _data(ds: str) -> list[str]:
     return ["env=pointmaze-umaze", "env.name=null", f"dataset.id={ds}", "dataset.recipe=null", "dataset.generate=false"]
 
 
-def ensure_datasets(steps: int, classifier_steps: int = 0, classifier_noise: float = 2.0) -> None:
+def ensure_datasets(steps: int, classifier_steps: int = 0, classifier_noise: float = 0.5,
+                    classifier_hover: float = 1.0) -> None:
     """Each task's recording (the pretraining's data; episodes end at the first success) and, with
-    ``classifier_steps > 0``, each classifier's own labelled recording: the planner drives to the goal and goes on
-    there with heavy action noise (``classifier_noise``, normalised units; actions clipped to the box) for the whole
-    time limit (``continuing_task``), each step labelled with the task's success (distance <= 0.45 m). That is the
-    labelled recording HIL-SERL's operator makes: many frames at the goal and near misses all around it, where the
-    task's recording has one success frame per episode and no state past it."""
+    ``classifier_steps > 0``, each classifier's own labelled recording: the planner drives to the goal and then
+    keeps moving around it (points within ``classifier_hover`` m, :class:`robotrl.collect.pointmaze.MazePlanner`'s
+    ``hover_radius``; action noise ``classifier_noise``) for the whole time limit (``continuing_task``), each step
+    labelled with the task's success (distance <= 0.45 m). That is the labelled recording HIL-SERL's operator makes:
+    many frames at the goal and near misses on every side of it, where the task's recording has one success frame
+    per episode and no state past it."""
     from robotrl.collect.pointmaze import collect_pointmaze
     from robotrl.data import datasets_root
 
     jobs = [(FWD_ID, FWD_MAZE, 0, steps, {}), (BWD_ID, BWD_MAZE, 1, steps, {})]
     if classifier_steps > 0:
-        around = {"continuing_task": True, "reset_target": False}
-        jobs += [(FWD_CLF_ID, FWD_MAZE, 2, classifier_steps, {"action_noise": classifier_noise, "env_kwargs": around}),
-                 (BWD_CLF_ID, BWD_MAZE, 3, classifier_steps, {"action_noise": classifier_noise, "env_kwargs": around})]
+        kw = {"action_noise": classifier_noise, "hover_radius": classifier_hover,
+              "env_kwargs": {"continuing_task": True, "reset_target": False}}
+        jobs += [(FWD_CLF_ID, FWD_MAZE, 2, classifier_steps, kw), (BWD_CLF_ID, BWD_MAZE, 3, classifier_steps, kw)]
     for ds, maze, seed, n, extra in jobs:
         if not (datasets_root() / ds / "data" / "metadata.json").exists():
             kw = dict(extra)
@@ -199,7 +201,9 @@ def main() -> None:
     p.add_argument("--classifier-data", choices=("around-goal", "task"), default="around-goal",
                    help="what the success classifiers learn from: their own labelled recordings around the goal "
                         "(ensure_datasets) or the task recordings the pretraining uses (one success frame per episode)")
-    p.add_argument("--classifier-noise", type=float, default=2.0, help="action noise std of the around-goal recordings")
+    p.add_argument("--classifier-noise", type=float, default=0.5, help="action noise std of the around-goal recordings")
+    p.add_argument("--classifier-hover", type=float, default=1.0,
+                   help="radius (m) around the goal the around-goal recordings move within once there")
     p.add_argument("--classifier-steps", type=int, default=20000, help="env steps of each around-goal recording")
     p.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
                    help="run only these (a pilot; the table needs both)")
@@ -212,7 +216,7 @@ def main() -> None:
     os.environ.setdefault("MINARI_DATASETS_PATH", str(Path(args.root) / "minari"))
     if not args.merge:
         ensure_datasets(args.dataset_steps, args.classifier_steps if args.classifier_data == "around-goal" else 0,
-                        args.classifier_noise)
+                        args.classifier_noise, args.classifier_hover)
     parts = merge_parts(args.merge) if args.merge else None
     per_seed, commands = seed_study(args, run_seed)
     env = parts[0]["environment"] if parts else environment()

@@ -91,6 +91,38 @@ def test_pointmaze_planner_reaches_goal():
         assert res["success_rate"] >= 5 / 6, (maze, res)
 
 
+def test_pointmaze_hover_records_near_misses_on_every_side_of_the_goal():
+    """``hover_radius``: once at the goal the planner keeps moving around it, so a continuing recording (a success
+    classifier's) holds frames inside the 0.45 m success radius and near misses just outside it, in several
+    directions; without it the ball sits at the goal and no frame after arrival is a near miss."""
+    from robotrl.collect._common import make_env
+    from robotrl.collect.pointmaze import MAZES, MazePlanner
+
+    def after_arrival(hover: float) -> tuple[np.ndarray, np.ndarray]:
+        env = make_env(MAZES["umaze"], continuing_task=True, reset_target=False, max_episode_steps=400)
+        planner = MazePlanner(env.unwrapped.maze, hover_radius=hover, rng=np.random.default_rng(0))
+        obs, _ = env.reset(seed=3)
+        planner.reset()
+        offsets, success, arrived = [], [], False
+        for _ in range(400):
+            obs, _, _, _, info = env.step(planner(obs))
+            arrived = arrived or bool(info["success"])
+            if arrived:
+                offsets.append(obs["achieved_goal"] - obs["desired_goal"])
+                success.append(bool(info["success"]))
+        env.close()
+        return np.asarray(offsets), np.asarray(success)
+
+    off, ok = after_arrival(1.0)
+    dist = np.linalg.norm(off, axis=1)
+    near_miss = ~ok & (dist < 0.8)
+    assert ok.sum() >= 50 and near_miss.sum() >= 20, (ok.sum(), near_miss.sum())
+    angles = np.arctan2(off[near_miss, 1], off[near_miss, 0])
+    assert np.unique(np.floor((angles + np.pi) / (np.pi / 2))).size >= 2  # misses in at least two quadrants
+    off0, ok0 = after_arrival(0.0)
+    assert ok0.all()  # holding the goal: never outside the radius again
+
+
 def test_fetch_push_expert_and_noisy(root):
     from robotrl.collect import collect_fetch
 

@@ -75,13 +75,19 @@ class MazePlanner:
         action_scale: factor on the controller's clipped action before the noise: the
             demonstrator's top speed as a fraction of the actuators' range (1: full speed).
         waypoint_jitter: half-width in meters of the uniform jitter of intermediate waypoints.
-        rng: numpy Generator for noise and jitter.
+        hover_radius: once the ball reaches the goal (within ``waypoint_threshold``), keep moving around it: aim at
+            points drawn uniformly in the disk of this radius (m) around the goal, a new one when reached or after
+            ``hover_steps`` steps; points inside a wall press the ball against it. 0: hold the goal. For a success
+            classifier's labelled recording on a ``continuing_task`` env: frames inside the success radius and near
+            misses on every side of it, as HIL-SERL's operator records them.
+        hover_steps: the most steps spent aiming at one hover point.
+        rng: numpy Generator for noise, jitter and hover points.
 
     ``policy(obs) -> (2,) float32`` action in [-1, 1] for a PointMaze Dict observation.
     """
 
     def __init__(self, maze, *, kp=10.0, kd=1.0, waypoint_threshold=0.1, action_noise=0.0, action_scale=1.0,
-                 waypoint_jitter=0.0, rng=None, gamma=0.99):
+                 waypoint_jitter=0.0, hover_radius=0.0, hover_steps=20, rng=None, gamma=0.99):
         self.maze = maze
         self.grid = np.asarray([[1 if c == 1 else 0 for c in row] for row in maze.maze_map], dtype=np.int8)
         self.kp, self.kd = kp, kd
@@ -89,6 +95,8 @@ class MazePlanner:
         self.noise = action_noise
         self.scale = action_scale
         self.jitter = waypoint_jitter
+        self.hover_radius, self.hover_steps = float(hover_radius), int(hover_steps)
+        self._hover_left: int | None = None  # steps left on the current hover point (None: not hovering yet)
         self.gamma = gamma
         self.rng = rng if rng is not None else np.random.default_rng()
         self._next: dict[tuple, dict] = {}  # goal cell -> {cell: next cell}
@@ -147,7 +155,7 @@ class MazePlanner:
 
     def reset(self) -> None:
         """Forget the current waypoint (call after an env reset)."""
-        self._goal_xy = self._wp_cell = self._wp_xy = None
+        self._goal_xy = self._wp_cell = self._wp_xy = self._hover_left = None
 
     def __call__(self, obs) -> np.ndarray:
         xy = np.asarray(obs["achieved_goal"], dtype=np.float64)
@@ -159,9 +167,16 @@ class MazePlanner:
             self._set_waypoint(self.next_cell(cell, goal_cell), goal_cell, goal_xy)
         elif self._wp_cell != goal_cell and np.linalg.norm(self._wp_xy - xy) <= self.threshold:
             self._set_waypoint(self.next_cell(self._wp_cell, goal_cell), goal_cell, goal_xy)
+        elif self.hover_radius > 0 and self._wp_cell == goal_cell and (
+                (self._hover_left is not None and self._hover_left <= 0) or np.linalg.norm(self._wp_xy - xy) <= self.threshold):
+            r, a = self.hover_radius * np.sqrt(self.rng.uniform()), self.rng.uniform(0.0, 2.0 * np.pi)  # uniform in the disk
+            self._wp_xy = goal_xy + r * np.array([np.cos(a), np.sin(a)])
+            self._hover_left = self.hover_steps
         elif cell != self._wp_cell and self.next_cell(cell, goal_cell) != self._wp_cell:
             # pushed off the route (noise, collisions): replan from where the ball is
             self._set_waypoint(self.next_cell(cell, goal_cell), goal_cell, goal_xy)
+        if self._hover_left is not None:
+            self._hover_left -= 1
         action = self.kp * (self._wp_xy - xy) - self.kd * vel
         if self.scale != 1.0:  # a slower demonstrator: a fraction of the actuators' range (scale 1: Minari's planner)
             action = self.scale * np.clip(action, -1.0, 1.0)
@@ -190,6 +205,7 @@ def collect_pointmaze(
     max_episode_steps: int | None = None,
     env_kwargs: dict | None = None,
     ref_episodes: int = 100,
+    hover_radius: float = 0.0,
     cameras: list[str] | None = None,
     image_size: int | None = None,
 ) -> Path:
@@ -214,6 +230,10 @@ def collect_pointmaze(
             (:data:`TASK_KWARGS`), e.g. ``{"continuing_task": True, "reset_target": True}`` for
             D4RL maze2d's moving-goal collection; recorded in the env spec like every kwarg.
         ref_episodes: task-env episodes for each reference score (Minari default 100).
+        hover_radius: the planner keeps moving within this radius (m) of the goal once there (:class:`MazePlanner`;
+            0: it holds the goal). With ``env_kwargs={"continuing_task": True}`` the episode goes on past the
+            success: a success classifier's labelled recording, e.g. ``robotrl collect recipe=pointmaze-umaze
+            "+env_kwargs={continuing_task: true}" +hover_radius=1.0``.
         cameras: record camera frames too (e.g. ``["topdown"]``, see
             :class:`robotrl.envs.pixels.PixelObservation`): observations gain
             ``"pixels": {camera: uint8 (H, W, 3)}``, stored uint8 in the Minari dataset.
@@ -238,7 +258,7 @@ def collect_pointmaze(
     env = with_cameras(env, cameras, image_size)
     rng = np.random.default_rng(seed)
     planner = MazePlanner(env.unwrapped.maze, action_noise=action_noise, action_scale=action_scale,
-                          waypoint_jitter=0.1, rng=rng)
+                          waypoint_jitter=0.1, hover_radius=hover_radius, rng=rng)
     t0 = time.time()
     bar = progress_bar(num_steps, f"collect {dataset_id}", progress)
     episodes = collect_steps(env, planner, num_steps, seed, bar, success_key="success")
@@ -260,6 +280,7 @@ def collect_pointmaze(
         action_noise_std=action_noise,
         action_scale=action_scale,
         waypoint_jitter_m=0.1,
+        hover_radius_m=hover_radius,
         seed=seed,
         num_steps=num_steps,
         num_episodes=len(episodes),
