@@ -122,6 +122,35 @@ def ensure_datasets(steps: int, classifier_steps: int = 0, classifier_noise: flo
             collect_pointmaze("umaze", num_steps=n, seed=seed, dataset_id=ds, progress=False, ref_episodes=20, **kw)
 
 
+#: Distance bands (m from the goal) of :func:`probe_classifier`; the task's success radius is 0.45 m.
+PROBE_BANDS = ((0.0, 0.45), (0.45, 0.55), (0.55, 0.7), (0.7, 1.0))
+
+
+def probe_classifier(path: Path, n: int = 20000, seed: int = 0) -> dict:
+    """Where the forward classifier says success: the share of ``n`` ball positions in the goal's corridor
+    (x in [-1.4, 0.5], y in [0.6, 1.4], uniform; the goal drawn within its cell's +-0.25 m as the task draws it) it
+    calls a success, per distance band from the goal (:data:`PROBE_BANDS`), with the ball at rest and moving
+    (velocity ~ N(0, 2^2) per axis). A classifier that learnt the success radius says ~1 inside 0.45 m and ~0
+    outside; one that learnt a region fires well beyond it (the diagnosis in docs/algorithms/reset-free.md)."""
+    from robotrl.envs import env_info
+    from robotrl.real_robot.reward_classifier import load_classifier
+
+    clf, thr = load_classifier(path)
+    sl = env_info("pointmaze-umaze", {"maze_map": FWD_MAZE}).layout.slices
+    rng = np.random.default_rng(seed)
+    goal = np.array([-1.0, 1.0]) + rng.uniform(-0.25, 0.25, (n, 2))  # the goal cell (row 1, col 1) of FWD_MAZE
+    pos = np.c_[rng.uniform(-1.4, 0.5, n), rng.uniform(0.6, 1.4, n)]
+    dist = np.linalg.norm(pos - goal, axis=1)
+    out = {}
+    for mode, vel in (("rest", np.zeros((n, 2))), ("moving", rng.normal(0.0, 2.0, (n, 2)))):
+        obs = np.zeros((n, max(s.stop for s in sl.values())), np.float32)
+        obs[:, sl["observation"]] = np.c_[pos, vel]
+        obs[:, sl["achieved_goal"]], obs[:, sl["desired_goal"]] = pos, goal
+        say = clf.prob(obs) >= thr
+        out[mode] = {f"{lo}-{hi}": round(float(say[(dist >= lo) & (dist < hi)].mean()), 3) for lo, hi in PROBE_BANDS}
+    return out
+
+
 def _curve(history: list[dict]) -> list[list[float]]:
     return [[h["step"], h["success_rate"]] for h in history if h["phase"] == "online" and "success_rate" in h]
 
@@ -150,6 +179,8 @@ def run_seed(seed: int, args, root: Path) -> dict:
         s = run_train(_compose(["agent=reward-classifier", *_data(clf_ds if around else ds), f"seed={seed}",
                                 "agent.model.steps=1500"]), clf[name])
         out[f"classifier_{name}"] = {k: s["heldout"][k] for k in ("precision", "recall", "f1", "auc")}
+        if name == "forward":
+            out["classifier_forward"]["says_success_by_distance"] = probe_classifier(clf[name])
         pre[name] = root / f"pre-{name}-seed{seed}"
         build_trainer(_compose(["experiment=calql", *_data(ds), *common, "agent.model.critic_init=data",
                                 f"trainer.offline_steps={args.pretrain_steps}",
