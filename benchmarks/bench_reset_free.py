@@ -51,9 +51,10 @@ FWD_CLF_ID, BWD_CLF_ID = "robotrl/pointmaze/umaze-fixed-forward-clf-v1", "robotr
 CONTENDERS = ("reset-based", "reset-free")
 
 SETTINGS = ("dataset_steps", "pretrain_steps", "online_steps", "eval_every", "eval_episodes", "max_timeouts", "width",
-            "classifier_data", "classifier_noise", "classifier_hover", "classifier_steps")
+            "classifier_data", "classifier_noise", "classifier_hover", "classifier_steps", "goals")
 #: What a study run before ``--classifier-data`` existed ran (its files have no such arguments).
-LEGACY = {"classifier_data": "task", "classifier_noise": None, "classifier_hover": None, "classifier_steps": None}
+LEGACY = {"classifier_data": "task", "classifier_noise": None, "classifier_hover": None, "classifier_steps": None,
+          "goals": "scene"}
 
 
 def _ratio(free: float, based: float) -> float | None:
@@ -196,7 +197,8 @@ def run_seed(seed: int, args, root: Path) -> dict:
         extra = ["experiment=calql-online"] if name == "reset-based" else [
             "experiment=reset-free", f"reset_free.backward_dataset.id={BWD_ID}", "reset_free.backward_dataset.generate=false",
             f"reset_free.forward_classifier={clf['forward']}", f"reset_free.backward_classifier={clf['backward']}",
-            f"reset_free.backward_init_from={pre['backward']}", f"reset_free.max_timeouts={args.max_timeouts}"]
+            f"reset_free.backward_init_from={pre['backward']}", f"reset_free.max_timeouts={args.max_timeouts}",
+            f"reset_free.goals={args.goals}"]
         t0 = time.perf_counter()
         tr = build_trainer(_compose([*extra, *_data(FWD_ID), *common, *online, f"run_dir={run}"]), run, overrides=[])
         s = tr.fit()
@@ -236,6 +238,9 @@ def main() -> None:
     p.add_argument("--classifier-hover", type=float, default=1.0,
                    help="radius (m) around the goal the around-goal recordings move within once there")
     p.add_argument("--classifier-steps", type=int, default=20000, help="env steps of each around-goal recording")
+    p.add_argument("--goals", choices=("maze", "scene"), default="maze",
+                   help="reset_free.goals: each phase draws its goal as the task's reset does (maze), or the scene keeps "
+                        "the goals of its last simulator reset (scene; the runs before 2026-12-02's fix)")
     p.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
                    help="run only these (a pilot; the table needs both)")
     p.add_argument("--root", default="/tmp/bench_reset_free")

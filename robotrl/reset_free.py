@@ -43,7 +43,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from robotrl.data import check_spaces, load_dataset
-from robotrl.envs.reset_free import PHASES, ResetFreeEnv
+from robotrl.envs.reset_free import PHASES, MazeGoals, ResetFreeEnv
 from robotrl.errors import ConfigError
 from robotrl.experiment_parts import action_scaler_for, build_agent, check_warm_start_spec, observation_normalizer, \
     offline_buffer, reward_transform
@@ -268,9 +268,13 @@ def reset_free_runner(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, agent
         sl = info.layout.slices
         goal = (sl["achieved_goal"], sl["desired_goal"])
     # the scene: the task's training env with a time limit it never reaches (the phases end episodes)
+    goals = {"scene": None, "maze": MazeGoals()}.get(str(rf.get("goals", "scene")), "?")
+    if goals == "?":
+        raise ConfigError(f"reset_free.goals={rf.goals!r} is unknown: choose scene (the goals of the last simulator reset "
+                          "for the whole scene) or maze (each phase draws its goal as a gymnasium-robotics maze's reset does)")
     sim = make_env_from_args({**train_env, "max_episode_steps": 10**9, "terminate_on_success": False})
     env = ResetFreeEnv(sim, rewards, max_episode_steps=int(limit), max_timeouts=int(rf.max_timeouts),
-                       intervene=bool(rf.intervene), goal_slices=goal)
+                       intervene=bool(rf.intervene), goal_slices=goal, goals=goals)
 
     r_scale, r_bias, fill = reward_transform(cfg.agent)
     gamma = float(cfg.agent.get("gamma", 0.99))

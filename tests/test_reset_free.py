@@ -69,7 +69,7 @@ class CountResets(gym.Wrapper):
         return self.env.reset(**kwargs)
 
 
-def _scene(task, *, max_episode_steps, max_timeouts=100, intervene=True, same_reward=False):
+def _scene(task, *, max_episode_steps, max_timeouts=100, intervene=True, same_reward=False, goals=None):
     """A ResetFreeEnv around the real fixed-cell UMaze, flattened as robotrl's envs are, with a reset counter
     directly around the MuJoCo env; the classifiers from their files."""
     from robotrl.envs.registry import env_info, resolve_env
@@ -85,8 +85,47 @@ def _scene(task, *, max_episode_steps, max_timeouts=100, intervene=True, same_re
     sl = layout.slices
     rewards = {ph: ClassifierReward.from_file(task["forward" if same_reward else ph], obs_dim=8) for ph in ("forward", "backward")}
     env = ResetFreeEnv(flat, rewards, max_episode_steps=max_episode_steps, max_timeouts=max_timeouts,
-                       intervene=intervene, goal_slices=None if same_reward else (sl["achieved_goal"], sl["desired_goal"]))
+                       intervene=intervene, goal_slices=None if same_reward else (sl["achieved_goal"], sl["desired_goal"]),
+                       goals=goals)
     return env, counted, raw, layout, rewards
+
+
+def test_maze_goals_draw_each_phase_its_goal_as_the_task_reset_does_without_moving_the_scene(task):
+    """``goals=MazeGoals()``: every forward phase gets a new goal in the goal cell (+-0.25 m, the maze's reset noise),
+    set as the env's own goal (its ``info["success"]`` follows it: the planner reaches each one); every backward phase
+    a new start in the start cell; the simulator is reset once and the ball is never moved by a goal change."""
+    from robotrl.collect.pointmaze import MazePlanner
+    from robotrl.envs.reset_free import MazeGoals
+
+    env, counted, raw, layout, _ = _scene(task, max_episode_steps=250, goals=MazeGoals())
+    sl = layout.slices
+    planner = MazePlanner(raw.maze, rng=np.random.default_rng(0))
+    goal_cell, start_cell = raw.maze.cell_rowcol_to_xy(np.array([1, 1])), raw.maze.cell_rowcol_to_xy(np.array([3, 1]))
+    shown = {"forward": [], "backward": []}
+    obs, info = env.reset(seed=7)
+    for ep in range(6):
+        if ep:
+            ball = obs[sl["achieved_goal"]].copy()
+            obs, info = env.reset()
+            np.testing.assert_allclose(obs[sl["achieved_goal"]], ball)  # a new goal does not move the ball
+        ph, g = info["phase"], obs[sl["desired_goal"]].copy()
+        shown[ph].append(g)
+        cell = goal_cell if ph == "forward" else start_cell
+        assert np.all(np.abs(g - cell) <= 0.25 + 1e-6), (ph, g, cell)
+        if ph == "forward":
+            np.testing.assert_allclose(raw.goal, g, atol=1e-6)  # the env's own goal, which its success flag reads
+        planner.reset()
+        done, hit = False, False
+        while not done:
+            obs, _, term, trunc, info = env.step(planner(layout.unflatten(obs)))
+            hit = hit or (ph == "forward" and bool(info["success"]))
+            done = term or trunc
+        assert ph == "backward" or hit  # the planner reached the goal the phase showed, and the env counted it
+    assert counted.resets == 1 and env.sim_resets == 1
+    for ph in ("forward", "backward"):  # three different goals per phase, not the first reset's for the whole run
+        assert len({tuple(np.round(g, 4)) for g in shown[ph]}) == 3, shown[ph]
+    with pytest.raises(ConfigError, match="reset_free.goals=scene"):
+        _scene(task, max_episode_steps=5, same_reward=True, goals=MazeGoals())
 
 
 def test_one_simulator_reset_over_twelve_episodes_phases_alternate_each_scored_by_its_own_classifier(task):
@@ -183,6 +222,7 @@ def test_bad_settings_give_one_line_naming_the_fix(task, tmp_path):
         ([f"reset_free.backward_classifier={tmp_path / 'nope'}"], "does not exist"),
         (["reset_free.backward_dataset.id=null"], "reset_free.backward_dataset.id=<its id>"),
         (["reset_free.max_timeouts=0"], "reset_free.max_timeouts=3"),
+        (["reset_free.goals=fresh"], "choose scene"),
     ]
     for extra, fix in cases:
         cfg = _compose(_train_overrides(task, tmp_path / "bad", extra=extra))

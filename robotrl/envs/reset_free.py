@@ -41,7 +41,7 @@ import numpy as np
 
 from robotrl.errors import ConfigError
 
-__all__ = ["PHASES", "PhaseReward", "ResetFreeEnv"]
+__all__ = ["PHASES", "MazeGoals", "PhaseReward", "ResetFreeEnv"]
 
 #: The two phases, in the order they take turns (the scene starts with the forward task).
 PHASES = ("forward", "backward")
@@ -66,6 +66,34 @@ class PhaseReward(Protocol):
         ...
 
 
+class MazeGoals:
+    """Each phase's goal drawn afresh from the task's own distributions, without moving the scene (gymnasium-robotics
+    mazes: ``PointMaze``, ``AntMaze``).
+
+    The goal of a goal-conditioned twin is the task's instruction, not a state of the scene: the task's reset draws
+    it anew for every episode (the goal cell plus uniform noise of +-0.25 cells), so a scene reset once would
+    otherwise train the forward policy on one goal for the whole run and evaluate it on others. ``forward(env)``
+    draws a goal as the maze's ``reset`` does (``generate_target_goal`` plus ``add_xy_position_noise``) and sets
+    it as the env's goal (its observations, reward and ``info["success"]`` follow it); ``backward(env)`` draws a
+    start as the maze's ``reset`` draws the ball's (``generate_reset_pos`` plus the same noise), the backward
+    phase's goal. Both use the env's own ``np_random``.
+    """
+
+    @staticmethod
+    def forward(env: gym.Env) -> np.ndarray:
+        """Draw and set a new goal ``(2,)`` (m) of ``env``'s maze; returns it."""
+        maze = env.unwrapped
+        maze.goal = maze.add_xy_position_noise(maze.generate_target_goal())
+        maze.update_target_site_pos()
+        return np.asarray(maze.goal, np.float32).copy()
+
+    @staticmethod
+    def backward(env: gym.Env) -> np.ndarray:
+        """A start ``(2,)`` (m) drawn from ``env``'s maze's start distribution (the scene is not touched)."""
+        maze = env.unwrapped
+        return np.asarray(maze.add_xy_position_noise(maze.generate_reset_pos()), np.float32)
+
+
 class ResetFreeEnv(gym.Wrapper):
     """The forward and backward phases on one scene that is reset once (module doc).
 
@@ -80,6 +108,9 @@ class ResetFreeEnv(gym.Wrapper):
         goal_slices: ``(achieved, desired)`` slices of the flat observation (:class:`~robotrl.data.spaces.FlatLayout`
             ``slices``) of a goal-conditioned task: the backward phase shows the start as its desired goal.
             ``None``: both phases show the env's observation.
+        goals: draws each phase's goal afresh at its start (:class:`MazeGoals`; needs ``goal_slices``): the forward
+            phase's is set as the env's goal, the backward phase's replaces the start it shows. ``None``: the goals of
+            the last simulator reset, for the whole scene.
 
     Attributes:
         phase: ``"forward"`` or ``"backward"``, the phase running now.
@@ -97,7 +128,8 @@ class ResetFreeEnv(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, rewards: Mapping[str, PhaseReward], *, max_episode_steps: int,
-                 max_timeouts: int = 3, intervene: bool = True, goal_slices: tuple[slice, slice] | None = None):
+                 max_timeouts: int = 3, intervene: bool = True, goal_slices: tuple[slice, slice] | None = None,
+                 goals: MazeGoals | None = None):
         super().__init__(env)
         missing = [p for p in PHASES if p not in rewards]
         if missing:
@@ -115,7 +147,10 @@ class ResetFreeEnv(gym.Wrapper):
                               "train reset-free on states (obs=state)")
         self.rewards = dict(rewards)
         self.max_episode_steps, self.max_timeouts, self.intervene = int(max_episode_steps), int(max_timeouts), bool(intervene)
-        self.goal_slices = goal_slices
+        if goals is not None and goal_slices is None:
+            raise ConfigError("reset_free.goals redraws the goals of a goal-conditioned task, and this task's observation "
+                              "has no achieved_goal / desired_goal: set reset_free.goals=scene")
+        self.goal_slices, self.goals = goal_slices, goals
         self.phase = PHASES[0]
         self.sim_resets = self.human_resets = self.resume_resets = 0
         self.episodes = dict.fromkeys(PHASES, 0)
@@ -153,6 +188,10 @@ class ResetFreeEnv(gym.Wrapper):
         else:
             self.phase = PHASES[1 - PHASES.index(self.phase)]
             info = {}
+            if self.goals is not None and self.phase == PHASES[0]:  # the env's goal changes; the scene stays
+                self._obs[self.goal_slices[1]] = self.goals.forward(self.env)
+            elif self.goals is not None:
+                self._start_goal = self.goals.backward(self.env)
         self._phase_steps = 0
         self.rewards[self.phase].reset()
         info.update(phase=self.phase, sim_reset=sim_reset, **self.counters())
