@@ -238,9 +238,9 @@ def main() -> None:
     p.add_argument("--classifier-hover", type=float, default=1.0,
                    help="radius (m) around the goal the around-goal recordings move within once there")
     p.add_argument("--classifier-steps", type=int, default=20000, help="env steps of each around-goal recording")
-    p.add_argument("--goals", choices=("maze", "scene"), default="maze",
-                   help="reset_free.goals: each phase draws its goal as the task's reset does (maze), or the scene keeps "
-                        "the goals of its last simulator reset (scene; the runs before 2026-12-02's fix)")
+    p.add_argument("--goals", choices=("scene", "maze"), default="scene",
+                   help="reset_free.goals: the scene keeps the goals of its last simulator reset (scene, the headline "
+                        "runs), or each phase draws its goal as the task's reset does (maze; maze_goals.json)")
     p.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
                    help="run only these (a pilot; the table needs both)")
     p.add_argument("--root", default="/tmp/bench_reset_free")
