@@ -112,6 +112,26 @@ def camera_classifier(weights_file):
 
 
 # ----------------------------------------------------------------------------- metrics
+def test_a_classifier_that_does_not_fit_its_labels_says_so_in_one_line(caplog):
+    """Labels that no state predicts (random): the fit cannot reach the training AUC bar, and the trainer warns in
+    one line that the classifier must not be used as a reward (a camera classifier that failed to train once paid a
+    policy at the start state on the dead-end twin); learnable labels give no warning."""
+    import logging
+
+    from robotrl.real_robot.reward_classifier import train_success_classifier
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1200, 4)).astype(np.float32)
+    with caplog.at_level(logging.WARNING, logger="robotrl.real_robot.reward_classifier"):
+        train_success_classifier(x, rng.random(1200) < 0.3, steps=30, hidden=(16,), seed=0)
+    warned = [r.getMessage() for r in caplog.records if "did not fit" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0] and "agent.model.steps" in warned[0], warned
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="robotrl.real_robot.reward_classifier"):
+        train_success_classifier(x, x[:, 0] > 0.5, steps=300, hidden=(32,), seed=0)
+    assert not [r for r in caplog.records if "did not fit" in r.getMessage()]
+
+
 def test_binary_metrics_count_and_rank_like_their_definitions():
     """Precision / recall / F1 from the confusion counts; AUC equals the fraction of (positive, negative) pairs
     ranked correctly (ties half), computed here pair by pair."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -55,6 +56,11 @@ FORMAT = 2
 __all__ = ["KIND", "RewardVerdict", "RewardFunction", "SuccessClassifier", "LabelledFrames", "binary_metrics",
            "fit_success_classifier", "train_success_classifier", "save_classifier", "load_classifier",
            "ClassifierReward", "relabel_rewards", "run_train", "RewardClassifierAgent"]
+
+
+_log = logging.getLogger(__name__)
+#: Below this AUC on its own training frames a fitted classifier has not learnt its labels (fit_success_classifier warns).
+UNFIT_AUC = 0.9
 
 
 # ----------------------------------------------------------------------------- the reward interface
@@ -433,6 +439,11 @@ def fit_success_classifier(clf: SuccessClassifier, frames: LabelledFrames, *, st
     if log is not None:
         log(int(steps), {f"classifier/heldout_{k}": v for k, v in out["heldout"].items()
                          if k in ("precision", "recall", "f1", "auc", "balanced_accuracy", "threshold")})
+    if out["train"]["auc"] < UNFIT_AUC:
+        _log.warning("the success classifier did not fit its own training frames (train AUC %.2f < %.2f; held-out "
+                     "precision %.2f): it would reward states at random; train longer (agent.model.steps), at another "
+                     "rate (agent.model.lr) or seed, or check the labels, and do not use it as a reward as it is",
+                     out["train"]["auc"], UNFIT_AUC, out["heldout"]["precision"])
     return out
 
 
