@@ -111,16 +111,16 @@ def ensure_datasets(steps: int, classifier_steps: int = 0, classifier_noise: flo
     from robotrl.collect.pointmaze import collect_pointmaze
     from robotrl.data import datasets_root
 
-    jobs = [(FWD_ID, FWD_MAZE, 0, steps, {}), (BWD_ID, BWD_MAZE, 1, steps, {})]
+    jobs = [(FWD_ID, FWD_MAZE, 0, steps, {}, {}), (BWD_ID, BWD_MAZE, 1, steps, {}, {})]
     if classifier_steps > 0:
-        kw = {"action_noise": classifier_noise, "hover_radius": classifier_hover,
-              "env_kwargs": {"continuing_task": True, "reset_target": False}}
-        jobs += [(FWD_CLF_ID, FWD_MAZE, 2, classifier_steps, kw), (BWD_CLF_ID, BWD_MAZE, 3, classifier_steps, kw)]
-    for ds, maze, seed, n, extra in jobs:
+        around = {"action_noise": classifier_noise, "hover_radius": classifier_hover}
+        going_on = {"continuing_task": True, "reset_target": False}
+        jobs += [(FWD_CLF_ID, FWD_MAZE, 2, classifier_steps, around, going_on),
+                 (BWD_CLF_ID, BWD_MAZE, 3, classifier_steps, around, going_on)]
+    for ds, maze, seed, n, planner, task in jobs:
         if not (datasets_root() / ds / "data" / "metadata.json").exists():
-            kw = dict(extra)
-            kw["env_kwargs"] = {"maze_map": maze, **kw.get("env_kwargs", {})}
-            collect_pointmaze("umaze", num_steps=n, seed=seed, dataset_id=ds, progress=False, ref_episodes=20, **kw)
+            collect_pointmaze("umaze", num_steps=n, seed=seed, dataset_id=ds, env_kwargs={"maze_map": maze, **task},
+                              progress=False, ref_episodes=20, **planner)
 
 
 #: Distance bands (m from the goal) of :func:`probe_classifier`; the task's success radius is 0.45 m.
@@ -137,14 +137,15 @@ def probe_classifier(path: Path, n: int = 20000, seed: int = 0) -> dict:
     from robotrl.real_robot.reward_classifier import load_classifier
 
     clf, thr = load_classifier(path)
-    sl = env_info("pointmaze-umaze", {"maze_map": FWD_MAZE}).layout.slices
+    layout = env_info("pointmaze-umaze", {"maze_map": FWD_MAZE}).layout
+    sl = layout.slices
     rng = np.random.default_rng(seed)
     goal = np.array([-1.0, 1.0]) + rng.uniform(-0.25, 0.25, (n, 2))  # the goal cell (row 1, col 1) of FWD_MAZE
     pos = np.c_[rng.uniform(-1.4, 0.5, n), rng.uniform(0.6, 1.4, n)]
     dist = np.linalg.norm(pos - goal, axis=1)
     out = {}
     for mode, vel in (("rest", np.zeros((n, 2))), ("moving", rng.normal(0.0, 2.0, (n, 2)))):
-        obs = np.zeros((n, max(s.stop for s in sl.values())), np.float32)
+        obs = np.zeros((n, layout.size), np.float32)
         obs[:, sl["observation"]] = np.c_[pos, vel]
         obs[:, sl["achieved_goal"]], obs[:, sl["desired_goal"]] = pos, goal
         say = clf.prob(obs) >= thr

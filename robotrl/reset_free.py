@@ -267,14 +267,15 @@ def reset_free_runner(cfg: DictConfig, run_dir: Path, tcfg: TrainerConfig, agent
     if info.layout is not None and {"achieved_goal", "desired_goal"} <= set(info.layout.keys):
         sl = info.layout.slices
         goal = (sl["achieved_goal"], sl["desired_goal"])
-    # the scene: the task's training env with a time limit it never reaches (the phases end episodes)
-    goals = {"scene": None, "maze": MazeGoals()}.get(str(rf.get("goals", "scene")), "?")
-    if goals == "?":
-        raise ConfigError(f"reset_free.goals={rf.goals!r} is unknown: choose scene (the goals of the last simulator reset "
+    goals = str(rf.get("goals", "scene"))  # absent from the configs of runs made before it
+    if goals not in ("scene", "maze"):
+        raise ConfigError(f"reset_free.goals={goals!r} is unknown: choose scene (the goals of the last simulator reset "
                           "for the whole scene) or maze (each phase draws its goal as a gymnasium-robotics maze's reset does)")
+    # the scene: the task's training env with a time limit it never reaches (the phases end episodes)
     sim = make_env_from_args({**train_env, "max_episode_steps": 10**9, "terminate_on_success": False})
     env = ResetFreeEnv(sim, rewards, max_episode_steps=int(limit), max_timeouts=int(rf.max_timeouts),
-                       intervene=bool(rf.intervene), goal_slices=goal, goals=goals)
+                       intervene=bool(rf.intervene), goal_slices=goal,
+                       goals=MazeGoals() if goals == "maze" else None)
 
     r_scale, r_bias, fill = reward_transform(cfg.agent)
     gamma = float(cfg.agent.get("gamma", 0.99))

@@ -188,10 +188,11 @@ class ResetFreeEnv(gym.Wrapper):
         else:
             self.phase = PHASES[1 - PHASES.index(self.phase)]
             info = {}
-            if self.goals is not None and self.phase == PHASES[0]:  # the env's goal changes; the scene stays
-                self._obs[self.goal_slices[1]] = self.goals.forward(self.env)
-            elif self.goals is not None:
-                self._start_goal = self.goals.backward(self.env)
+            if self.goals is not None:  # the phase's goal is drawn afresh; the scene stays as it is
+                if self.phase == PHASES[0]:
+                    self._obs[self.goal_slices[1]] = self.goals.forward(self.env)  # also the env's own goal now
+                else:
+                    self._start_goal = self.goals.backward(self.env)
         self._phase_steps = 0
         self.rewards[self.phase].reset()
         info.update(phase=self.phase, sim_reset=sim_reset, **self.counters())

@@ -34,9 +34,9 @@ Symbols: ``M`` labelled frames, ``B`` batch, ``Do`` state size, ``H, W, C`` fram
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
